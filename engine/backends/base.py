@@ -1,0 +1,80 @@
+"""The contract every engine implements.
+
+A backend knows nothing of presets or UI: `ChatSession` turns a preset into a `GenerationRequest`
+(plain numbers), and the backend streams `Chunk`s, then one `Done`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from engine.events import BackendInfo, Chunk, Done
+
+CACHE_MODES = ("fp16", "q8", "q6", "q4")
+
+
+class BackendError(Exception):
+    """A failure with a message fit to show a user as it is (one line, says what to do)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SamplerSettings:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    # Temperature ramp: the first `ramp_tokens` tokens of a reply start at `ramp_start` and rise linearly to
+    # `temperature`. Cooler early tokens agree with a greedy draft more often.
+    ramp_tokens: int = 0
+    ramp_start: float = 0.0
+
+    def temperature_at(self, index: int) -> float:
+        """Temperature used to sample the reply's token number `index` (0-based)."""
+        if self.ramp_tokens <= 0 or index >= self.ramp_tokens:
+            return self.temperature
+        start = min(self.ramp_start, self.temperature)
+        return start + (self.temperature - start) * index / self.ramp_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    prompt_ids: tuple[int, ...]
+    sampler: SamplerSettings
+    max_new_tokens: int
+    num_draft_tokens: int = 0  # K; 0 turns drafting off for this request
+    drafting: bool = True
+    seed: int | None = None
+
+    @property
+    def effective_k(self) -> int:
+        return self.num_draft_tokens if self.drafting else 0
+
+
+ProgressCallback = Callable[[str, float | None], None]
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """An engine: loads once, then generates one reply at a time."""
+
+    name: str
+
+    @property
+    def info(self) -> BackendInfo: ...
+
+    def load(self, progress: ProgressCallback | None = None) -> None:
+        """Load weights and caches. Raises BackendError with a user-facing message."""
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        """Render `messages` with the model's chat template (generation prompt added) and tokenize."""
+
+    def decode(self, token_ids: list[int]) -> str: ...
+
+    def generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Chunk | Done]:
+        """Stream Chunks, then exactly one Done. Checks `cancel` every round."""
+
+    def close(self) -> None: ...

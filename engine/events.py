@@ -1,0 +1,167 @@
+"""Plain dataclasses that cross the engine/TUI line.
+
+Everything here is data: no I/O, no threads, no torch. A backend yields `Chunk`s and one `Done`;
+`ChatSession` wraps them with `ReplyStarted`, `ContextTrimmed`, `ReplyFinished`, `ReplyFailed` ... and
+the TUI renders whatever arrives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+DraftMode = Literal["none", "ngram", "model"]
+StopReason = Literal["eos", "end_of_turn", "max_new_tokens", "cancelled", "stop_string", "context"]
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Tokens emitted by one verification round (or, for plain decoding, one step).
+
+    `origins[i]` is True where token i was proposed by the drafter and accepted by the target, False where
+    the target produced it itself (the corrected or bonus token that ends each round).
+    """
+
+    text: str
+    token_ids: tuple[int, ...]
+    drafted: int
+    accepted: int
+    origins: tuple[bool, ...]
+    t: float
+    temperature: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The backend's last word on one generation: what it alone can know."""
+
+    stop_reason: StopReason
+    prompt_tokens: int
+    cached_tokens: int = 0
+    prefill_s: float = 0.0
+    # Mean wall time of one draft step (one token proposed) and of one target forward pass. Their ratio is the
+    # cost ratio c of the speedup model; 0.0 where it was not measured (no drafting, or an n-gram drafter).
+    draft_step_s: float = 0.0
+    target_step_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class MessageStats:
+    prompt_tokens: int
+    new_tokens: int
+    drafted_tokens: int
+    accepted_tokens: int
+    rounds: int
+    acceptance_rate: float | None
+    mean_accepted_length: float | None
+    per_position_acceptance: list[float]
+    acceptance_histogram: list[int]
+    alpha: float | None
+    predicted_speedup: float | None
+    ttft_s: float
+    prefill_tokens_per_s: float | None
+    decode_tokens_per_s: float | None
+    total_s: float
+    preset: str
+    num_draft_tokens: int
+    temperature: float
+    draft_mode: DraftMode
+    backend: str
+    model: str
+    stop_reason: StopReason
+    cached_tokens: int = 0
+    cost_ratio: float | None = None
+    router_reason: str = ""
+    cache_mode: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendInfo:
+    """What a loaded backend is, for the status bar and the stats."""
+
+    backend: str
+    model: str
+    device: str
+    cache_mode: str
+    draft_cache_mode: str
+    draft_mode: DraftMode
+    draft_model: str | None
+    max_context: int
+    notes: tuple[str, ...] = ()
+
+
+# --- session-level events ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoadProgress:
+    stage: str
+    fraction: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    info: BackendInfo
+
+
+@dataclass(frozen=True, slots=True)
+class LoadFailed:
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyStarted:
+    preset: str
+    auto: bool
+    router_reason: str
+    num_draft_tokens: int
+    temperature: float
+    drafting: bool
+    prompt_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class ContextTrimmed:
+    dropped_turns: int
+    prompt_tokens: int
+    max_context: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyFinished:
+    text: str
+    token_ids: tuple[int, ...]
+    origins: tuple[bool, ...]
+    stats: MessageStats
+    cancelled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyFailed:
+    message: str
+    partial_text: str = ""
+
+
+@dataclass(slots=True)
+class LiveStats:
+    """Running figures for the reply in progress; plain attributes the status bar polls."""
+
+    drafted: int = 0
+    accepted: int = 0
+    rounds: int = 0
+    new_tokens: int = 0
+    tokens_per_s: float = 0.0
+    temperature: float = 0.0
+    ema_acceptance: float | None = None
+    recent_round_acceptance: list[float] = field(default_factory=list)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        return self.new_tokens / self.rounds if self.rounds else None
