@@ -1,0 +1,317 @@
+"""User settings: defaults < TOML file < environment (`SPECCHAT_*`) < command line.
+
+`load_settings(**overrides)` is the one entry point: it builds `Settings` and turns every user mistake
+(bad TOML, a value out of range, an unknown key) into a one-line `ConfigError` that says where the bad
+value came from (the file, "environment" or "command line") and which field it is.
+
+The error wording helpers here (`describe_validation_error`, `describe_toml_error`, `display_path`) are
+shared with `engine.presets`, so preset files and the config file read the same way.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+APP_NAME = "specchat"
+ENV_PREFIX = "SPECCHAT_"
+CONFIG_FILE_ENV = "SPECCHAT_CONFIG_FILE"
+
+CacheMode = Literal["fp16", "q8", "q6", "q4"]
+BackendName = Literal["auto", "exllamav2", "transformers"]
+
+# The draft setting takes these words or a model folder path.
+DRAFT_KEYWORDS = ("ngram", "none")
+
+
+class ConfigError(ValueError):
+    """A bad config file, environment variable or command-line value; the message is one line for the user."""
+
+
+# --------------------------------------------------------------------------------------------- locations
+
+
+def config_dir() -> Path:
+    """`$XDG_CONFIG_HOME/specchat`, or `~/.config/specchat` when XDG_CONFIG_HOME is unset or not absolute."""
+    xdg = os.environ.get("XDG_CONFIG_HOME", "")
+    # The XDG spec says a relative value is invalid and must be ignored.
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".config"
+    return base / APP_NAME
+
+
+def config_file_path() -> Path:
+    """The TOML settings file: `$SPECCHAT_CONFIG_FILE` if set, else `<config dir>/config.toml`."""
+    explicit = os.environ.get(CONFIG_FILE_ENV, "")
+    if explicit:
+        return Path(explicit).expanduser()
+    return config_dir() / "config.toml"
+
+
+def presets_dir() -> Path:
+    """Folder of user presets (`*.toml`), which add presets or override built-in ones."""
+    return config_dir() / "presets"
+
+
+def display_path(path: Path | str) -> str:
+    """A path as a user would type it: `~/...` under the home folder, else as given."""
+    path = Path(path)
+    try:
+        return "~/" + path.resolve().relative_to(Path.home().resolve()).as_posix()
+    except (ValueError, OSError, RuntimeError):
+        return str(path)
+
+
+# ---------------------------------------------------------------------------------------- error wording
+
+
+def show_value(value: Any) -> str:
+    """A value as it would look in a message: strings quoted, booleans in TOML spelling, long ones cut."""
+    text = ("true" if value else "false") if isinstance(value, bool) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _bounds_phrase(ge: Any = None, gt: Any = None, le: Any = None, lt: Any = None) -> str:
+    if ge is not None and le is not None:
+        return f"must be between {ge} and {le}"
+    lower = f"at least {ge}" if ge is not None else f"greater than {gt}" if gt is not None else ""
+    upper = f"at most {le}" if le is not None else f"less than {lt}" if lt is not None else ""
+    return "must be " + " and ".join(part for part in (lower, upper) if part)
+
+
+def _field_bounds(model: type[BaseModel], field: str) -> dict[str, Any]:
+    """The numeric bounds (ge/gt/le/lt) declared on a model field, so a range error can state both ends."""
+    info = model.model_fields.get(field)
+    bounds: dict[str, Any] = {}
+    if info is None:
+        return bounds
+    for constraint in info.metadata:
+        for name in ("ge", "gt", "le", "lt"):
+            value = getattr(constraint, name, None)
+            if value is not None:
+                bounds[name] = value
+    return bounds
+
+
+def field_label(loc: tuple[Any, ...]) -> str:
+    """`('gpu_split', 1)` -> `gpu_split[1]`, `('keymap', 'quit')` -> `keymap.quit`."""
+    label = ""
+    for part in loc:
+        if isinstance(part, int):
+            label += f"[{part}]"
+        else:
+            label += f".{part}" if label else str(part)
+    return label
+
+
+_TYPE_PHRASES = {
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be text (a quoted string)",
+    "list_type": "must be a list, e.g. [20.0, 24.0]",
+    "dict_type": "must be a table of names to values",
+    "path_type": "must be a path",
+    "finite_number": "must be a finite number",
+}
+
+
+def describe_validation_error(
+    error: Mapping[str, Any], model: type[BaseModel], known_keys: tuple[str, ...] = ()
+) -> tuple[str, str]:
+    """One pydantic error as (field label, user-facing phrase), e.g. ("k", "must be between 0 and 16 (got 40)")."""
+    kind = error["type"]
+    loc = tuple(error.get("loc", ()))
+    field = field_label(loc)
+    value = error.get("input")
+    ctx = error.get("ctx") or {}
+    got = f" (got {show_value(value)})"
+
+    if kind == "extra_forbidden":
+        keys = known_keys or tuple(model.model_fields)
+        close = difflib.get_close_matches(str(loc[-1]) if loc else "", keys, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else "known keys: " + ", ".join(keys)
+        return field, f"unknown key ({hint})"
+    if kind == "missing":
+        return field, "is required"
+    if kind == "literal_error":
+        allowed = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+        return field, "must be one of " + ", ".join(allowed) + got
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        top = str(loc[0]) if loc else ""
+        bounds = _field_bounds(model, top) if len(loc) == 1 else {}
+        bounds = bounds or {key: ctx[key] for key in ("ge", "gt", "le", "lt") if key in ctx}
+        return field, _bounds_phrase(**bounds) + got
+    if kind in ("value_error", "assertion_error"):
+        message = str(ctx.get("error", error.get("msg", "")))
+        # A model-level check names its own field as "field: message".
+        if not field and ": " in message:
+            field, message = message.split(": ", 1)
+        return field, message
+    if kind in _TYPE_PHRASES:
+        return field, _TYPE_PHRASES[kind] + got
+    message = str(error.get("msg", kind))
+    return field, message[:1].lower() + message[1:] + got
+
+
+def describe_toml_error(error: tomllib.TOMLDecodeError) -> str:
+    """`Invalid value (at line 2, column 5)` -> `line 2: invalid TOML: invalid value (column 5)`."""
+    text = str(error)
+    match = re.search(r"\(at line (\d+), column (\d+)\)$", text)
+    if match is None:
+        match_end = re.search(r"\(at end of document\)$", text)
+        reason = text[: match_end.start()].strip() if match_end else text
+        return f"invalid TOML: {reason[:1].lower()}{reason[1:]}" + (" (at end of file)" if match_end else "")
+    reason = text[: match.start()].strip()
+    return f"line {match.group(1)}: invalid TOML: {reason[:1].lower()}{reason[1:]} (column {match.group(2)})"
+
+
+def read_toml_file(path: Path, error_type: type[ValueError]) -> dict[str, Any]:
+    """Parse a TOML file, raising `error_type` with a one-line message that names the file (and line)."""
+    shown = display_path(path)
+    try:
+        raw = path.read_bytes()
+    except IsADirectoryError:
+        raise error_type(f"{shown}: is a folder, expected a TOML file") from None
+    except OSError as exc:
+        raise error_type(f"{shown}: cannot read ({exc.strerror or exc})") from None
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise error_type(f"{shown}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise error_type(f"{shown}: {describe_toml_error(exc)}") from None
+
+
+# ------------------------------------------------------------------------------------------- settings
+
+
+class Settings(BaseSettings):
+    """Everything a user can configure. See README "Configuration" for the table of fields."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True)
+
+    model: Path | None = None  # None: the embedded SmolLM2-135M-Instruct
+    draft: str = "ngram"  # "ngram", "none" or a draft model folder
+    backend: BackendName = "auto"
+    cache_mode: CacheMode = "q8"
+    draft_cache_mode: CacheMode = "q8"
+    max_context: int = Field(4096, ge=256)
+    system_prompt: str | None = None
+    preset: str = "auto"  # "auto" (the router picks per message) or a preset name; the caller checks the name
+    seed: int | None = None
+    device: str = "auto"
+    keymap: dict[str, str] = Field(default_factory=dict)  # binding id -> key, read by the TUI
+    gpu_split: list[float] | None = None  # GB per GPU for exllamav2's manual split
+    data_dir: Path | None = None  # None: the platform's user data folder
+
+    @field_validator("model", "data_dir", mode="after")
+    @classmethod
+    def _expand_home(cls, value: Path | None) -> Path | None:
+        return value.expanduser() if value is not None else None
+
+    @field_validator("draft", mode="after")
+    @classmethod
+    def _check_draft(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("must be 'ngram', 'none' or a draft model folder")
+        if value.lower() in DRAFT_KEYWORDS:
+            return value.lower()
+        return str(Path(value).expanduser())
+
+    @field_validator("preset", "device", mode="after")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("must not be empty (use 'auto')")
+        return value
+
+    @field_validator("gpu_split", mode="after")
+    @classmethod
+    def _positive_split(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None and (not value or any(part <= 0 for part in value)):
+            raise ValueError(f"must list one positive size in GB per GPU (got {value})")
+        return value
+
+    @property
+    def uses_embedded_model(self) -> bool:
+        return self.model is None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file path is looked up on every construction, so SPECCHAT_CONFIG_FILE / XDG_CONFIG_HOME
+        # changes (tests, the CLI's --config) take effect without re-importing.
+        toml_file = TomlConfigSettingsSource(settings_cls, toml_file=config_file_path())
+        return (init_settings, env_settings, toml_file)
+
+
+SETTINGS_FIELDS: tuple[str, ...] = tuple(Settings.model_fields)
+
+
+def env_name(field: str) -> str:
+    """The environment variable that sets `field`, e.g. cache_mode -> SPECCHAT_CACHE_MODE."""
+    return ENV_PREFIX + field.upper()
+
+
+def _env_has(field: str) -> bool:
+    # pydantic-settings matches environment names case-insensitively by default.
+    wanted = env_name(field).upper()
+    return any(name.upper() == wanted for name in os.environ)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build Settings with `overrides` (from the command line) on top; None-valued overrides are ignored.
+
+    Raises ConfigError with one line naming where the bad value came from and which field it is.
+    """
+    given = {key: value for key, value in overrides.items() if value is not None}
+    path = config_file_path()
+    shown = display_path(path)
+    if os.environ.get(CONFIG_FILE_ENV) and not path.exists():
+        raise ConfigError(f"{CONFIG_FILE_ENV}: {shown} does not exist")
+    # Parse the file ourselves first: a syntax error then names the file and line instead of raising
+    # tomllib's bare message from inside the settings source.
+    file_values = read_toml_file(path, ConfigError) if path.exists() else {}
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            loc = tuple(error.get("loc", ()))
+            top = str(loc[0]) if loc else ""
+            field, phrase = describe_validation_error(error, Settings)
+            if top in given:
+                where = "command line"
+            elif top in SETTINGS_FIELDS and _env_has(top):
+                where, field = "environment", env_name(top) + field[len(top) :]
+            elif top in file_values:
+                where = shown
+            else:
+                where = "settings"
+            problems.append(f"{where}: {field}: {phrase}")
+        raise ConfigError("; ".join(problems)) from None
