@@ -9,6 +9,7 @@ fast target), `tiny_model_dir_other_vocab` has its own small tokenizer (for draf
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -131,3 +132,12 @@ def tiny_model_dir_other_vocab(tmp_path_factory: pytest.TempPathFactory) -> Path
     config_path.write_text(json.dumps(tokenizer_config, indent=2))
     build_tiny_llama(folder, TINY_OTHER_VOCAB_SIZE, seed=TINY_SEED + 1)
     return folder
+
+
+@pytest.fixture(autouse=True)
+def isolated_user_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never read the developer's own config.toml, presets or SPECCHAT_* variables (the model cache stays)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+    for name in list(os.environ):
+        if name.startswith("SPECCHAT_") and name != "SPECCHAT_CACHE_DIR":
+            monkeypatch.delenv(name)

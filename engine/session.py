@@ -1,0 +1,291 @@
+"""ChatSession: the conversation, the preset choice, the context window, and one reply at a time.
+
+Usable without any UI: `send()` blocks (run it in a thread) and reports everything through `on_event`.
+The TUI polls the plain attributes (`live`, `active`, `last_stats`) for its status bar.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from engine.backends.base import Backend, GenerationRequest
+from engine.config import Settings, presets_dir
+from engine.errors import SpecchatError, user_error_types
+from engine.events import (
+    BackendInfo,
+    Chunk,
+    ContextTrimmed,
+    Done,
+    LiveStats,
+    MessageStats,
+    ReplyFailed,
+    ReplyFinished,
+    ReplyStarted,
+)
+from engine.presets import Preset, load_presets
+from engine.router import route
+from engine.speculation import AcceptanceAccounting
+
+EventCallback = Callable[[object], None]
+ProgressCallback = Callable[[str, float | None], None]
+
+# Preset fields the command line may override for every message (`--k`, `--temperature`, ...).
+OVERRIDABLE = ("k", "temperature", "max_new_tokens", "drafting", "ramp_tokens")
+
+
+@dataclass(slots=True)
+class Turn:
+    role: str
+    content: str
+    stats: MessageStats | None = None
+    origins: tuple[bool, ...] | None = None
+    cancelled: bool = False
+
+
+class ChatSession:
+    def __init__(
+        self,
+        settings: Settings,
+        backend: Backend | None = None,
+        presets: dict[str, Preset] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        # `clock` must be the one the backend stamps Chunk.t with (tests freeze both for snapshots).
+        self.clock = clock
+        self.settings = settings
+        self.backend = backend
+        self.backend_reason = "given" if backend is not None else ""
+        self.presets = presets if presets is not None else load_presets(presets_dir())
+        self.mode = "auto"
+        self.set_mode(settings.preset)
+        self.overrides: dict[str, Any] = {}
+        self.turns: list[Turn] = []
+        self.live = LiveStats()
+        self.active: ReplyStarted | None = None
+        self.last_stats: MessageStats | None = None
+        self.last_prompt_ids: tuple[int, ...] = ()
+        self.context_used = 0
+        self._info: BackendInfo | None = None
+
+    # --- setup ---------------------------------------------------------------------------------------------
+
+    @property
+    def info(self) -> BackendInfo | None:
+        return self._info
+
+    @property
+    def max_context(self) -> int:
+        return self._info.max_context if self._info else self.settings.max_context
+
+    def load(self, progress: ProgressCallback | None = None) -> BackendInfo:
+        try:
+            if self.backend is None:
+                from engine.backends.select import create_backend
+
+                settings = self.settings
+                if settings.model is None:  # fetch here, so the download and conversion show progress
+                    from engine.models import ensure_embedded_model
+
+                    settings = settings.model_copy(update={"model": ensure_embedded_model(progress)})
+                self.backend, self.backend_reason = create_backend(settings)
+            self.backend.load(progress)
+            self._info = self.backend.info
+        except user_error_types() as exc:
+            raise SpecchatError(str(exc)) from exc
+        except MemoryError as exc:
+            raise SpecchatError(
+                "out of memory loading the model: lower max_context or use a smaller model"
+            ) from exc
+        return self._info
+
+    def set_mode(self, name: str) -> None:
+        if name != "auto" and name not in self.presets:
+            known = ", ".join(["auto", *self.presets])
+            raise SpecchatError(f"unknown preset {name!r} (known: {known})")
+        self.mode = name
+
+    def set_overrides(self, **values: Any) -> None:
+        """Override preset fields for every following message; None leaves a field to the preset."""
+        unknown = set(values) - set(OVERRIDABLE)
+        if unknown:
+            raise SpecchatError(f"cannot override {', '.join(sorted(unknown))}")
+        self.overrides = {k: v for k, v in values.items() if v is not None}
+
+    def choose_preset(self, text: str) -> tuple[Preset, bool, str]:
+        """The preset for a message: (preset, chosen automatically, why)."""
+        if self.mode == "auto":
+            decision = route(text, available=[n for n in ("code", "qa", "creative") if n in self.presets])
+            preset, auto, reason = self.presets[decision.preset], True, decision.reason
+        else:
+            preset, auto, reason = self.presets[self.mode], False, "chosen by hand"
+        if self.overrides:
+            update = dict(self.overrides)
+            if "temperature" in update and "ramp_tokens" not in update:
+                update["ramp_tokens"] = 0  # an explicit temperature means exactly that temperature
+            preset = preset.model_copy(update=update)
+        return preset, auto, reason
+
+    # --- conversation ----------------------------------------------------------------------------------------
+
+    def new_chat(self) -> None:
+        self.turns.clear()
+        self.context_used = 0
+        self.live = LiveStats()
+
+    def pop_last_exchange(self) -> str | None:
+        """Remove the last user message and its reply; return the user's text (edit and resend)."""
+        while self.turns and self.turns[-1].role != "user":
+            self.turns.pop()
+        if not self.turns:
+            return None
+        return self.turns.pop().content
+
+    def send(
+        self, text: str, on_event: EventCallback, cancel: threading.Event
+    ) -> ReplyFinished | ReplyFailed:
+        if not text.strip():
+            raise SpecchatError("empty message: type something to send")
+        self.turns.append(Turn("user", text))
+        return self._reply(text, on_event, cancel)
+
+    def regenerate(self, on_event: EventCallback, cancel: threading.Event) -> ReplyFinished | ReplyFailed:
+        while self.turns and self.turns[-1].role == "assistant":
+            self.turns.pop()
+        if not self.turns:
+            raise SpecchatError("nothing to regenerate yet")
+        return self._reply(self.turns[-1].content, on_event, cancel)
+
+    # --- one reply -------------------------------------------------------------------------------------------
+
+    def _messages(self, turns: list[Turn]) -> list[dict[str, str]]:
+        messages = (
+            [{"role": "system", "content": self.settings.system_prompt}]
+            if self.settings.system_prompt
+            else []
+        )
+        messages += [{"role": t.role, "content": t.content} for t in turns if t.content or t.role == "user"]
+        return messages
+
+    def _fit_context(self, preset: Preset, on_event: EventCallback) -> list[int] | None:
+        """Render the conversation, dropping the oldest exchanges until prompt + reply room fits."""
+        assert self.backend is not None
+        max_context = self.max_context
+        reserve = min(preset.max_new_tokens, max_context // 2)
+        start, dropped = 0, 0
+        ids = self.backend.encode_chat(self._messages(self.turns))
+        while len(ids) + reserve > max_context and start < len(self.turns) - 1:
+            start += 1
+            while start < len(self.turns) - 1 and self.turns[start].role != "user":
+                start += 1
+            dropped = start
+            ids = self.backend.encode_chat(self._messages(self.turns[start:]))
+        if len(ids) + min(reserve, 16) > max_context:
+            return None
+        if dropped:
+            del self.turns[:dropped]
+            on_event(ContextTrimmed(dropped_turns=dropped, prompt_tokens=len(ids), max_context=max_context))
+        return ids
+
+    def _reply(
+        self, text: str, on_event: EventCallback, cancel: threading.Event
+    ) -> ReplyFinished | ReplyFailed:
+        if self.backend is None or self._info is None:
+            raise SpecchatError("the model is not loaded yet")
+        info = self._info
+        preset, auto, reason = self.choose_preset(text)
+        try:
+            prompt_ids = self._fit_context(preset, on_event)
+        except user_error_types() as exc:
+            self.turns.pop()
+            return self._failed(str(exc), "", on_event)
+        if prompt_ids is None:
+            self.turns.pop()
+            return self._failed(
+                f"message too long for the context ({self.max_context} tokens): shorten it or raise max_context",
+                "",
+                on_event,
+            )
+        drafting = preset.drafting and preset.k > 0 and info.draft_mode != "none"
+        request = GenerationRequest(
+            prompt_ids=tuple(prompt_ids),
+            sampler=preset.sampler(),
+            max_new_tokens=max(1, min(preset.max_new_tokens, self.max_context - len(prompt_ids))),
+            num_draft_tokens=preset.k if drafting else 0,
+            drafting=drafting,
+            seed=self.settings.seed,
+        )
+        started = ReplyStarted(
+            preset=preset.name,
+            auto=auto,
+            router_reason=reason,
+            num_draft_tokens=request.num_draft_tokens,
+            temperature=request.sampler.temperature_at(0),
+            drafting=drafting,
+            prompt_tokens=len(prompt_ids),
+        )
+        accounting = AcceptanceAccounting(t_start=self.clock())
+        accounting.live.temperature = started.temperature
+        self.live = accounting.live
+        self.active = started
+        self.last_prompt_ids = request.prompt_ids
+        on_event(started)
+        token_ids: list[int] = []
+        origins: list[bool] = []
+        pieces: list[str] = []
+        done: Done | None = None
+        try:
+            for event in self.backend.generate(request, cancel):
+                if isinstance(event, Chunk):
+                    accounting.add(event)
+                    token_ids.extend(event.token_ids)
+                    origins.extend(event.origins)
+                    pieces.append(event.text)
+                    self.context_used = len(prompt_ids) + len(token_ids)
+                    on_event(event)
+                else:
+                    done = event
+        except user_error_types() as exc:
+            return self._failed(str(exc), "".join(pieces), on_event)
+        except MemoryError:
+            return self._failed(
+                "out of memory while generating: lower max_context or max_new_tokens",
+                "".join(pieces),
+                on_event,
+            )
+        finally:
+            self.active = None
+        if done is None:  # a backend that ended without its Done: treat what came as complete
+            done = Done("cancelled" if cancel.is_set() else "eos", prompt_tokens=len(prompt_ids))
+        reply_text = "".join(pieces)
+        stats = accounting.finish(
+            done,
+            self.clock(),
+            preset=preset.name,
+            num_draft_tokens=request.num_draft_tokens,
+            temperature=preset.temperature,
+            draft_mode=info.draft_mode if drafting else "none",
+            backend=info.backend,
+            model=info.model,
+            router_reason=reason if auto else "",
+            cache_mode=info.cache_mode,
+        )
+        cancelled = done.stop_reason == "cancelled"
+        self.last_stats = stats
+        if cancelled and not token_ids:
+            self.turns.pop()  # nothing came: the prompt goes back to the user untouched
+        else:
+            self.turns.append(Turn("assistant", reply_text, stats, tuple(origins), cancelled))
+        finished = ReplyFinished(reply_text, tuple(token_ids), tuple(origins), stats, cancelled)
+        on_event(finished)
+        return finished
+
+    def _failed(self, message: str, partial: str, on_event: EventCallback) -> ReplyFailed:
+        if partial:
+            self.turns.append(Turn("assistant", partial, cancelled=True))
+        failed = ReplyFailed(" ".join(message.split()), partial)
+        on_event(failed)
+        return failed

@@ -1,0 +1,152 @@
+"""Bad input ends with one clear line on stderr and exit code 2 — never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run_cli(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    full_env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    full_env.pop("SPECCHAT_CONFIG_FILE", None)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "tui.cli", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=300,
+    )
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    error_lines = [line for line in lines if "error" in line]
+    assert len(error_lines) == 1, proc.stderr
+    for fragment in fragments:
+        assert fragment in error_lines[0], (fragment, error_lines[0])
+
+
+def test_missing_model_folder(tmp_path):
+    proc = run_cli(["generate", "--model", str(tmp_path / "nope"), "--prompt", "hi"], tmp_path)
+    assert_one_line_error(proc, "model folder not found", "nope")
+
+
+def test_k_out_of_range(tmp_path):
+    proc = run_cli(["generate", "--prompt", "hi", "--k", "17"], tmp_path)
+    assert_one_line_error(proc, "--k", "0 and 16", "17")
+
+
+def test_negative_temperature(tmp_path):
+    proc = run_cli(["generate", "--prompt", "hi", "--temperature", "-0.5"], tmp_path)
+    assert_one_line_error(proc, "--temperature", ">= 0")
+
+
+def test_empty_prompt(tmp_path):
+    proc = run_cli(["generate", "--prompt", "   "], tmp_path)
+    assert_one_line_error(proc, "empty prompt")
+
+
+def test_prompt_file_with_bad_line(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text('{"prompt": "ok"}\n{"prompt": \n', encoding="utf-8")
+    proc = run_cli(["generate", "--prompt-file", str(path)], tmp_path)
+    assert_one_line_error(proc, "prompts.jsonl:2", "not valid JSON")
+
+
+def test_prompt_file_without_prompt_field(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text('{"text": "no prompt key"}\n', encoding="utf-8")
+    proc = run_cli(["generate", "--prompt-file", str(path)], tmp_path)
+    assert_one_line_error(proc, "prompts.jsonl:1", "'prompt'")
+
+
+def test_missing_draft_folder(tmp_path):
+    proc = run_cli(["generate", "--prompt", "hi", "--draft", str(tmp_path / "draft")], tmp_path)
+    assert_one_line_error(proc, "draft", "not found")
+
+
+def test_broken_config_file_names_the_file(tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text("cache_mode = \n", encoding="utf-8")
+    proc = run_cli(["generate", "--prompt", "hi"], tmp_path, env={"SPECCHAT_CONFIG_FILE": str(config)})
+    assert_one_line_error(proc, "bad.toml")
+
+
+def test_bad_config_value_names_file_and_field(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('cache_mode = "q3"\n', encoding="utf-8")
+    proc = run_cli(["presets"], tmp_path, env={"SPECCHAT_CONFIG_FILE": str(config)})
+    assert_one_line_error(proc, "config.toml", "cache_mode")
+
+
+def test_broken_preset_file_names_file_and_field(tmp_path):
+    presets = tmp_path / "config" / "specchat" / "presets"
+    presets.mkdir(parents=True)
+    (presets / "fast.toml").write_text("k = 40\n", encoding="utf-8")
+    proc = run_cli(["presets"], tmp_path)
+    assert_one_line_error(proc, "fast.toml", "k")
+
+
+def test_unknown_preset(tmp_path, smol_dir):
+    proc = run_cli(["generate", "--model", str(smol_dir), "--prompt", "hi", "--preset", "nope"], tmp_path)
+    assert_one_line_error(proc, "unknown preset", "nope")
+
+
+def test_folder_without_config_or_tokenizer(tmp_path):
+    empty = tmp_path / "empty-model"
+    empty.mkdir()
+    proc = run_cli(["generate", "--model", str(empty), "--prompt", "hi", "--backend", "transformers"], tmp_path)
+    assert_one_line_error(proc, "config.json")
+
+
+def test_exllamav2_backend_unusable_here(tmp_path, smol_dir):
+    proc = run_cli(["generate", "--model", str(smol_dir), "--prompt", "hi", "--backend", "exllamav2"], tmp_path)
+    assert_one_line_error(proc, "exllamav2")
+
+
+def test_usage_error_is_one_line(tmp_path):
+    proc = run_cli(["generate", "--k", "many"], tmp_path)
+    assert_one_line_error(proc, "--k")
+
+
+@pytest.mark.slow
+def test_generate_json_end_to_end(tmp_path, smol_dir):
+    import orjson
+
+    path = tmp_path / "prompts.jsonl"
+    path.write_text(
+        '{"prompt": "What is the capital of France?", "id": 1}\n{"prompt": "Name a primary colour."}\n',
+        encoding="utf-8",
+    )
+    proc = run_cli(
+        ["generate", "--model", str(smol_dir), "--prompt-file", str(path), "--json", "--max-new-tokens", "24"],
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    records = [orjson.loads(line) for line in proc.stdout.splitlines()]
+    assert len(records) == 2
+    first = records[0]
+    assert "Paris" in first["text"]
+    assert first["model"] == str(smol_dir)
+    assert first["prompt_token_ids"] and first["token_ids"]
+    stats = first["stats"]
+    for key in (
+        "prompt_tokens new_tokens drafted_tokens accepted_tokens rounds acceptance_rate mean_accepted_length "
+        "per_position_acceptance acceptance_histogram alpha predicted_speedup ttft_s prefill_tokens_per_s "
+        "decode_tokens_per_s total_s preset num_draft_tokens temperature draft_mode backend model stop_reason"
+    ).split():
+        assert key in stats, key
+    assert stats["new_tokens"] == len(first["token_ids"])
+    assert stats["prompt_tokens"] == len(first["prompt_token_ids"])
+    assert stats["backend"] == "transformers"
+    assert stats["preset"] == "qa"  # auto mode routes a factual question to qa
+    assert stats["draft_mode"] == "ngram"
+    assert stats["accepted_tokens"] <= stats["drafted_tokens"]

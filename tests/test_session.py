@@ -1,0 +1,184 @@
+"""ChatSession without any UI: preset choice, overrides, context trimming, cancel, regenerate, edit and resend."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from engine.backends.scripted import ScriptedBackend
+from engine.config import Settings
+from engine.errors import SpecchatError
+from engine.events import Chunk, ContextTrimmed, ReplyFailed, ReplyFinished, ReplyStarted
+from engine.presets import load_presets
+from engine.session import ChatSession
+
+
+def make_session(backend: ScriptedBackend, **settings) -> ChatSession:
+    session = ChatSession(Settings(**settings), backend=backend, presets=load_presets(None))
+    session.load()
+    return session
+
+
+def collect(session: ChatSession, text: str, cancel: threading.Event | None = None):
+    events: list[object] = []
+    result = session.send(text, events.append, cancel or threading.Event())
+    return result, events
+
+
+def test_auto_mode_routes_and_records_reason():
+    session = make_session(ScriptedBackend("Paris is the capital."))
+    result, events = collect(session, "What is the capital of France?")
+    started = next(e for e in events if isinstance(e, ReplyStarted))
+    assert started.auto and started.preset == "qa"
+    assert started.router_reason
+    assert isinstance(result, ReplyFinished)
+    assert result.text == "Paris is the capital."
+    assert result.stats.preset == "qa"
+    assert result.stats.router_reason == started.router_reason
+    assert [t.role for t in session.turns] == ["user", "assistant"]
+
+
+def test_fixed_preset_sets_k_and_sampler_of_the_request():
+    backend = ScriptedBackend("def f(): pass")
+    session = make_session(backend)
+    session.set_mode("creative")
+    collect(session, "Fix this bug in my python function")
+    request = backend.requests[-1]
+    creative = session.presets["creative"]
+    assert request.num_draft_tokens == creative.k
+    assert request.sampler.temperature == creative.temperature
+    assert request.sampler.ramp_tokens == creative.ramp_tokens
+    assert request.max_new_tokens == creative.max_new_tokens
+
+
+def test_unknown_mode_is_a_clear_error():
+    session = make_session(ScriptedBackend("x"))
+    with pytest.raises(SpecchatError, match="unknown preset 'fast'"):
+        session.set_mode("fast")
+
+
+def test_overrides_replace_k_and_turn_the_ramp_off():
+    backend = ScriptedBackend("ok")
+    session = make_session(backend, preset="creative")
+    session.set_overrides(k=2, temperature=0.0)
+    collect(session, "Write a poem")
+    request = backend.requests[-1]
+    assert request.num_draft_tokens == 2
+    assert request.sampler.temperature == 0.0
+    assert request.sampler.ramp_tokens == 0
+
+
+def test_drafting_off_reports_none_not_zero_percent():
+    backend = ScriptedBackend("one two three", draft_mode="none")
+    session = make_session(backend)
+    result, _ = collect(session, "hello there")
+    assert backend.requests[-1].effective_k == 0
+    assert result.stats.draft_mode == "none"
+    assert result.stats.acceptance_rate is None
+
+
+def test_stats_follow_the_scripted_rounds():
+    # 12 word tokens; K=5 (qa); accept pattern 3,1,4,0,... -> rounds of 4,2,5,1 tokens
+    backend = ScriptedBackend(" ".join(f"w{i}" for i in range(12)), accept_pattern=(3, 1, 4, 0))
+    session = make_session(backend, preset="qa")
+    result, events = collect(session, "question?")
+    chunks = [e for e in events if isinstance(e, Chunk)]
+    assert [len(c.token_ids) for c in chunks] == [4, 2, 5, 1]
+    stats = result.stats
+    assert stats.new_tokens == 12
+    assert stats.rounds == 4
+    assert stats.accepted_tokens == 8
+    assert stats.drafted_tokens == 20
+    assert stats.acceptance_rate == pytest.approx(8 / 20)
+    assert stats.mean_accepted_length == pytest.approx(3.0)
+    assert stats.acceptance_histogram == [1, 1, 0, 1, 1]
+    assert result.origins == tuple(o for c in chunks for o in c.origins)
+    assert session.live.new_tokens == 12
+
+
+def test_context_is_trimmed_oldest_first_and_said():
+    long_reply = " ".join(f"tok{i}" for i in range(150))
+    backend = ScriptedBackend(long_reply, max_context=512)
+    session = make_session(backend, preset="qa", max_context=512)
+    for i in range(4):
+        collect(session, f"question number {i} " + "padding " * 20)
+    result, events = collect(session, "the last question")
+    trimmed = [e for e in events if isinstance(e, ContextTrimmed)]
+    assert trimmed, "expected a ContextTrimmed event"
+    assert trimmed[0].dropped_turns >= 2
+    assert trimmed[0].prompt_tokens + min(512 // 2, 512) <= 512
+    assert isinstance(result, ReplyFinished)
+    assert session.turns[0].role == "user"
+    assert "question number 0" not in session.turns[0].content
+    assert session.turns[-2].content == "the last question"
+
+
+def test_message_longer_than_the_context_fails_and_keeps_nothing_half_done():
+    backend = ScriptedBackend("x", max_context=256)
+    session = make_session(backend, max_context=256)
+    result, events = collect(session, "word " * 400)
+    assert isinstance(result, ReplyFailed)
+    assert "too long" in result.message
+    assert session.turns == []
+
+
+def test_cancel_before_any_token_puts_the_prompt_back():
+    cancel = threading.Event()
+    cancel.set()
+    session = make_session(ScriptedBackend("never sent"))
+    result, _ = collect(session, "hello", cancel)
+    assert isinstance(result, ReplyFinished) and result.cancelled
+    assert result.text == ""
+    assert session.turns == []
+
+
+def test_cancel_mid_reply_keeps_partial_text_marked_cancelled():
+    gate = threading.Event()
+    backend = ScriptedBackend(" ".join(f"w{i}" for i in range(40)), gate=gate, gate_after_rounds=2)
+    session = make_session(backend, preset="qa")
+    cancel = threading.Event()
+    events: list[object] = []
+
+    def on_event(event: object) -> None:
+        events.append(event)
+        if sum(isinstance(e, Chunk) for e in events) == 2:
+            cancel.set()
+
+    result = session.send("go", on_event, cancel)
+    assert isinstance(result, ReplyFinished) and result.cancelled
+    assert result.text and result.stats.stop_reason == "cancelled"
+    assert session.turns[-1].cancelled and session.turns[-1].content == result.text
+
+
+def test_regenerate_and_edit_resend():
+    backend = ScriptedBackend(["first reply", "second reply"])
+    session = make_session(backend)
+    collect(session, "hello")
+    result = session.regenerate(lambda e: None, threading.Event())
+    assert result.text == "second reply"
+    assert [t.content for t in session.turns] == ["hello", "second reply"]
+    assert session.pop_last_exchange() == "hello"
+    assert session.turns == []
+    with pytest.raises(SpecchatError):
+        session.regenerate(lambda e: None, threading.Event())
+
+
+def test_empty_message_is_refused():
+    session = make_session(ScriptedBackend("x"))
+    with pytest.raises(SpecchatError, match="empty"):
+        session.send("  \n", lambda e: None, threading.Event())
+
+
+def test_system_prompt_is_rendered_first():
+    backend = ScriptedBackend("x")
+    session = make_session(backend, system_prompt="Be terse.")
+    collect(session, "hi")
+    prompt = backend.decode(list(backend.requests[-1].prompt_ids))
+    assert prompt.startswith("<system>\nBe terse.")
+
+
+def test_load_failure_is_one_line_specchat_error():
+    session = ChatSession(Settings(), backend=ScriptedBackend(load_error="model folder not found: /x"))
+    with pytest.raises(SpecchatError, match="model folder not found"):
+        session.load()

@@ -1,0 +1,274 @@
+"""`specchat` command line: the chat TUI by default, plus generate / presets / fetch / bench / paths.
+
+Every user mistake ends as one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from pathlib import Path
+from typing import Any, NoReturn
+
+EXIT_USAGE = 2
+
+KEYS_HELP = """\
+keys (in the chat; remap any of them under [keymap] in config.toml by binding id):
+  enter            send the message              ctrl+j / shift+enter  new line in the prompt
+  escape           cancel the running reply (the prompt comes back if nothing was generated)
+  f1 / f2 / f3 / f4  preset auto / code / qa / creative (applies to the next reply)
+  ctrl+o           preset picker (user presets too); ctrl+p opens the command palette
+  ctrl+r           regenerate the last reply     ctrl+e  edit and resend the last message
+  alt+up/alt+down  select a reply                i / enter on a reply: statistics inspector
+  ctrl+d           colour replies by origin (accepted draft tokens vs the target's own)
+  ctrl+y           copy the selected reply       ctrl+k  copy its last code block
+  ctrl+n           new chat                      ctrl+q  quit
+"""
+
+
+class CliError(Exception):
+    pass
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line, not a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", type=Path, help="model folder (default: the embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--draft", help="drafting: ngram, none, or a draft model folder (same tokenizer family)")
+    p.add_argument("--backend", choices=["auto", "exllamav2", "transformers"], help="inference engine")
+    p.add_argument("--cache-mode", choices=["fp16", "q8", "q6", "q4"], help="KV cache precision (default q8)")
+    p.add_argument("--draft-cache-mode", choices=["fp16", "q8", "q6", "q4"], help="draft model's KV cache")
+    p.add_argument("--max-context", type=int, help="context length in tokens")
+    p.add_argument("--system-prompt", help="system prompt for the conversation")
+    p.add_argument("--seed", type=int, help="sampling seed (reproducible replies)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="specchat",
+        description="Chat with a local LLM, with speculative decoding you can see and steer.",
+        epilog=KEYS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_model_flags(parser)
+    parser.add_argument(
+        "--preset", help="auto (route each message) or a preset name: code, qa, creative, ..."
+    )
+    sub = parser.add_subparsers(dest="command", parser_class=OneLineParser, metavar="COMMAND")
+
+    gen = sub.add_parser("generate", help="answer prompts without the UI (plain text or JSON lines)")
+    _add_model_flags(gen)
+    src = gen.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="the prompt text")
+    src.add_argument(
+        "--prompt-file", type=Path, help="JSON Lines file, one object with a 'prompt' field per line"
+    )
+    gen.add_argument("--preset", help="auto, code, qa, creative or a user preset name")
+    gen.add_argument("--k", type=int, help="draft tokens per round (0..16), overrides the preset")
+    gen.add_argument(
+        "--temperature", type=float, help="sampling temperature, overrides the preset (and its ramp)"
+    )
+    gen.add_argument("--max-new-tokens", type=int, help="reply length limit, overrides the preset")
+    gen.add_argument("--json", action="store_true", help="one JSON object per prompt, one per line")
+
+    sub.add_parser("presets", help="list the presets (built-in and user)")
+    sub.add_parser("fetch", help="fetch and convert the embedded model; prints its folder")
+    sub.add_parser("paths", help="print where config, presets, cache and data live")
+    bench = sub.add_parser(
+        "bench", help="speculative vs plain decoding vs the transformers peer, side by side"
+    )
+    _add_model_flags(bench)
+    bench.add_argument("--quick", action="store_true", help="short replies, fewer repeats")
+    bench.add_argument("--ui", action="store_true", help="also run the UI streaming benchmark")
+    return parser
+
+
+def _settings(args: argparse.Namespace):
+    from engine.config import load_settings
+
+    overrides: dict[str, Any] = {
+        "model": getattr(args, "model", None),
+        "draft": getattr(args, "draft", None),
+        "backend": getattr(args, "backend", None),
+        "cache_mode": getattr(args, "cache_mode", None),
+        "draft_cache_mode": getattr(args, "draft_cache_mode", None),
+        "max_context": getattr(args, "max_context", None),
+        "system_prompt": getattr(args, "system_prompt", None),
+        "seed": getattr(args, "seed", None),
+        "preset": getattr(args, "preset", None),
+    }
+    settings = load_settings(**overrides)
+    if settings.model is not None and not Path(settings.model).exists():
+        raise CliError(f"model folder not found: {settings.model}")
+    draft = settings.draft
+    if draft not in ("ngram", "none") and not Path(draft).exists():
+        raise CliError(f"draft must be ngram, none or a model folder; folder not found: {draft}")
+    return settings
+
+
+def _read_prompts(args: argparse.Namespace) -> list[str]:
+    import orjson
+
+    if args.prompt is not None:
+        prompts = [args.prompt]
+    elif args.prompt_file is not None:
+        path: Path = args.prompt_file
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise CliError(f"cannot read prompt file {path}: {exc.strerror or exc}") from exc
+        prompts = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise CliError(f"{path}:{number}: not valid JSON ({exc})") from exc
+            if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
+                raise CliError(f"{path}:{number}: each line needs a string 'prompt' field")
+            prompts.append(obj["prompt"])
+        if not prompts:
+            raise CliError(f"{path}: no prompts in the file")
+    else:
+        raise CliError("generate needs --prompt TEXT or --prompt-file FILE")
+    for i, prompt in enumerate(prompts, start=1):
+        if not prompt.strip():
+            raise CliError("empty prompt" + (f" (line {i} of the file)" if len(prompts) > 1 else ""))
+    return prompts
+
+
+def _validate_generate(args: argparse.Namespace) -> None:
+    if args.k is not None and not 0 <= args.k <= 16:
+        raise CliError(f"--k must be between 0 and 16 (got {args.k})")
+    if args.temperature is not None and args.temperature < 0:
+        raise CliError(f"--temperature must be >= 0 (got {args.temperature})")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise CliError(f"--max-new-tokens must be >= 1 (got {args.max_new_tokens})")
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    import orjson
+
+    from engine.events import ReplyFailed
+    from engine.models import print_progress
+    from engine.session import ChatSession
+
+    _validate_generate(args)
+    prompts = _read_prompts(args)
+    settings = _settings(args)
+    session = ChatSession(settings)
+    session.set_overrides(k=args.k, temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    session.load(print_progress)
+    info = session.info
+    assert info is not None
+    if info.notes and not args.json:
+        for note in info.notes:
+            print(f"specchat: {note}", file=sys.stderr)
+    status = 0
+    for prompt in prompts:
+        session.new_chat()
+        result = session.send(prompt, on_event=lambda _e: None, cancel=threading.Event())
+        if isinstance(result, ReplyFailed):
+            print(f"specchat: error: {result.message}", file=sys.stderr)
+            status = 1
+            continue
+        if args.json:
+            record = {
+                "text": result.text,
+                "model": info.model,
+                "prompt_token_ids": list(session.last_prompt_ids),
+                "token_ids": list(result.token_ids),
+                "stats": result.stats.to_dict(),
+            }
+            sys.stdout.buffer.write(orjson.dumps(record) + b"\n")
+            sys.stdout.flush()
+        else:
+            print(result.text, flush=True)
+    return status
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    from engine.config import load_settings, presets_dir
+    from engine.presets import load_presets
+
+    load_settings()
+    presets = load_presets(presets_dir())
+    width = max(len(n) for n in presets)
+    for name, p in presets.items():
+        ramp = f" ramp {p.ramp_start:g}->{p.temperature:g} over {p.ramp_tokens}" if p.ramp_tokens else ""
+        draft = f"K={p.k}" if p.drafting and p.k else "draft off"
+        print(f"{name:<{width}}  {draft:<9} T={p.temperature:<4g}{ramp:<26}  {p.description}  [{p.source}]")
+    return 0
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from engine.models import ensure_embedded_model, print_progress
+
+    print(ensure_embedded_model(print_progress))
+    return 0
+
+
+def cmd_paths(args: argparse.Namespace) -> int:
+    from engine.config import config_file_path, presets_dir
+    from engine.models import embedded_model_dir
+
+    print(f"config file   {config_file_path()}")
+    print(f"user presets  {presets_dir()}")
+    print(f"model cache   {embedded_model_dir()}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from engine.bench import run_bench
+
+    settings = _settings(args)
+    run_bench(settings, quick=args.quick)
+    if args.ui:
+        from bench.ui_bench import run_ui_bench
+
+        run_ui_bench()
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    from tui.app import run_app
+
+    run_app(settings)
+    return 0
+
+
+COMMANDS = {
+    None: cmd_chat,
+    "generate": cmd_generate,
+    "presets": cmd_presets,
+    "fetch": cmd_fetch,
+    "paths": cmd_paths,
+    "bench": cmd_bench,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from engine.errors import user_error_types
+
+    try:
+        return COMMANDS[args.command](args)
+    except (CliError, *user_error_types()) as exc:
+        message = " ".join(str(exc).split())
+        print(f"specchat: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("specchat: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
