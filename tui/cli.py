@@ -80,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("presets", help="list the presets (built-in and user)")
     sub.add_parser("fetch", help="fetch and convert the embedded model; prints its folder")
     sub.add_parser("paths", help="print where config, presets, cache and data live")
+    plan = sub.add_parser("plan", help="memory plan: weights + KV cache + draft against a GPU budget")
+    _add_model_flags(plan)
+    plan.add_argument("--budget-gb", type=float, help="GPU memory to plan against, in GiB (e.g. 24)")
+    plan.add_argument(
+        "--bpw", type=float, help="bits per weight of a quantized model (e.g. 4.0 for EXL2 4bpw)"
+    )
     bench = sub.add_parser(
         "bench", help="speculative vs plain decoding vs the transformers peer, side by side"
     )
@@ -225,6 +231,55 @@ def cmd_paths(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    import json
+
+    from engine.memory import MemoryPlanError, format_bytes, plan_memory
+    from engine.models import ensure_embedded_model, validate_model_folder
+
+    settings = _settings(args)
+    model_dir = validate_model_folder(settings.model or ensure_embedded_model())
+
+    def read_config(folder: Path) -> dict:
+        return json.loads((folder / "config.json").read_text(encoding="utf-8"))
+
+    draft_config = None
+    if settings.draft not in ("ngram", "none"):
+        draft_config = read_config(validate_model_folder(Path(settings.draft)))
+    if args.budget_gb is not None and args.budget_gb <= 0:
+        raise CliError(f"--budget-gb must be positive (got {args.budget_gb})")
+    budget = int(args.budget_gb * 2**30) if args.budget_gb else None
+    try:
+        plan = plan_memory(
+            read_config(model_dir),
+            settings.cache_mode,
+            settings.max_context,
+            draft_config,
+            settings.draft_cache_mode,
+            budget_bytes=budget,
+            bits_per_weight=args.bpw,
+        )
+    except MemoryPlanError as exc:
+        raise CliError(str(exc)) from exc
+    print(f"model          {model_dir}")
+    print(f"weights        {format_bytes(plan.weights_bytes)}")
+    print(
+        f"KV cache       {format_bytes(plan.kv_cache_bytes)}  ({plan.cache_mode}, {plan.max_context} tokens)"
+    )
+    if draft_config is not None:
+        print(f"draft weights  {format_bytes(plan.draft_weights_bytes)}")
+        print(f"draft KV cache {format_bytes(plan.draft_kv_cache_bytes)}  ({plan.draft_cache_mode})")
+    print(f"total          {format_bytes(plan.total_bytes)}")
+    if plan.headroom_bytes is not None:
+        verdict = "fits" if plan.fits else "does NOT fit"
+        print(
+            f"budget         {format_bytes(plan.budget_bytes)}: {verdict}, headroom {format_bytes(plan.headroom_bytes)}"
+        )
+    if plan.advice:
+        print(f"advice         {plan.advice}")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from engine.bench import run_bench
 
@@ -251,6 +306,7 @@ COMMANDS = {
     "presets": cmd_presets,
     "fetch": cmd_fetch,
     "paths": cmd_paths,
+    "plan": cmd_plan,
     "bench": cmd_bench,
 }
 
