@@ -1,0 +1,740 @@
+"""ExLlamaV2 (0.3.2) backend: the dynamic generator with a draft model or n-gram drafting and a quantized KV cache.
+
+`import exllamav2` compiles a CUDA extension and fails without CUDA, so the package is imported lazily, only
+inside this module's functions, and every failure becomes a one-line `BackendError`.
+
+How the generator is driven (see DESIGN.md "ExLlamaV2 facts"):
+
+- one `iterate()` call is one verification round for our job: the drafter proposes K tokens, the target scores
+  them in one forward pass and the job accepts a prefix. The job's `accepted_draft_tokens` /
+  `rejected_draft_tokens` counters are read after every call; their changes give the round's counts.
+- K changes between replies by resizing `generator.draft_ids_pinned` and setting `generator.num_draft_tokens`
+  while no job is queued, so the generator, its caches and the prefix cache survive.
+- a job stops at `max_new_tokens - num_draft_tokens`, so the job asks for K more and the reply is cut to the
+  requested count here.
+
+What exllamav2 cannot tell us exactly, and what the MessageStats built from our Chunks then mean:
+
+| MessageStats field | exactness with exllamav2 | why |
+|---|---|---|
+| drafted_tokens (Chunk.drafted) | exact except the last round | a round that ends on a stop token or the token limit stops verifying there; the drafts after that point are neither accepted nor rejected, so they are not counted |
+| accepted_tokens, acceptance_histogram, per_position_acceptance | exact | Δaccepted per `iterate()`; the generator accepts a prefix, so "first a positions" is exact |
+| origins (per token) | exact except around held text | of the n tokens emitted in a round the first Δaccepted are the draft's; text the generator holds back (an incomplete UTF-8 character) is released a round later and is attributed to that round |
+| cost_ratio, predicted_speedup | estimated | exllamav2 does not time draft and target passes separately; the ratio c comes from a timed warm-up forward of each model at load (1 token through the draft, K+1 through the target), and `draft_step_s` / `target_step_s` are that ratio scaled to the reply's measured time per round |
+| prefill_tokens_per_s, ttft | exact | `time_prefill` and `cached_tokens` from the end result |
+| temperature ramp | per round, not per token | the job reads `gen_settings` once per sampled token but it can only be changed between `iterate()` calls, so all tokens of one round share the temperature of the round's first token |
+| stop_reason "eos" vs "end_of_turn" | exact | by `eos_triggering_token_id`; where EOS and end-of-turn are the same token (SmolLM2's `<|im_end|>`) it reads "eos" |
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from engine.backends.base import (
+    CACHE_MODES,
+    BackendError,
+    GenerationRequest,
+    ProgressCallback,
+    SamplerSettings,
+)
+from engine.chat_template import ChatTemplate, ChatTemplateError
+from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
+
+PAGE_SIZE = 256  # exllamav2's PAGED_PAGE_SIZE: cache lengths must be a multiple of it
+MAX_DRAFT_TOKENS = 16  # the largest K; the generator's max_q_size is K_max + 1 (K drafts + the last token)
+CACHE_CLASS_NAMES = {
+    "fp16": "ExLlamaV2Cache",
+    "q8": "ExLlamaV2Cache_Q8",
+    "q6": "ExLlamaV2Cache_Q6",
+    "q4": "ExLlamaV2Cache_Q4",
+}
+UNUSABLE_HINT = "use --backend transformers"
+OOM_HINT = "lower max_context, use cache_mode q4, or a smaller draft"
+
+# ------------------------------------------------------------------------------------------- pure helpers
+
+
+def round_up_to_page(tokens: int) -> int:
+    """Cache length for `tokens`: the dynamic generator wants a multiple of its 256-token page."""
+    return max(PAGE_SIZE, -(-tokens // PAGE_SIZE) * PAGE_SIZE)
+
+
+def ntk_alpha(native_len: int, target_len: int) -> float:
+    """NTK RoPE alpha that stretches a model trained on `native_len` tokens to `target_len`.
+
+    The quadratic fit the exllama community (and TabbyAPI for draft models) uses; 1.0 where no stretch is needed.
+    """
+    ratio = target_len / native_len
+    if ratio <= 1.0:
+        return 1.0
+    return -0.13436 + 0.80541 * ratio + 0.28833 * ratio**2
+
+
+def round_origins(emitted: int, accepted: int) -> tuple[bool, ...]:
+    """Origins of the `emitted` tokens of one round: the first `accepted` came from the drafter."""
+    drafted = min(max(accepted, 0), emitted)
+    return (True,) * drafted + (False,) * (emitted - drafted)
+
+
+def stop_reason_of(end: dict[str, Any], eos_id: int | None, end_of_turn_id: int | None) -> StopReason:
+    """Our stop reason for an exllamav2 end-of-job result."""
+    reason = end.get("eos_reason")
+    if reason == "stop_token":
+        token = end.get("eos_triggering_token_id")
+        if token is not None and token == eos_id:
+            return "eos"
+        if token is not None and token == end_of_turn_id:
+            return "end_of_turn"
+        return "eos"
+    if reason == "max_new_tokens":
+        return "max_new_tokens"
+    return "stop_string"  # "stop_string", and "end_filter" (filters are not used here)
+
+
+def sampler_fields(sampler: SamplerSettings, temperature: float) -> dict[str, Any]:
+    """Every `ExLlamaV2Sampler.Settings` field a reply relies on.
+
+    The library's defaults are not neutral (repetition penalty 1.025, top-k 50, top-p 0.8), so each one is set:
+    our neutral values (top_k 0, top_p 1.0, min_p 0) also mean "off" to exllamav2's sampler, and a temperature
+    below 0.01 makes it greedy, like ours at 0.
+    """
+    return {
+        "temperature": temperature,
+        "top_k": sampler.top_k,
+        "top_p": sampler.top_p,
+        "min_p": sampler.min_p,
+        "token_repetition_penalty": sampler.repetition_penalty,
+        "token_repetition_range": -1,
+        "token_repetition_decay": 0,
+        "token_frequency_penalty": 0.0,
+        "token_presence_penalty": 0.0,
+        "top_a": 0.0,
+        "tfs": 0.0,
+        "typical": 0.0,
+        "skew": 0.0,
+        "smoothing_factor": 0.0,
+        "min_temp": 0.0,
+        "max_temp": 0.0,
+        "temp_exponent": 1.0,
+        "temperature_last": False,
+        "mirostat": False,
+        "dry_multiplier": 0.0,
+        "xtc_probability": 0.0,
+        "token_bias": None,
+        "cfg_scale": None,
+    }
+
+
+def build_sampler_settings(settings_cls: type, sampler: SamplerSettings, temperature: float) -> Any:
+    """A fresh `ExLlamaV2Sampler.Settings` for one reply (never shared: the job mutates nothing else)."""
+    settings = settings_cls()
+    for name, value in sampler_fields(sampler, temperature).items():
+        setattr(settings, name, value)
+    return settings
+
+
+def short_cause(exc: BaseException) -> str:
+    """One line saying why importing exllamav2 failed."""
+    text = str(exc).strip()
+    if "CUDA_HOME" in text:
+        return "CUDA_HOME not set"
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first[:160]
+
+
+# ----------------------------------------------------------------------------------------- the library
+
+
+def import_exllamav2() -> SimpleNamespace:
+    """The exllamav2 names this backend uses; BackendError where the package cannot be imported here."""
+    try:
+        import exllamav2
+        import exllamav2.attn as attn
+        from exllamav2.generator import ExLlamaV2DynamicGenerator, ExLlamaV2DynamicJob, ExLlamaV2Sampler
+    except (OSError, ImportError, RuntimeError, subprocess.SubprocessError) as exc:
+        raise BackendError(f"exllamav2 is unusable here: {short_cause(exc)}; {UNUSABLE_HINT}") from exc
+    return SimpleNamespace(
+        version=getattr(exllamav2, "__version__", "?"),
+        Config=exllamav2.ExLlamaV2Config,
+        Model=exllamav2.ExLlamaV2,
+        Tokenizer=exllamav2.ExLlamaV2Tokenizer,
+        caches={mode: getattr(exllamav2, name) for mode, name in CACHE_CLASS_NAMES.items()},
+        Generator=ExLlamaV2DynamicGenerator,
+        Job=ExLlamaV2DynamicJob,
+        Settings=ExLlamaV2Sampler.Settings,
+        attn=attn,
+    )
+
+
+def probe_exllamav2() -> tuple[bool, str]:
+    """Whether exllamav2 can run here (a CUDA GPU and an importable, built package), with the reason."""
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - torch is a hard dependency
+        return False, f"torch is missing ({exc})"
+    if not torch.cuda.is_available():
+        return False, "no CUDA GPU visible to torch"
+    try:
+        ex = import_exllamav2()
+    except BackendError as exc:
+        return False, str(exc).removeprefix("exllamav2 is unusable here: ").split(";")[0]
+    return True, f"exllamav2 {ex.version} on {torch.cuda.get_device_name(0)}"
+
+
+def check_model_folder(folder: Path, what: str) -> None:
+    """BackendError unless `folder` looks like something exllamav2 loads (EXL2, GPTQ or FP16 safetensors)."""
+    if not folder.is_dir():
+        raise BackendError(f"{what} folder not found: {folder}")
+    if not (folder / "config.json").is_file():
+        raise BackendError(f"{what} folder {folder} has no config.json: not a model folder")
+    if not (folder / "tokenizer.json").is_file():
+        raise BackendError(
+            f"{what} folder {folder} has no tokenizer.json (exllamav2 needs the Hugging Face tokenizer)"
+        )
+    if not any(folder.glob("*.safetensors")):
+        found = sorted({p.suffix for p in folder.iterdir() if p.suffix in (".gguf", ".bin", ".pt", ".pth")})
+        extra = f" (found {', '.join(found)} files)" if found else ""
+        raise BackendError(
+            f"{what} folder {folder} has no .safetensors weights{extra}: exllamav2 loads EXL2, GPTQ or FP16 "
+            f"safetensors folders; {UNUSABLE_HINT}"
+        )
+
+
+def _fix_rope_theta(config: Any, folder: Path) -> None:
+    """transformers 5 writes `rope_parameters.rope_theta`; exllamav2 only reads top-level `rope_theta`."""
+    try:
+        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return
+    params = raw.get("rope_parameters")
+    if (
+        "rope_theta" not in raw
+        and isinstance(params, dict)
+        and isinstance(params.get("rope_theta"), int | float)
+    ):
+        config.rotary_embedding_base = float(params["rope_theta"])
+
+
+class _ExLlamaV2Vocab:
+    """An ExLlamaV2Tokenizer seen through the few transformers methods `engine.compat` asks for."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.pieces = tokenizer.get_id_to_piece_list(True)
+
+    def __len__(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def convert_ids_to_tokens(self, ids: list[int]) -> list[str | None]:
+        return [self.pieces[i] if 0 <= i < len(self.pieces) else None for i in ids]
+
+    def convert_tokens_to_ids(self, tokens: str) -> int | None:
+        return self.tokenizer.single_id(tokens)
+
+
+def _vocab_view(name: str, tokenizer: Any, end_of_turn: str | None) -> Any:
+    from engine.compat import VocabView
+
+    vocab = _ExLlamaV2Vocab(tokenizer)
+    special: dict[str, int | None] = {"bos": tokenizer.bos_token_id, "eos": tokenizer.eos_token_id}
+    if end_of_turn:
+        special["end_of_turn"] = tokenizer.single_id(end_of_turn)
+    return VocabView(name=name, tokenizer_size=len(vocab), special_ids=special, tokenizer=vocab)
+
+
+def _is_oom(exc: BaseException) -> bool:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+@dataclass(slots=True)
+class _Models:
+    """Everything `load()` builds."""
+
+    model: Any
+    cache: Any
+    tokenizer: Any
+    generator: Any
+    draft_model: Any | None
+    draft_cache: Any | None
+    paged: bool
+    cache_len: int
+    eos_id: int | None
+    end_of_turn_id: int | None
+    draft_forward_s: float
+    target_forward_s: float
+    device: str
+
+
+# ------------------------------------------------------------------------------------------------ backend
+
+
+class ExLlamaV2Backend:
+    """The Backend protocol on exllamav2's dynamic generator."""
+
+    name = "exllamav2"
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        draft: str = "ngram",
+        cache_mode: str = "q8",
+        draft_cache_mode: str = "q8",
+        max_context: int = 4096,
+        gpu_split: list[float] | None = None,
+        num_draft_tokens: int = 4,
+        draft_load_in_q4: bool = False,
+    ) -> None:
+        for label, mode in (("cache_mode", cache_mode), ("draft_cache_mode", draft_cache_mode)):
+            if mode not in CACHE_MODES:
+                raise BackendError(f"{label} {mode!r} is not one of {', '.join(CACHE_MODES)}")
+        self.model_dir = Path(model_dir).expanduser()
+        self.draft_dir: Path | None = None
+        self.draft_mode: DraftMode
+        if draft in ("ngram", "none"):
+            self.draft_mode = draft  # type: ignore[assignment]
+        else:
+            self.draft_mode = "model"
+            self.draft_dir = Path(draft).expanduser()
+        self.cache_mode = cache_mode
+        self.draft_cache_mode = draft_cache_mode
+        self.max_context = max_context
+        self.gpu_split = list(gpu_split) if gpu_split else None
+        self.num_draft_tokens = self._clamp_k(num_draft_tokens)
+        self.draft_load_in_q4 = draft_load_in_q4
+        self.notes: list[str] = []
+        self._ex: SimpleNamespace | None = None
+        self._m: _Models | None = None
+        self._template: ChatTemplate | None = None
+
+    # --- protocol -----------------------------------------------------------------------------------
+
+    @property
+    def info(self) -> BackendInfo:
+        m = self._m
+        return BackendInfo(
+            backend=self.name,
+            model=self.model_dir.name,
+            device=m.device if m else "cuda",
+            cache_mode=self.cache_mode,
+            draft_cache_mode=self.draft_cache_mode if self.draft_mode == "model" else "",
+            draft_mode=self.draft_mode,
+            draft_model=self.draft_dir.name if self.draft_dir else None,
+            max_context=m.cache_len if m else round_up_to_page(self.max_context),
+            notes=tuple(self.notes),
+        )
+
+    def load(self, progress: ProgressCallback | None = None) -> None:
+        if self._m is not None:  # loaded already: keep the generator and its prefix cache
+            return
+        report = progress or (lambda stage, fraction: None)
+        check_model_folder(self.model_dir, "model")
+        if self.draft_dir is not None:
+            check_model_folder(self.draft_dir, "draft model")
+        try:
+            self._template = ChatTemplate.from_folder(self.model_dir)
+        except ChatTemplateError as exc:
+            raise BackendError(str(exc)) from exc
+        report("importing exllamav2", None)
+        ex = self._ex = import_exllamav2()
+        loading = "model"
+        try:
+            loading = "model config"
+            config = self._read_config(ex, self.model_dir, "model")
+            cache_len = round_up_to_page(self.max_context)
+            native = config.max_seq_len
+            if cache_len > native:
+                cache_len = max(PAGE_SIZE, native // PAGE_SIZE * PAGE_SIZE)
+                self.notes.append(
+                    f"max_context lowered to {cache_len}: the model was trained for {native} tokens"
+                )
+            config.max_seq_len = cache_len
+            tokenizer = ex.Tokenizer(config)
+
+            draft_model = draft_cache = None
+            draft_config = None
+            if self.draft_dir is not None:
+                loading = f"draft model {self.draft_dir.name}"
+                draft_config = self._read_config(ex, self.draft_dir, "draft model")
+                from engine.compat import check_draft_compatible
+
+                eot = self._template.end_of_turn if self._template else None
+                check_draft_compatible(  # raises DraftIncompatibleError (a BackendError) naming the rule
+                    _vocab_view(self.model_dir.name, tokenizer, eot),
+                    _vocab_view(self.draft_dir.name, ex.Tokenizer(draft_config), eot),
+                )
+                if draft_config.max_seq_len < cache_len:
+                    alpha = ntk_alpha(draft_config.max_seq_len, cache_len)
+                    draft_config.scale_alpha_value = alpha
+                    self.notes.append(
+                        f"draft context stretched {draft_config.max_seq_len} -> {cache_len} (NTK alpha {alpha:.2f})"
+                    )
+                draft_config.max_seq_len = cache_len
+                if self.draft_load_in_q4 and hasattr(draft_config, "load_in_q4"):
+                    draft_config.load_in_q4 = True
+                # The draft loads first: it is small, and autosplit then gives the target what is left.
+                report(f"loading draft {self.draft_dir.name}", 0.0)
+                draft_model = ex.Model(draft_config)
+                draft_cache = ex.caches[self.draft_cache_mode](draft_model, max_seq_len=cache_len, lazy=True)
+                draft_model.load_autosplit(
+                    draft_cache, callback=lambda a, b: report("loading draft", a / max(b, 1))
+                )
+
+            loading = f"model {self.model_dir.name}"
+            report(f"loading {self.model_dir.name}", 0.0)
+            model = ex.Model(config)
+
+            def model_progress(done: int, total: int) -> None:
+                report(f"loading {self.model_dir.name}", done / max(total, 1))
+
+            if self.gpu_split:
+                model.load(gpu_split=self.gpu_split, callback=model_progress)
+                cache = ex.caches[self.cache_mode](model, max_seq_len=cache_len, lazy=False)
+            else:
+                cache = ex.caches[self.cache_mode](model, max_seq_len=cache_len, lazy=True)
+                model.load_autosplit(cache, callback=model_progress)
+
+            # Paged attention needs flash-attn >= 2.5.7; without it the generator runs unpaged (batch size 1,
+            # which is all a chat needs) and still reuses the prefix of the previous reply.
+            paged = bool(getattr(ex.attn, "has_flash_attn_with_paged", False)) and not config.no_flash_attn
+            if draft_config is not None and draft_config.no_flash_attn:
+                paged = False
+            if not paged:
+                self.notes.append("flash-attn not available: unpaged generator (one reply at a time)")
+
+            loading = "generator"
+            use_ngram = self.draft_mode == "ngram"
+            generator = ex.Generator(
+                model=model,
+                cache=cache,
+                tokenizer=tokenizer,
+                max_batch_size=1,
+                max_q_size=MAX_DRAFT_TOKENS + 1,
+                draft_model=draft_model,
+                draft_cache=draft_cache,
+                num_draft_tokens=self.num_draft_tokens if self.draft_mode != "none" else 0,
+                use_ngram_draft=use_ngram,
+                paged=paged,
+            )
+            loading = "warm-up"
+            report("warming up", None)
+            draft_s, target_s = self._time_forwards(model, draft_model)
+        except BackendError:
+            raise
+        except Exception as exc:
+            if _is_oom(exc):
+                raise BackendError(f"out of memory loading {loading}: {OOM_HINT}") from exc
+            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise BackendError(f"exllamav2 could not load {loading}: {cause}") from exc
+
+        eos_id = tokenizer.eos_token_id
+        eot = self._template.end_of_turn if self._template else None
+        end_of_turn_id = tokenizer.single_id(eot) if eot else None
+        self._m = _Models(
+            model=model,
+            cache=cache,
+            tokenizer=tokenizer,
+            generator=generator,
+            draft_model=draft_model,
+            draft_cache=draft_cache,
+            paged=paged,
+            cache_len=cache_len,
+            eos_id=eos_id,
+            end_of_turn_id=end_of_turn_id,
+            draft_forward_s=draft_s,
+            target_forward_s=target_s,
+            device=self._device_name(),
+        )
+        report("ready", 1.0)
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        m = self._loaded()
+        assert self._template is not None
+        try:
+            text = self._template.render(messages, add_generation_prompt=True)
+        except ChatTemplateError as exc:
+            raise BackendError(str(exc)) from exc
+        ids = m.tokenizer.encode(text, add_bos=False, encode_special_tokens=True)
+        return [int(i) for i in ids.view(-1).tolist()]
+
+    def decode(self, token_ids: list[int]) -> str:
+        import torch
+
+        m = self._loaded()
+        if not token_ids:
+            return ""
+        return m.tokenizer.decode(torch.tensor(token_ids, dtype=torch.long), decode_special_tokens=False)
+
+    def generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Chunk | Done]:
+        import torch
+
+        m = self._loaded()
+        ex = self._ex
+        assert ex is not None
+        generator = m.generator
+        k = self.set_num_draft_tokens(request.effective_k)
+
+        prompt_len = len(request.prompt_ids)
+        if prompt_len == 0:
+            raise BackendError("empty prompt")
+        room = m.cache_len - prompt_len - k
+        if room <= 0:
+            raise BackendError(
+                f"the prompt ({prompt_len} tokens) does not fit the {m.cache_len}-token context; "
+                "start a new chat or raise max_context"
+            )
+        wanted = min(request.max_new_tokens, room)
+        limited_by_context = wanted < request.max_new_tokens
+        sampler = request.sampler
+        temperature = sampler.temperature_at(0)
+        stop_ids = [t for t in dict.fromkeys((m.eos_id, m.end_of_turn_id)) if t is not None]
+        job = ex.Job(
+            input_ids=torch.tensor([request.prompt_ids], dtype=torch.long),
+            max_new_tokens=wanted + k,
+            gen_settings=build_sampler_settings(ex.Settings, sampler, temperature),
+            seed=request.seed,
+            stop_conditions=stop_ids,
+            decode_special_tokens=False,
+        )
+        try:
+            generator.enqueue(job)
+        except AssertionError as exc:  # the job cannot fit the cache
+            raise BackendError(f"exllamav2 refused the reply: {exc}") from exc
+
+        emitted = 0
+        rounds = 0
+        seen_accepted = seen_rejected = 0
+        finished = False
+        try:
+            while True:
+                try:
+                    results = generator.iterate()
+                except Exception as exc:
+                    if _is_oom(exc):
+                        raise BackendError(f"out of memory while generating: {OOM_HINT}") from exc
+                    raise
+                ours = [r for r in results if r.get("job") is job]
+                streaming = [r for r in ours if r.get("stage") == "streaming"]
+                end = next((r for r in ours if r.get("eos")), None)
+                accepted = job.accepted_draft_tokens - seen_accepted
+                rejected = job.rejected_draft_tokens - seen_rejected
+                seen_accepted, seen_rejected = job.accepted_draft_tokens, job.rejected_draft_tokens
+
+                if streaming:
+                    rounds += 1
+                    text = "".join(r.get("text", "") for r in streaming)
+                    ids: list[int] = []
+                    for r in streaming:
+                        if "token_ids" in r:
+                            ids.extend(int(t) for t in r["token_ids"].view(-1).tolist())
+                    overflow = emitted + len(ids) > wanted
+                    if overflow:  # a safety net: the job's own limit already stops at `wanted`
+                        ids = ids[: wanted - emitted]
+                        text = self.decode(ids)
+                    emitted += len(ids)
+                    if (
+                        ids or accepted or rejected
+                    ):  # not the bare round whose first sample was the stop token
+                        yield Chunk(
+                            text=text,
+                            token_ids=tuple(ids),
+                            drafted=accepted + rejected,
+                            accepted=accepted,
+                            origins=round_origins(len(ids), accepted),
+                            t=time.monotonic(),
+                            temperature=temperature,
+                        )
+                    if overflow and end is None:
+                        generator.cancel(job)
+                        finished = True
+                        yield self._done(job, None, request, m, rounds, k, "max_new_tokens")
+                        return
+
+                if end is not None:
+                    finished = True
+                    reason = stop_reason_of(end, m.eos_id, m.end_of_turn_id)
+                    if reason == "max_new_tokens" and limited_by_context:
+                        reason = "context"
+                    yield self._done(job, end, request, m, rounds, k, reason)
+                    return
+
+                if cancel.is_set():
+                    # From this thread: the one running iterate(), as exllamav2 requires.
+                    generator.cancel(job)
+                    finished = True
+                    yield self._done(job, None, request, m, rounds, k, "cancelled")
+                    return
+
+                if sampler.ramp_tokens > 0 and streaming:
+                    # The job reads its gen_settings for every token it samples; between iterate() calls is the
+                    # only place to change them, so the ramp moves once per round.
+                    temperature = sampler.temperature_at(job.new_tokens)
+                    job.gen_settings.temperature = temperature
+        finally:
+            if not finished and job in generator.active_jobs + generator.pending_jobs:
+                generator.cancel(job)
+
+    def close(self) -> None:
+        m, self._m = self._m, None
+        if m is None:
+            return
+        for pool_name in ("sampling_pool", "filter_pool"):
+            pool = getattr(m.generator, pool_name, None)
+            if pool is not None:
+                pool.shutdown(wait=False)
+        for model in (m.model, m.draft_model):
+            if model is not None:
+                model.unload()
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except ImportError:  # pragma: no cover
+            pass
+
+    # --- K between replies --------------------------------------------------------------------------
+
+    def set_num_draft_tokens(self, k: int) -> int:
+        """Make the next reply draft `k` tokens per round (0: no drafting), keeping generator and caches.
+
+        Returns the K actually used: clamped to 0..MAX_DRAFT_TOKENS, and 0 where this backend has no drafter.
+        """
+        import torch
+
+        m = self._loaded()
+        generator = m.generator
+        if generator.num_remaining_jobs():
+            raise BackendError("cannot change the draft length while a reply is running")
+        k = self._clamp_k(k) if self.draft_mode != "none" else 0
+        if m.draft_model is not None:
+            # The draft model still sees every token at K = 0 (one cheap forward per step) so its cache stays in
+            # step with the page table it shares with the target; drafting can come back on without a rebuild.
+            buffer = generator.draft_ids_pinned
+            if buffer.shape[1] != k:
+                generator.draft_ids_pinned = torch.empty(
+                    (generator.max_batch_size, k), dtype=torch.long, pin_memory=buffer.is_pinned()
+                )
+        elif self.draft_mode == "ngram":
+            generator.use_ngram_draft = k > 0
+        generator.num_draft_tokens = k
+        self.num_draft_tokens = k
+        return k
+
+    # --- internals ----------------------------------------------------------------------------------
+
+    def _clamp_k(self, k: int) -> int:
+        if k > MAX_DRAFT_TOKENS:
+            note = f"K is at most {MAX_DRAFT_TOKENS} with exllamav2 (max_q_size {MAX_DRAFT_TOKENS + 1}); asked {k}"
+            if note not in getattr(self, "notes", []):
+                self.notes.append(note)
+            return MAX_DRAFT_TOKENS
+        return max(0, k)
+
+    def _loaded(self) -> _Models:
+        if self._m is None:
+            raise BackendError("the exllamav2 backend is not loaded")
+        return self._m
+
+    def _read_config(self, ex: SimpleNamespace, folder: Path, what: str) -> Any:
+        try:
+            config = ex.Config(str(folder))
+            config.arch_compat_overrides(quiet=True)
+        except (AssertionError, ValueError, KeyError, TypeError, OSError) as exc:
+            cause = str(exc).strip().lstrip("# ").strip() or type(exc).__name__
+            raise BackendError(f"exllamav2 cannot load the {what} in {folder}: {cause}") from exc
+        _fix_rope_theta(config, folder)
+        return config
+
+    def _time_forwards(self, model: Any, draft_model: Any | None) -> tuple[float, float]:
+        """Median wall time of one draft step (1 token) and one target verification (K_max + 1 tokens).
+
+        Only their ratio is used (the cost ratio c); failures leave 0.0, which reads as "not measured".
+        """
+        import torch
+
+        def timed(m: Any, length: int) -> float:
+            ids = torch.zeros((1, length), dtype=torch.long)
+            m.forward(ids, last_id_only=False)  # first call: kernel autotune, allocations
+            times = []
+            for _ in range(5):
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                m.forward(ids, last_id_only=False)
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - start)
+            return statistics.median(times)
+
+        try:
+            target_s = timed(model, max(self.num_draft_tokens, 1) + 1)
+            draft_s = timed(draft_model, 1) if draft_model is not None else 0.0
+        except Exception as exc:  # timing is advisory; never fail a load over it
+            if _is_oom(exc):
+                raise
+            self.notes.append(f"draft/target timing unavailable ({type(exc).__name__})")
+            return 0.0, 0.0
+        return draft_s, target_s
+
+    def _done(
+        self,
+        job: Any,
+        end: dict[str, Any] | None,
+        request: GenerationRequest,
+        m: _Models,
+        rounds: int,
+        k: int,
+        reason: StopReason,
+    ) -> Done:
+        if end is not None:
+            prompt_tokens = int(end.get("prompt_tokens", len(request.prompt_ids)))
+            cached = int(end.get("cached_tokens", 0))
+            prefill_s = float(end.get("time_prefill", 0.0))
+            generate_s = float(end.get("time_generate", 0.0))
+        else:
+            prompt_tokens = len(request.prompt_ids)
+            cached = int(job.cached_pages * m.generator.page_size + job.cached_tokens)
+            first, start = job.time_first_token, job.time_first_prefill
+            prefill_s = first - start if first is not None and start is not None else 0.0
+            generate_s = time.time() - first if first is not None else 0.0
+        draft_step_s = target_step_s = 0.0
+        if m.target_forward_s > 0:
+            # Keep the warm-up's draft/target ratio c, scaled so K draft steps + 1 verification = one real round.
+            c = m.draft_forward_s / m.target_forward_s if (m.draft_model is not None and k > 0) else 0.0
+            target_step_s = m.target_forward_s
+            if rounds > 0 and generate_s > 0:
+                target_step_s = generate_s / rounds / (c * k + 1.0)
+            draft_step_s = c * target_step_s
+        return Done(
+            stop_reason=reason,
+            prompt_tokens=prompt_tokens,
+            cached_tokens=cached,
+            prefill_s=prefill_s,
+            draft_step_s=draft_step_s,
+            target_step_s=target_step_s,
+        )
+
+    @staticmethod
+    def _device_name() -> str:
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+                return "cuda: " + ", ".join(names)
+        except (ImportError, RuntimeError):  # pragma: no cover
+            pass
+        return "cuda"
