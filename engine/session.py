@@ -70,6 +70,8 @@ class ChatSession:
         self.last_prompt_ids: tuple[int, ...] = ()
         self.context_used = 0
         self._info: BackendInfo | None = None
+        # The model folder's path as resolved at load (the embedded model's cache folder when none was set).
+        self.model_dir: str | None = str(settings.model) if settings.model is not None else None
 
     # --- setup ---------------------------------------------------------------------------------------------
 
@@ -91,6 +93,7 @@ class ChatSession:
                     from engine.models import ensure_embedded_model
 
                     settings = settings.model_copy(update={"model": ensure_embedded_model(progress)})
+                self.model_dir = str(settings.model)
                 self.backend, self.backend_reason = create_backend(settings)
             self.backend.load(progress)
             self._info = self.backend.info

@@ -188,7 +188,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if args.json:
             record = {
                 "text": result.text,
-                "model": info.model,
+                "model": session.model_dir or info.model,
                 "prompt_token_ids": list(session.last_prompt_ids),
                 "token_ids": list(result.token_ids),
                 "stats": result.stats.to_dict(),
