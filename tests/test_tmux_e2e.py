@@ -1,0 +1,24 @@
+"""Runs tests/tmux_e2e.sh: the real `specchat` in a real terminal (tmux), on the embedded model."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).with_name("tmux_e2e.sh")
+SPECCHAT = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "specchat"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_tmux_end_to_end(smol_dir):
+    # smol_dir: the embedded model is fetched and converted before the clock in the script starts.
+    if not SPECCHAT.exists():
+        pytest.skip(f"{SPECCHAT} not installed")
+    result = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "tmux_e2e: OK" in result.stdout
+    assert "creative" in result.stdout

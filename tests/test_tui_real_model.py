@@ -1,0 +1,46 @@
+"""The real app on the real transformers backend and the embedded SmolLM2 (slow: loads a model)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from tui_helpers import SIZE, wait_until
+
+from engine.config import Settings
+from tui.app import SpecchatApp
+
+
+@pytest.fixture(autouse=True)
+def isolated_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.delenv("SPECCHAT_CONFIG_FILE", raising=False)
+
+
+@pytest.mark.slow
+async def test_real_reply_on_embedded_model(smol_dir):
+    settings = Settings(model=smol_dir, backend="transformers", seed=7, max_context=1024)
+    app = SpecchatApp(settings)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state != "loading", timeout=300)
+        assert app.state == "ready", app.load_error
+        assert app.session.info.backend == "transformers"
+        app.session.set_overrides(max_new_tokens=24)
+        await pilot.press("f3")
+        app.prompt.set_text("What is the capital of France?")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.chat_log.replies() and not app.generating, timeout=300)
+        reply = app.chat_log.replies()[-1]
+        assert reply.text.strip() and not reply.failed
+        assert reply.markdown.source == reply.text == app.session.turns[-1].content
+        assert reply.stats is not None and reply.stats.new_tokens > 0
+        assert re.search(
+            r"\d+ tok · [\d.–]+ tok/s · (accept \d+%|draft off)", str(reply.query_one(".stats").content)
+        )
+        bar = app.status_bar.plain
+        assert bar.startswith("○ qa │ K 5 │ T 0.50") and "transformers·cpu" in bar
+        # Origins line up with the tokens, so the draft colouring covers the whole reply.
+        await pilot.press("f6")
+        coloured = reply.query_one(".highlighted").content
+        assert coloured.plain == reply.text

@@ -1,0 +1,76 @@
+"""Snapshots of the main screen mid-reply and of the inspector (scripted backend, frozen timings).
+
+Regenerate after an intended visual change with `pytest tests/test_tui_snapshots.py --snapshot-update`
+and look at the report before committing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import pytest
+from tui_helpers import send, wait_ready, wait_until
+
+from engine.backends.scripted import ScriptedBackend, SteppingClock
+from engine.config import Settings
+from tui.app import SpecchatApp
+from tui.widgets.message import ReplyMessage
+
+SNAPSHOT_SIZE = (110, 34)
+
+
+@pytest.fixture(autouse=True)
+def isolated_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("SPECCHAT_CONFIG_FILE", raising=False)
+
+
+def frozen(stats):
+    """Wall-clock figures replaced by fixed ones; everything else is already deterministic."""
+    return dataclasses.replace(stats, ttft_s=0.125, total_s=0.5, prefill_tokens_per_s=800.0)
+
+
+async def settle(pilot) -> None:
+    app = pilot.app
+    app.clear_notifications()
+    app.prompt.cursor_blink = False
+    await pilot.pause(0.3)
+
+
+def test_main_screen_mid_reply(snap_compare):
+    gate = threading.Event()
+    backend = ScriptedBackend(gate=gate, gate_after_rounds=4, clock=SteppingClock(step=0.02))
+    app = SpecchatApp(Settings(), backend=backend)
+
+    async def run_before(pilot) -> None:
+        await wait_ready(pilot)
+        await send(pilot, "Write a python function that greets someone", wait=False)
+        await wait_until(pilot, lambda: app.session.live.rounds == 4)
+        reply = app.chat_log.replies()[-1]
+        await wait_until(pilot, lambda: not app._buffer.has_pending and len(reply.text) > 20)
+        app.session.live.tokens_per_s = 250.0  # the only wall-clock figure on screen
+        await settle(pilot)
+
+    try:
+        assert snap_compare(app, terminal_size=SNAPSHOT_SIZE, run_before=run_before)
+    finally:
+        gate.set()
+
+
+def test_inspector(snap_compare):
+    backend = ScriptedBackend(clock=SteppingClock(step=0.02))
+    app = SpecchatApp(Settings(), backend=backend)
+
+    async def run_before(pilot) -> None:
+        await wait_ready(pilot)
+        await send(pilot, "Write a python function that greets someone")
+        reply: ReplyMessage = app.chat_log.replies()[-1]
+        stats = frozen(reply.stats)
+        await reply.finish(reply.text, stats)
+        app.session.last_stats = stats
+        await settle(pilot)
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.2)
+
+    assert snap_compare(app, terminal_size=SNAPSHOT_SIZE, run_before=run_before)

@@ -1,0 +1,134 @@
+"""Pure parts of the TUI and the scripted backend: origin splitting, buffering, formatting, keymap checks."""
+
+from __future__ import annotations
+
+import threading
+
+from engine.backends.base import GenerationRequest, SamplerSettings
+from engine.backends.scripted import ScriptedBackend, SteppingClock, scripted_words
+from engine.events import Chunk, Done, MessageStats
+from tui.formatting import bar, percent, sparkline, stats_line
+from tui.keymap import check_keymap, key_for
+from tui.streaming import ReplyBuffer, merge_runs, split_chunk_by_origin
+from tui.widgets.message import last_code_block
+from tui.widgets.status_bar import StatusFigures, render_status
+
+
+def chunk(text, ids, origins, drafted=4):
+    return Chunk(text, tuple(ids), drafted, sum(origins), tuple(origins), t=0.0)
+
+
+def test_split_uses_the_decoded_target_token():
+    pieces = {1: " the", 2: " cat", 3: " sat"}
+    c = chunk(" the cat sat", [1, 2, 3], [True, True, False])
+    runs = split_chunk_by_origin(c, lambda ids: "".join(pieces[i] for i in ids))
+    assert runs == [(" the cat", True), (" sat", False)]
+
+
+def test_split_falls_back_to_token_proportion():
+    c = chunk("abcdef", [1, 2, 3], [True, True, False])
+    assert split_chunk_by_origin(c, lambda ids: "zz") == [("abcd", True), ("ef", False)]
+    assert split_chunk_by_origin(chunk("xy", [5], [False])) == [("xy", False)]
+
+
+def test_buffer_posts_at_most_every_interval_and_take_drains_all():
+    buffer = ReplyBuffer(interval_s=10.0)
+    assert buffer.add(chunk("a", [1], [False])) is True
+    assert buffer.add(chunk("b", [2], [True])) is False
+    assert buffer.has_pending
+    assert buffer.take() == [("a", False), ("b", True)]
+    assert buffer.take() == [] and not buffer.has_pending
+
+
+def test_merge_runs_joins_neighbours():
+    runs = [("a", True)]
+    merge_runs(runs, [("b", True), ("c", False), ("", True), ("d", False)])
+    assert runs == [("ab", True), ("cd", False)]
+
+
+def test_sparkline_bar_percent():
+    assert sparkline([0.0, 0.5, 1.0]) == "▁▅█"
+    assert len(sparkline([0.5] * 40, width=16)) == 16
+    assert bar(0.5, 10) == "█████░░░░░"
+    assert percent(0.734) == "73%" and percent(None) == "–"
+
+
+def make_stats(**changes):
+    base = dict(
+        prompt_tokens=20, new_tokens=100, drafted_tokens=80, accepted_tokens=60, rounds=30,
+        acceptance_rate=0.75, mean_accepted_length=3.33, per_position_acceptance=[0.9, 0.7],
+        acceptance_histogram=[2, 3, 25], alpha=0.8, predicted_speedup=2.1, ttft_s=0.1,
+        prefill_tokens_per_s=500.0, decode_tokens_per_s=42.0, total_s=2.5, preset="code",
+        num_draft_tokens=4, temperature=0.2, draft_mode="ngram", backend="hf", model="m",
+        stop_reason="eos", router_reason="has code",
+    )  # fmt: skip
+    base.update(changes)
+    return MessageStats(**base)
+
+
+def test_stats_line_shows_preset_choice_and_draft_off():
+    assert (
+        stats_line(make_stats()) == "100 tok · 42.0 tok/s · accept 75% · τ 3.33 · K 4 · T 0.20 · auto → code"
+    )
+    off = make_stats(
+        draft_mode="none", drafted_tokens=0, accepted_tokens=0, acceptance_rate=None, router_reason=""
+    )
+    assert stats_line(off, cancelled=True) == "100 tok · 42.0 tok/s · draft off · T 0.20 · code · cancelled"
+
+
+def test_render_status_idle_and_draft_off():
+    fig = StatusFigures(
+        state="idle", preset="auto → code", k=4, temperature=0.2, acceptance=0.5, measured_drafting=True,
+        spark=(0.0, 1.0), tau=2.5, tokens_per_s=30.0, context_used=100, max_context=2048, cache_mode="q8",
+        backend="transformers", device="cpu",
+    )  # fmt: skip
+    assert render_status(fig).plain == (
+        "○ auto → code │ K 4 │ T 0.20 │ accept 50% ▁█ │ τ 2.50 │ 30.0 tok/s │ ctx 100/2048 │ kv q8 │ transformers·cpu"
+    )
+    off = StatusFigures(
+        state="idle", preset="plain", k=4, drafting=False, temperature=0.3, measured_drafting=False
+    )
+    assert "K off" in render_status(off).plain and "draft off" in render_status(off).plain
+
+
+def test_last_code_block():
+    assert last_code_block("x\n```py\na = 1\n```\ny\n```\nb = 2\n```") == "b = 2"
+    assert last_code_block("```sh\nls -l") == "ls -l"  # a fence cut off by cancel still counts
+    assert last_code_block("no code") is None
+
+
+def test_keymap_check_and_lookup():
+    assert check_keymap({"preset.code": "f9"}) == []
+    assert check_keymap({"preset.cod": "f9"}) == [
+        "keymap: unknown binding id 'preset.cod' (did you mean 'preset.code'?)"
+    ]
+    assert key_for("preset.code", {}) == "f2" and key_for("preset.code", {"preset.code": "f9"}) == "f9"
+
+
+def test_scripted_backend_rounds_follow_the_pattern_and_round_trip_text():
+    clock = SteppingClock(step=0.5)
+    backend = ScriptedBackend(replies=["one two three four five six"], accept_pattern=(2, 0, 9), clock=clock)
+    backend.load()
+    prompt = backend.encode_chat([{"role": "user", "content": "hi"}])
+    assert backend.decode(prompt) == "<user>\nhi\n<assistant>\n"
+    request = GenerationRequest(
+        tuple(prompt), SamplerSettings(temperature=0.5), max_new_tokens=100, num_draft_tokens=3
+    )
+    events = list(backend.generate(request, threading.Event()))
+    chunks, done = events[:-1], events[-1]
+    assert [c.accepted for c in chunks] == [2, 0, 1]  # the last round is cut to the tokens left
+    assert [c.origins for c in chunks][0] == (True, True, False)
+    assert "".join(c.text for c in chunks) == "one two three four five six"
+    assert isinstance(done, Done) and done.stop_reason == "end_of_turn"
+    assert [c.t for c in chunks] == [1001.0, 1001.5, 1002.0]  # the first reading is the start
+
+
+def test_scripted_backend_cancel_and_words():
+    backend = ScriptedBackend(replies=[scripted_words(50)])
+    backend.load()
+    cancel = threading.Event()
+    cancel.set()
+    request = GenerationRequest((1,), SamplerSettings(), max_new_tokens=100, num_draft_tokens=2)
+    events = list(backend.generate(request, cancel))
+    assert len(events) == 1 and events[0].stop_reason == "cancelled"
+    assert len(backend.encode(scripted_words(50))) == 50

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# End-to-end check of the real terminal UI: start `specchat` (no arguments: the TUI on the embedded model) in a
+# detached tmux session of fixed size, ask a question, wait for the reply, press F4, and check with capture-pane
+# that the status bar shows the creative preset and an `accept NN%` figure. Exits non-zero on failure and prints
+# the captured screen.
+#
+#   tests/tmux_e2e.sh                 # uses .venv/bin/specchat
+#   SPECCHAT=/path/to/specchat tests/tmux_e2e.sh
+#   E2E_LOAD_TIMEOUT=600 E2E_REPLY_TIMEOUT=300 tests/tmux_e2e.sh
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SPECCHAT="${SPECCHAT:-$ROOT/.venv/bin/specchat}"
+LOAD_TIMEOUT="${E2E_LOAD_TIMEOUT:-300}"
+REPLY_TIMEOUT="${E2E_REPLY_TIMEOUT:-300}"
+QUESTION="${E2E_QUESTION:-What is the capital of France? Answer in one sentence.}"
+SESSION="specchat-e2e-$$"
+WORK="$(mktemp -d)"
+
+command -v tmux >/dev/null || { echo "tmux_e2e: tmux is not installed" >&2; exit 2; }
+[ -x "$SPECCHAT" ] || { echo "tmux_e2e: $SPECCHAT not found (run make install)" >&2; exit 2; }
+
+cleanup() {
+    tmux kill-session -t "$SESSION" 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+screen() { tmux capture-pane -p -t "$SESSION" 2>/dev/null || true; }
+status_line() { screen | grep -E '^ [○●◌✖] ' | tail -n 1; }
+
+fail() {
+    echo "tmux_e2e: FAIL: $*" >&2
+    echo "----- screen (120x40) -----" >&2
+    screen >&2
+    echo "----- end of screen -----" >&2
+    exit 1
+}
+
+# wait_for SECONDS DESCRIPTION COMMAND...: poll COMMAND every 0.5 s.
+wait_for() {
+    local seconds="$1" what="$2"
+    shift 2
+    local deadline=$((SECONDS + seconds))
+    until "$@"; do
+        if ((SECONDS >= deadline)); then fail "timed out after ${seconds}s waiting for $what"; fi
+        screen | grep -q 'specchat exited with status' && fail "specchat exited while waiting for $what"
+        sleep 0.5
+    done
+}
+
+# Textual draws on stderr, so nothing is redirected; a crash leaves its message on the captured screen.
+# A private config and data folder (no user keymap or presets); the model cache stays shared so the
+# embedded model is fetched and converted at most once per machine. A fixed seed keeps the reply stable.
+mkdir -p "$WORK/config" "$WORK/data"
+tmux new-session -d -s "$SESSION" -x 120 -y 40 \
+    "env XDG_CONFIG_HOME='$WORK/config' XDG_DATA_HOME='$WORK/data' TERM=xterm-256color '$SPECCHAT' --seed 7; echo \"specchat exited with status \$?\"; sleep 600"
+
+ready() { status_line | grep -q '^ ○ '; }
+failed() { status_line | grep -q '^ ✖ '; }
+loaded() { ready || failed; }
+wait_for "$LOAD_TIMEOUT" "the model to load" loaded
+failed && fail "the model did not load"
+
+tmux send-keys -t "$SESSION" -l "$QUESTION"
+tmux send-keys -t "$SESSION" Enter
+
+started() { status_line | grep -q '^ ● ' || screen | grep -qE ' tok · '; }
+wait_for 30 "the reply to start" started
+finished() { screen | grep -qE '[0-9]+ tok · ' && ready; }
+wait_for "$REPLY_TIMEOUT" "the reply to finish" finished
+
+tmux send-keys -t "$SESSION" F4
+creative() { status_line | grep -q 'creative'; }
+wait_for 5 "the status bar to show the creative preset" creative
+
+line="$(status_line)"
+echo "$line" | grep -qE '^ ○ creative │ K 3 │ T 0\.90 │' || fail "status bar does not show creative, K 3, T 0.90: $line"
+echo "$line" | grep -qE 'accept [0-9]+%' || fail "status bar shows no 'accept NN%' figure: $line"
+
+echo "tmux_e2e: OK: $line"
+echo "----- screen (120x40) -----"
+screen
+tmux send-keys -t "$SESSION" C-q

@@ -1,0 +1,540 @@
+"""specchat's Textual app: the chat log, the prompt, the live status bar, presets on F-keys.
+
+Threads: the model loads in a thread worker (group "load") and every reply runs in
+`@work(thread=True, exclusive=True, exit_on_error=False, group="generate")`. The generation thread only
+fills a `ReplyBuffer` and posts `ReplyTextArrived` at most every 50 ms, plus one message per session event
+(`ReplyStarted`, `ContextTrimmed`, `ReplyFinished`, `ReplyFailed`). The status bar reads the session's plain
+attributes on a 0.1 s timer. One `Worker.StateChanged` handler turns unexpected failures into an error modal.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Footer
+from textual.worker import Worker, WorkerState
+
+from engine.backends.base import Backend
+from engine.config import Settings
+from engine.errors import SpecchatError
+from engine.events import Chunk, ContextTrimmed, ReplyFailed, ReplyFinished, ReplyStarted
+from engine.session import ChatSession
+from tui.formatting import preset_label
+from tui.keymap import APP_KEYS, bindings, check_keymap, key_for
+from tui.screens.error import ErrorScreen
+from tui.screens.help import HelpScreen
+from tui.screens.inspector import InspectorScreen
+from tui.screens.presets import PresetPickerScreen
+from tui.streaming import ReplyBuffer
+from tui.widgets.chat_log import ChatLog
+from tui.widgets.message import ReplyMessage, UserMessage, last_code_block
+from tui.widgets.prompt import PromptInput
+from tui.widgets.status_bar import StatusBar, collect_status
+
+STATUS_INTERVAL_S = 0.1
+
+
+# --- messages from worker threads (past tense: they report what happened) -----------------------------------
+
+
+class ReplyTextArrived(Message):
+    """New text is waiting in the reply buffer. A burst collapses into the newest message."""
+
+    def __init__(self, buffer: ReplyBuffer) -> None:
+        super().__init__()
+        self.buffer = buffer
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, ReplyTextArrived) and message.buffer is self.buffer
+
+
+class ReplyEventArrived(Message):
+    def __init__(self, event: object, buffer: ReplyBuffer) -> None:
+        super().__init__()
+        self.event = event
+        self.buffer = buffer
+
+
+class LoadProgressed(Message):
+    def __init__(self, stage: str, fraction: float | None) -> None:
+        super().__init__()
+        self.stage = stage
+        self.fraction = fraction
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, LoadProgressed)
+
+
+# --- command palette --------------------------------------------------------------------------------------
+
+
+class SpecchatCommands(Provider):
+    """'preset: use creative', 'reply: regenerate', ... in the command palette (ctrl+p)."""
+
+    def _commands(self) -> list[tuple[str, Any, str]]:
+        app = self.app
+        assert isinstance(app, SpecchatApp)
+        commands: list[tuple[str, Any, str]] = [
+            (
+                "preset: use auto",
+                lambda: app.action_use_preset("auto"),
+                "the router picks a preset per message",
+            )
+        ]
+        for name, preset in app.session.presets.items():
+            commands.append(
+                (f"preset: use {name}", lambda n=name: app.action_use_preset(n), preset.description or name)
+            )
+        commands += [
+            ("preset: pick…", app.action_pick_preset, "choose from every preset"),
+            ("reply: regenerate", app.action_regenerate, "drop the last reply and generate it again"),
+            ("reply: edit last message", app.action_edit_last, "put the last message back in the prompt"),
+            ("reply: copy", app.action_copy_reply, "copy the selected or last reply"),
+            ("reply: copy code block", app.action_copy_code, "copy the last code block of the reply"),
+            ("reply: statistics", app.action_inspect_reply, "open the statistics inspector"),
+            (
+                "view: toggle draft highlighting",
+                app.action_toggle_highlight,
+                "colour what the draft got right",
+            ),
+            ("chat: new", app.action_new_chat, "start a new conversation"),
+            ("help: keys", app.action_show_help, "list every key"),
+        ]
+        return commands
+
+    async def discover(self) -> Hits:
+        for name, callback, help_text in self._commands():
+            yield DiscoveryHit(name, callback, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for name, callback, help_text in self._commands():
+            score = matcher.match(name)
+            if score > 0:
+                yield Hit(score, matcher.highlight(name), callback, help=help_text)
+
+
+# --- the app ----------------------------------------------------------------------------------------------
+
+
+class SpecchatApp(App[None]):
+    TITLE = "specchat"
+    CSS_PATH = Path(__file__).with_name("app.tcss")
+    BINDINGS = bindings(APP_KEYS)
+    COMMANDS = App.COMMANDS | {SpecchatCommands}
+
+    def __init__(
+        self,
+        settings: Settings,
+        backend: Backend | None = None,
+        session: ChatSession | None = None,
+        load_on_mount: bool = True,
+    ) -> None:
+        super().__init__()
+        self.settings = settings
+        self.session = session if session is not None else ChatSession(settings, backend=backend)
+        self.load_on_mount = load_on_mount
+        self.state = "loading"  # loading / failed / ready
+        self.state_message = "starting"
+        self.load_error: str | None = None
+        self.highlight_drafts = False
+        self.keymap_problems = check_keymap(settings.keymap)
+        self._cancel: threading.Event | None = None
+        self._buffer: ReplyBuffer | None = None
+        self._reply: ReplyMessage | None = None
+        self._pending_prompt = ""
+        # Timestamps for the UI benchmark: when the final text of the last reply was on screen.
+        self.last_reply_rendered_at: float | None = None
+        self.last_reply_last_chunk_t: float | None = None
+
+    # --- layout ---------------------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield ChatLog(id="chat-log")
+        help_key = key_for("help.show", self.settings.keymap)
+        yield PromptInput(
+            id="prompt", placeholder=f"Ask anything · enter sends · ctrl+j new line · {help_key} help"
+        )
+        yield StatusBar(id="status-bar")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        self.set_keymap(dict(self.settings.keymap))
+        for problem in self.keymap_problems:
+            self.notify(problem, severity="warning", timeout=8)
+        self.query_one(PromptInput).focus()
+        self.set_interval(STATUS_INTERVAL_S, self._tick)
+        self.refresh_status()
+        if self.load_on_mount:
+            self.start_loading()
+
+    def on_unmount(self) -> None:
+        # Quitting mid-reply: stop the generation thread, or the process would wait for the whole reply.
+        if self._cancel is not None:
+            self._cancel.set()
+
+    # The main screen's widgets, found once: `query_one` on the app searches the screen on top (a modal).
+    @property
+    def chat_log(self) -> ChatLog:
+        return self.screen_stack[0].query_one(ChatLog)
+
+    @property
+    def prompt(self) -> PromptInput:
+        return self.screen_stack[0].query_one(PromptInput)
+
+    @property
+    def status_bar(self) -> StatusBar:
+        return self.screen_stack[0].query_one(StatusBar)
+
+    @property
+    def generating(self) -> bool:
+        return self._reply is not None
+
+    # --- periodic: status bar + draining a quiet buffer ------------------------------------------------------
+
+    async def _tick(self) -> None:
+        # A reply that stalls right after a chunk that was not posted (the 50 ms rule) still shows up here.
+        if self._buffer is not None and self._reply is not None and self._buffer.has_pending:
+            await self._drain(self._buffer)
+        self.refresh_status()
+
+    def refresh_status(self) -> None:
+        if not self.screen_stack or not self.is_running:
+            return
+        state = {"loading": "loading", "failed": "failed"}.get(self.state, "ready")
+        self.status_bar.show(collect_status(self.session, state, self.state_message))
+
+    # --- loading ---------------------------------------------------------------------------------------------
+
+    def start_loading(self) -> None:
+        self.state = "loading"
+        self.state_message = "starting"
+        self._set_banner(Text.assemble(("◌ Loading the model…", "bold"), ("  you can type already", "dim")))
+        self.load_model()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="load")
+    def load_model(self) -> None:
+        def progress(stage: str, fraction: float | None) -> None:
+            self.post_message(LoadProgressed(stage, fraction))
+
+        try:
+            info = self.session.load(progress)
+        except SpecchatError as exc:
+            self.call_from_thread(self._load_failed, str(exc))
+            return
+        self.call_from_thread(self._loaded, info)
+
+    def on_load_progressed(self, message: LoadProgressed) -> None:
+        if self.state != "loading":
+            return
+        share = f" {message.fraction * 100:.0f}%" if message.fraction is not None else ""
+        self.state_message = f"{message.stage}{share}"
+        self._set_banner(Text.assemble(("◌ Loading the model: ", "bold"), self.state_message))
+        self.refresh_status()
+
+    def _loaded(self, info: Any) -> None:
+        self.state = "ready"
+        self.state_message = ""
+        self._set_banner(None)
+        notes = f" ({'; '.join(info.notes)})" if getattr(info, "notes", ()) else ""
+        reason = (
+            f" · {self.session.backend_reason}" if self.session.backend_reason not in ("", "given") else ""
+        )
+        self.notify(f"{info.model} on {info.backend}·{info.device}{reason}{notes}", title="Model loaded")
+        self.refresh_status()
+
+    def _load_failed(self, message: str) -> None:
+        self.state = "failed"
+        self.state_message = message
+        self.load_error = message
+        self._set_banner(Text.assemble(("✖ The model did not load: ", "bold red"), message), error=True)
+        self.push_screen(ErrorScreen("The model did not load", message))
+        self.refresh_status()
+
+    def _set_banner(self, text: Text | None, error: bool = False) -> None:
+        banner = self.chat_log.banner
+        banner.display = text is not None
+        banner.set_class(error, "error")
+        if text is not None:
+            banner.update(text)
+
+    # --- sending ---------------------------------------------------------------------------------------------
+
+    @on(PromptInput.Submitted)
+    async def _prompt_submitted(self, event: PromptInput.Submitted) -> None:
+        text = event.text.strip()
+        if not text:
+            return
+        if self.generating:
+            self.notify("A reply is still streaming: esc stops it.", severity="warning")
+            return
+        if self.state != "ready":
+            why = self.load_error or "it is still loading"
+            self.notify(f"The model is not ready: {why}", severity="error" if self.load_error else "warning")
+            return
+        self.prompt.clear()
+        await self.chat_log.mount(UserMessage(text))
+        await self._start_reply(text)
+
+    async def _start_reply(self, text: str | None) -> None:
+        """Mount an empty reply and run the session in a thread. `text` None regenerates the last reply."""
+        reply = ReplyMessage(highlight=self.highlight_drafts)
+        await self.chat_log.mount(reply)
+        self.chat_log.anchor()
+        backend = self.session.backend
+        self._buffer = ReplyBuffer(decode=backend.decode if backend is not None else None)
+        self._reply = reply
+        self._cancel = threading.Event()
+        self._pending_prompt = text or ""
+        self.generate(text, self._buffer, self._cancel)
+        self.refresh_status()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="generate")
+    def generate(self, text: str | None, buffer: ReplyBuffer, cancel: threading.Event) -> None:
+        def on_event(event: object) -> None:
+            if isinstance(event, Chunk):
+                if buffer.add(event):
+                    self.post_message(ReplyTextArrived(buffer))
+            else:
+                if isinstance(event, ReplyFinished | ReplyFailed):
+                    buffer.finished = True
+                self.post_message(ReplyEventArrived(event, buffer))
+
+        if text is None:
+            result = self.session.regenerate(on_event, cancel)
+        else:
+            result = self.session.send(text, on_event, cancel)
+        if not buffer.finished:  # a session that returned without emitting its last event
+            on_event(result)
+
+    async def _drain(self, buffer: ReplyBuffer) -> None:
+        runs = buffer.take()
+        if runs and self._reply is not None and buffer is self._buffer:
+            await self._reply.append_runs(runs)
+
+    async def on_reply_text_arrived(self, message: ReplyTextArrived) -> None:
+        await self._drain(message.buffer)
+
+    async def on_reply_event_arrived(self, message: ReplyEventArrived) -> None:
+        if message.buffer is not self._buffer or self._reply is None:
+            return
+        event = message.event
+        reply = self._reply
+        if isinstance(event, ReplyStarted):
+            why = f" — {event.router_reason}" if event.auto and event.router_reason else ""
+            drafting = f"K {event.num_draft_tokens}" if event.drafting else "draft off"
+            reply.set_header(f"{preset_label(event.preset, event.auto)} · {drafting}{why}")
+            self.refresh_status()
+        elif isinstance(event, ContextTrimmed):
+            self.notify(
+                f"Dropped the {event.dropped_turns} oldest turns to fit the context "
+                f"({event.prompt_tokens}/{event.max_context} tokens).",
+                title="Context trimmed",
+                severity="warning",
+            )
+        elif isinstance(event, ReplyFinished):
+            await self._drain(message.buffer)
+            self.last_reply_last_chunk_t = message.buffer.last_chunk_t
+            if event.cancelled and not event.text:
+                await self._restore_prompt(reply)
+            else:
+                await reply.finish(event.text, event.stats, cancelled=event.cancelled)
+                self.call_after_refresh(self._mark_rendered)
+            self._end_reply()
+        elif isinstance(event, ReplyFailed):
+            await self._drain(message.buffer)
+            await reply.finish(event.partial_text, None, error=event.message)
+            self._end_reply()
+            self.notify(event.message, title="Reply failed", severity="error", timeout=10)
+
+    def _mark_rendered(self) -> None:
+        self.last_reply_rendered_at = time.perf_counter()
+
+    async def _restore_prompt(self, reply: ReplyMessage) -> None:
+        """Cancelled before any text: remove the exchange from the log and give the prompt back."""
+        messages = self.chat_log.messages()
+        to_remove: list[Any] = [reply]
+        index = messages.index(reply) if reply in messages else -1
+        if index > 0 and isinstance(messages[index - 1], UserMessage) and self._pending_prompt:
+            to_remove.append(messages[index - 1])
+        await self.chat_log.remove_children(to_remove)
+        if self._pending_prompt and not self.prompt.text.strip():
+            self.prompt.set_text(self._pending_prompt)
+        self.prompt.focus()
+
+    def _end_reply(self) -> None:
+        self._reply = None
+        self._cancel = None
+        self.refresh_status()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """Failures nobody caught become a modal with the message; the app stays open."""
+        if event.state != WorkerState.ERROR:
+            return
+        error = event.worker.error
+        message = str(error) if isinstance(error, SpecchatError) else f"{type(error).__name__}: {error}"
+        if event.worker.group == "generate" and self._reply is not None:
+            reply = self._reply
+            self._end_reply()
+            self.run_worker(reply.finish(reply.text, None, error=message), exclusive=False)
+        elif event.worker.group == "load":
+            self._load_failed(message)
+            return
+        self.push_screen(ErrorScreen("Something went wrong", message))
+
+    # --- actions ---------------------------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # App bindings are priority bindings; on a modal they must give way to the modal's own keys.
+        if action != "quit" and isinstance(self.screen, ModalScreen):
+            return False
+        if action == "cancel_reply":
+            return self.generating
+        return True
+
+    def action_use_preset(self, name: str) -> None:
+        try:
+            self.session.set_mode(name)
+        except SpecchatError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        # The status bar shows the switch at once; a toast only where it does not take effect at once.
+        if self.generating:
+            self.notify(f"Preset {name} applies from the next reply.", timeout=2)
+        self.refresh_status()
+
+    def action_pick_preset(self) -> None:
+        def chosen(name: str | None) -> None:
+            if name:
+                self.action_use_preset(name)
+
+        self.push_screen(PresetPickerScreen(self.session.presets, self.session.mode), chosen)
+
+    def action_show_help(self) -> None:
+        self.push_screen(HelpScreen(dict(self.settings.keymap)))
+
+    def action_cancel_reply(self) -> None:
+        if self._cancel is not None:
+            self._cancel.set()
+
+    async def action_regenerate(self) -> None:
+        if self.generating:
+            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
+            return
+        if self.state != "ready":
+            return
+        if not self.session.turns or self.session.turns[-1].role != "assistant":
+            self.notify("Nothing to regenerate yet.", severity="warning")
+            return
+        replies = self.chat_log.replies()
+        if replies:
+            await replies[-1].remove()
+        await self._start_reply(None)
+
+    async def action_edit_last(self) -> None:
+        if self.generating:
+            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
+            return
+        text = self.session.pop_last_exchange()
+        if text is None:
+            self.notify("No message to edit yet.", severity="warning")
+            return
+        messages = self.chat_log.messages()
+        # Remove the last user message and everything after it.
+        last_user = max((i for i, m in enumerate(messages) if isinstance(m, UserMessage)), default=None)
+        if last_user is not None:
+            await self.chat_log.remove_children(messages[last_user:])
+        self.prompt.set_text(text)
+        self.prompt.focus()
+
+    def _selected_reply(self) -> ReplyMessage | None:
+        focused = self.focused
+        if isinstance(focused, ReplyMessage):
+            return focused
+        replies = [r for r in self.chat_log.replies() if not r.streaming]
+        return replies[-1] if replies else None
+
+    def action_copy_reply(self) -> None:
+        self._copy(self._selected_reply(), code_only=False)
+
+    def action_copy_code(self) -> None:
+        self._copy(self._selected_reply(), code_only=True)
+
+    @on(ReplyMessage.CopyRequested)
+    def _copy_requested(self, event: ReplyMessage.CopyRequested) -> None:
+        self._copy(event.reply, event.code_only)
+
+    def _copy(self, reply: ReplyMessage | None, code_only: bool) -> None:
+        if reply is None or not reply.text:
+            self.notify("No reply to copy yet.", severity="warning")
+            return
+        if code_only:
+            code = last_code_block(reply.text)
+            if code is None:
+                self.notify("That reply has no code block.", severity="warning")
+                return
+            self.copy_to_clipboard(code)
+            self.notify(f"Copied the code block ({len(code.splitlines())} lines).", timeout=2)
+        else:
+            self.copy_to_clipboard(reply.text)
+            self.notify(f"Copied the reply ({len(reply.text)} characters).", timeout=2)
+
+    def action_inspect_reply(self) -> None:
+        self._inspect(self._selected_reply())
+
+    @on(ReplyMessage.InspectRequested)
+    def _inspect_requested(self, event: ReplyMessage.InspectRequested) -> None:
+        self._inspect(event.reply)
+
+    def _inspect(self, reply: ReplyMessage | None) -> None:
+        if reply is None or reply.stats is None:
+            self.notify("No finished reply to inspect yet.", severity="warning")
+            return
+        self.push_screen(InspectorScreen(reply.stats, reply.cancelled))
+
+    def action_select_reply(self, step: int) -> None:
+        replies = self.chat_log.replies()
+        if not replies:
+            return
+        focused = self.focused
+        if isinstance(focused, ReplyMessage) and focused in replies:
+            index = max(0, min(len(replies) - 1, replies.index(focused) + step))
+        else:
+            index = len(replies) - 1 if step < 0 else 0
+        replies[index].focus()
+        replies[index].scroll_visible()
+
+    def action_focus_prompt(self) -> None:
+        self.prompt.focus()
+
+    def action_toggle_highlight(self) -> None:
+        self.highlight_drafts = not self.highlight_drafts
+        for reply in self.chat_log.replies():
+            reply.set_highlight(self.highlight_drafts)
+        if self.highlight_drafts:
+            self.notify("Draft colours on: green text was proposed by the draft and accepted.", timeout=3)
+        else:
+            self.notify("Draft colours off.", timeout=2)
+
+    async def action_new_chat(self) -> None:
+        if self.generating:
+            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
+            return
+        self.session.new_chat()
+        await self.chat_log.clear_messages()
+        self.prompt.focus()
+        self.refresh_status()
+
+
+def run_app(settings: Settings) -> None:
+    """Entry point used by `specchat` (tui.cli): open the chat on the configured (or embedded) model."""
+    SpecchatApp(settings).run()

@@ -1,0 +1,54 @@
+"""Pure functions that turn engine figures into the words and glyphs the UI shows (easy to test exactly)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engine.events import MessageStats
+
+SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+BAR_FULL = "█"
+BAR_EMPTY = "░"
+
+
+def sparkline(values: Sequence[float], width: int = 16) -> str:
+    """Recent per-round acceptance (0..1) as block characters, newest on the right."""
+    tail = list(values)[-width:]
+    top = len(SPARK_BLOCKS) - 1
+    return "".join(SPARK_BLOCKS[max(0, min(top, round(v * top)))] for v in tail)
+
+
+def bar(fraction: float, width: int = 20) -> str:
+    filled = max(0, min(width, round(fraction * width)))
+    return BAR_FULL * filled + BAR_EMPTY * (width - filled)
+
+
+def percent(value: float | None) -> str:
+    return "–" if value is None else f"{value * 100:.0f}%"
+
+
+def number(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def preset_label(preset: str, auto: bool) -> str:
+    return f"auto → {preset}" if auto else preset
+
+
+def stats_drafted(stats: MessageStats) -> bool:
+    return stats.draft_mode != "none" and stats.num_draft_tokens > 0 and stats.drafted_tokens > 0
+
+
+def stats_line(stats: MessageStats, cancelled: bool = False) -> str:
+    """The compact line under a reply: tokens, speed, acceptance, τ, K, T, preset."""
+    parts = [f"{stats.new_tokens} tok", f"{number(stats.decode_tokens_per_s)} tok/s"]
+    if stats_drafted(stats):
+        parts += [f"accept {percent(stats.acceptance_rate)}", f"τ {number(stats.mean_accepted_length, 2)}"]
+        parts.append(f"K {stats.num_draft_tokens}")
+    else:
+        parts.append("draft off")
+    parts.append(f"T {stats.temperature:.2f}")
+    parts.append(preset_label(stats.preset, bool(stats.router_reason)))
+    if cancelled:
+        parts.append("cancelled")
+    return " · ".join(parts)

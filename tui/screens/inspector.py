@@ -1,0 +1,102 @@
+"""The statistics inspector: every MessageStats field of one reply, with acceptance drawn as bars."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from engine.events import MessageStats
+from tui.formatting import bar, number, percent, preset_label
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def stats_table(stats: MessageStats, cancelled: bool = False) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="dim", justify="right")
+    table.add_column()
+    rows: list[tuple[str, str]] = [
+        ("preset", preset_label(stats.preset, bool(stats.router_reason))),
+        ("router", stats.router_reason or "chosen by hand"),
+        ("model", stats.model),
+        ("backend", f"{stats.backend}  cache {stats.cache_mode or '–'}"),
+        ("drafting", f"{stats.draft_mode}  K {stats.num_draft_tokens}"),
+        ("temperature", f"{stats.temperature:.2f}"),
+        ("prompt tokens", f"{stats.prompt_tokens}  (cached {stats.cached_tokens})"),
+        ("new tokens", str(stats.new_tokens)),
+        ("drafted / accepted", f"{stats.drafted_tokens} / {stats.accepted_tokens}"),
+        ("verification rounds", str(stats.rounds)),
+        ("acceptance rate", percent(stats.acceptance_rate)),
+        ("mean accepted length τ", number(stats.mean_accepted_length, 2)),
+        ("α (per-token acceptance)", number(stats.alpha, 3)),
+        ("cost ratio c", number(stats.cost_ratio, 3)),
+        ("predicted speedup", "–" if stats.predicted_speedup is None else f"{stats.predicted_speedup:.2f}×"),
+        ("time to first token", _seconds(stats.ttft_s)),
+        ("prefill", f"{number(stats.prefill_tokens_per_s)} tok/s"),
+        ("decode", f"{number(stats.decode_tokens_per_s)} tok/s"),
+        ("total", _seconds(stats.total_s)),
+        ("stopped by", stats.stop_reason + ("  (cancelled by you)" if cancelled else "")),
+    ]
+    for label, value in rows:
+        table.add_row(label, value)
+    return table
+
+
+def position_bars(stats: MessageStats) -> Text:
+    text = Text()
+    if not stats.per_position_acceptance:
+        return Text("no drafted positions", style="dim")
+    for index, rate in enumerate(stats.per_position_acceptance, start=1):
+        text.append(f"pos {index:>2} ", style="dim")
+        text.append(bar(rate, 24), style="green")
+        text.append(f" {rate * 100:5.1f}%\n")
+    text.rstrip()
+    return text
+
+
+def histogram_bars(stats: MessageStats) -> Text:
+    counts = stats.acceptance_histogram
+    if not counts or not sum(counts):
+        return Text("no drafting rounds", style="dim")
+    top = max(counts)
+    text = Text()
+    for accepted, count in enumerate(counts):
+        text.append(f"{accepted:>2} accepted ", style="dim")
+        text.append(bar(count / top, 24), style="cyan")
+        text.append(f" {count}\n")
+    text.rstrip()
+    return text
+
+
+class InspectorScreen(ModalScreen[None]):
+    BINDINGS = [
+        Binding("escape,q,i", "dismiss", "close", id="inspector.close"),
+    ]
+
+    def __init__(self, stats: MessageStats, cancelled: bool = False) -> None:
+        super().__init__()
+        self.stats = stats
+        self.cancelled = cancelled
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="inspector", classes="dialog"):
+            yield Static(Text("Reply statistics", style="bold"), classes="title")
+            with VerticalScroll():
+                yield Static(stats_table(self.stats, self.cancelled), id="inspector-fields")
+                yield Static(
+                    Group(Text("\nper-position acceptance", style="bold"), position_bars(self.stats)),
+                    id="inspector-positions",
+                )
+                yield Static(
+                    Group(Text("\naccepted drafts per round", style="bold"), histogram_bars(self.stats)),
+                    id="inspector-histogram",
+                )
+            yield Static("esc close", classes="hint")

@@ -1,0 +1,144 @@
+"""The status bar: what the next reply will use and how the current (or last) one is going.
+
+A 0.1 s timer calls `refresh_from(session)`: it reads plain attributes (`session.live`, `session.active`,
+`session.last_stats`, `session.info`), so the bar repaints at most 10 times a second no matter how fast tokens
+arrive, and only when the text actually changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import Static
+
+from tui.formatting import number, percent, preset_label, sparkline
+
+
+@dataclass(frozen=True, slots=True)
+class StatusFigures:
+    state: str  # "loading", "failed", "idle", "streaming"
+    message: str = ""  # loading stage / failure text
+    preset: str = ""
+    k: int | None = None
+    drafting: bool = True
+    temperature: float | None = None
+    acceptance: float | None = None
+    measured_drafting: bool | None = None  # None: no reply yet
+    spark: tuple[float, ...] = field(default_factory=tuple)
+    tau: float | None = None
+    tokens_per_s: float | None = None
+    context_used: int = 0
+    max_context: int = 0
+    cache_mode: str = ""
+    backend: str = ""
+    device: str = ""
+
+
+def collect_status(session: Any, state: str, message: str = "") -> StatusFigures:
+    """Read the session's plain attributes into a snapshot (UI thread; the engine thread only writes them)."""
+    if state in ("loading", "failed") or session is None:
+        return StatusFigures(state=state, message=message)
+    info = session.info
+    base: dict[str, Any] = {
+        "context_used": int(getattr(session, "context_used", 0) or 0),
+        "max_context": int(getattr(session, "max_context", 0) or 0),
+        "cache_mode": info.cache_mode if info else "",
+        "backend": info.backend if info else "",
+        "device": info.device if info else "",
+    }
+    live = session.live
+    active = session.active
+    if active is not None:
+        return StatusFigures(
+            state="streaming",
+            preset=preset_label(active.preset, active.auto),
+            k=active.num_draft_tokens,
+            drafting=active.drafting and active.num_draft_tokens > 0,
+            temperature=live.temperature if live.new_tokens else active.temperature,
+            acceptance=live.acceptance_rate,
+            measured_drafting=active.drafting and active.num_draft_tokens > 0,
+            spark=tuple(live.recent_round_acceptance),
+            tau=live.mean_accepted_length,
+            tokens_per_s=live.tokens_per_s if live.new_tokens else None,
+            **base,
+        )
+    # Between replies: the settings the next reply will use, the figures of the last one.
+    last = session.last_stats
+    mode = session.mode
+    if mode == "auto":
+        preset = preset_label(last.preset, True) if last is not None and last.router_reason else "auto"
+        k = last.num_draft_tokens if last is not None else None
+        temperature = last.temperature if last is not None else None
+        drafting = last is None or (last.draft_mode != "none" and last.num_draft_tokens > 0)
+    else:
+        chosen = session.presets.get(mode)
+        preset = mode
+        k = chosen.k if chosen is not None else None
+        temperature = chosen.temperature if chosen is not None else None
+        drafting = bool(chosen.drafting and chosen.k > 0) if chosen is not None else True
+    measured = None
+    if last is not None:
+        measured = last.draft_mode != "none" and last.num_draft_tokens > 0 and last.drafted_tokens > 0
+    return StatusFigures(
+        state="idle",
+        preset=preset,
+        k=k,
+        drafting=drafting,
+        temperature=temperature,
+        acceptance=last.acceptance_rate if last is not None else None,
+        measured_drafting=measured,
+        spark=tuple(live.recent_round_acceptance) if last is not None else (),
+        tau=last.mean_accepted_length if last is not None else None,
+        tokens_per_s=last.decode_tokens_per_s if last is not None else None,
+        **base,
+    )
+
+
+def render_status(fig: StatusFigures) -> Text:
+    sep = (" │ ", "dim")
+    if fig.state == "loading":
+        return Text.assemble(("◌ ", "bold yellow"), ("loading model", "bold"), "  ", (fig.message, "dim"))
+    if fig.state == "failed":
+        return Text.assemble(("✖ ", "bold red"), ("model not loaded", "bold red"), "  ", fig.message)
+    parts: list[Any] = []
+    marker = ("● ", "bold green") if fig.state == "streaming" else ("○ ", "dim")
+    parts += [marker, (fig.preset, "bold")]
+    k_text = "off" if not fig.drafting else "–" if fig.k is None else str(fig.k)
+    parts += [sep, ("K ", "dim"), k_text]
+    parts += [sep, ("T ", "dim"), number(fig.temperature, 2)]
+    parts.append(sep)
+    if fig.measured_drafting is False:
+        parts.append(("draft off", "dim"))
+    else:
+        parts += [("accept ", "dim"), (percent(fig.acceptance), "bold")]
+        if fig.spark:
+            parts += [" ", (sparkline(fig.spark), "green")]
+        parts += [sep, ("τ ", "dim"), number(fig.tau, 2)]
+    parts += [sep, number(fig.tokens_per_s), (" tok/s", "dim")]
+    if fig.max_context:
+        parts += [sep, ("ctx ", "dim"), f"{fig.context_used}/{fig.max_context}"]
+    if fig.cache_mode:
+        parts += [sep, ("kv ", "dim"), fig.cache_mode]
+    if fig.backend:
+        parts += [sep, f"{fig.backend}·{fig.device}"]
+    return Text.assemble(*parts)
+
+
+class StatusBar(Static):
+    """One line of live figures; see module doc for the refresh policy."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__("", **kwargs)
+        self.figures: StatusFigures | None = None
+        self.plain = ""
+
+    def show(self, fig: StatusFigures) -> None:
+        if fig == self.figures:
+            return
+        self.figures = fig
+        text = render_status(fig)
+        if text.plain != self.plain:
+            self.plain = text.plain
+            self.update(text)
