@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 
-def run_cli(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    args: list[str], tmp_path: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     full_env = dict(os.environ)
     full_env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
     full_env.pop("SPECCHAT_CONFIG_FILE", None)
@@ -103,12 +105,16 @@ def test_unknown_preset(tmp_path, smol_dir):
 def test_folder_without_config_or_tokenizer(tmp_path):
     empty = tmp_path / "empty-model"
     empty.mkdir()
-    proc = run_cli(["generate", "--model", str(empty), "--prompt", "hi", "--backend", "transformers"], tmp_path)
+    proc = run_cli(
+        ["generate", "--model", str(empty), "--prompt", "hi", "--backend", "transformers"], tmp_path
+    )
     assert_one_line_error(proc, "config.json")
 
 
 def test_exllamav2_backend_unusable_here(tmp_path, smol_dir):
-    proc = run_cli(["generate", "--model", str(smol_dir), "--prompt", "hi", "--backend", "exllamav2"], tmp_path)
+    proc = run_cli(
+        ["generate", "--model", str(smol_dir), "--prompt", "hi", "--backend", "exllamav2"], tmp_path
+    )
     assert_one_line_error(proc, "exllamav2")
 
 
@@ -127,7 +133,16 @@ def test_generate_json_end_to_end(tmp_path, smol_dir):
         encoding="utf-8",
     )
     proc = run_cli(
-        ["generate", "--model", str(smol_dir), "--prompt-file", str(path), "--json", "--max-new-tokens", "24"],
+        [
+            "generate",
+            "--model",
+            str(smol_dir),
+            "--prompt-file",
+            str(path),
+            "--json",
+            "--max-new-tokens",
+            "24",
+        ],
         tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
@@ -150,3 +165,16 @@ def test_generate_json_end_to_end(tmp_path, smol_dir):
     assert stats["preset"] == "qa"  # auto mode routes a factual question to qa
     assert stats["draft_mode"] == "ngram"
     assert stats["accepted_tokens"] <= stats["drafted_tokens"]
+
+
+def test_help_documents_every_binding_id_and_the_model_flags():
+    import re
+
+    from tui.cli import KEYS_HELP, build_parser
+    from tui.keymap import KNOWN_IDS
+
+    documented = set(re.findall(r"\[([a-z_]+\.[a-z_]+)\]", KEYS_HELP))
+    assert documented == set(KNOWN_IDS)
+    help_text = build_parser().format_help()
+    for flag in ("--model", "--draft", "--backend", "--cache-mode", "--preset"):
+        assert flag in help_text

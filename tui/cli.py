@@ -14,16 +14,22 @@ from typing import Any, NoReturn
 EXIT_USAGE = 2
 
 KEYS_HELP = """\
-keys (in the chat; remap any of them under [keymap] in config.toml by binding id):
-  enter            send the message              ctrl+j / shift+enter  new line in the prompt
-  escape           cancel the running reply (the prompt comes back if nothing was generated)
-  f1 / f2 / f3 / f4  preset auto / code / qa / creative (applies to the next reply)
-  ctrl+o           preset picker (user presets too); ctrl+p opens the command palette
-  ctrl+r           regenerate the last reply     ctrl+e  edit and resend the last message
-  alt+up/alt+down  select a reply                i / enter on a reply: statistics inspector
-  ctrl+d           colour replies by origin (accepted draft tokens vs the target's own)
-  ctrl+y           copy the selected reply       ctrl+k  copy its last code block
-  ctrl+n           new chat                      ctrl+q  quit
+keys in the chat (binding id in brackets; remap under [keymap] in config.toml, e.g. "reply.cancel" = "ctrl+g"):
+  enter             send the message; ctrl+j (shift+enter where reported) adds a new line
+  f1 f2 f3 f4       preset auto / code / qa / creative, for the next reply
+                    [preset.auto] [preset.code] [preset.qa] [preset.creative]
+  ctrl+o            preset picker, user presets too [preset.pick]; ctrl+p: command palette
+  escape            stop the reply: partial text kept, the prompt comes back if nothing arrived [reply.cancel]
+  ctrl+r            regenerate the last reply [reply.regenerate]
+  ctrl+e            edit and resend the last message [reply.edit_last]
+  ctrl+y / ctrl+b   copy the reply / its last code block [reply.copy] [reply.copy_code]
+  ctrl+s            statistics inspector of the selected reply [reply.inspect]
+  alt+up / alt+down select a reply, or click it [reply.previous] [reply.next]
+  on a reply        i or enter: stats, c: copy, b: copy code, ?: help
+                    [message.inspect] [message.copy] [message.copy_code] [message.help]
+  f6                colour text the draft got right [view.draft_highlight]
+  f5                help [help.show]     ctrl+l  back to the prompt [prompt.focus]
+  ctrl+n            new chat [chat.new]  ctrl+q  quit [app.quit]
 """
 
 
