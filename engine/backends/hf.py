@@ -1,0 +1,574 @@
+"""transformers + torch backend: runs anywhere (CPU by default), with exact speculative decoding.
+
+One round: a drafter (n-gram lookup, a draft model, or none) proposes k tokens; the target scores the last
+token plus the k drafts in one forward pass over its KV cache and samples every position with the message's
+own sampler; drafts are accepted while they equal the target's sample, the first mismatch ends the round with
+the target's token (or, all accepted, the bonus token after the last draft). So a round emits accepted + 1
+tokens, and the text is exactly what the target alone would sample.
+
+Sampling uses one uniform number per reply position, drawn up front from a generator seeded by the request,
+and inverse-CDF sampling. A token's value therefore depends only on its position and the tokens before it, not
+on how rounds were cut: with a seed, speculative and plain decoding give the same tokens at any temperature.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from engine.backends.base import BackendError, GenerationRequest, ProgressCallback, SamplerSettings
+from engine.chat_template import ChatTemplate, ChatTemplateError
+from engine.compat import VocabView, check_draft_compatible, special_token_ids
+from engine.drafting import NgramDrafter
+from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
+from engine.kv_cache import SpecCache
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
+WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+# Long prompts are prefilled in slices so attention scratch memory stays bounded.
+PREFILL_SLICE = 512
+# Caches this backend implements; q6/q4 have no kernel here and fall back to q8.
+NATIVE_CACHE_MODES = ("fp16", "q8")
+
+
+def count_accepted(drafts: Sequence[int], samples: Sequence[int]) -> int:
+    """Drafts kept: the longest prefix where each draft equals the target's own sample at its position."""
+    accepted = 0
+    for draft, sample in zip(drafts, samples, strict=False):
+        if draft != sample:
+            break
+        accepted += 1
+    return accepted
+
+
+# --- sampling (HF semantics: repetition penalty, then temperature, top-k, top-p, min-p) ----------------------
+
+
+def apply_repetition_penalty(row: torch.Tensor, history: torch.Tensor, penalty: float) -> None:
+    """In place, like transformers' RepetitionPenaltyLogitsProcessor over `history` (prompt + reply so far)."""
+    if penalty == 1.0 or history.numel() == 0:
+        return
+    scores = row.gather(0, history)
+    scores = torch.where(scores < 0, scores * penalty, scores / penalty)
+    row.scatter_(0, history, scores)
+
+
+def filtered_probabilities(row: torch.Tensor, temperature: float, settings: SamplerSettings) -> torch.Tensor:
+    """The sampling distribution of one position (float64, sums to 1) after temperature, top-k, top-p, min-p."""
+    logits = row.double() / temperature
+    if 0 < settings.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, settings.top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if settings.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=False)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        remove_sorted = cumulative <= (1 - settings.top_p)
+        remove_sorted[-1] = False  # keep at least the most likely token
+        remove = remove_sorted.scatter(0, order, remove_sorted)
+        logits = logits.masked_fill(remove, float("-inf"))
+    probs = logits.softmax(-1)
+    if settings.min_p > 0.0:
+        probs = probs.masked_fill(probs < settings.min_p * probs.max(), 0.0)
+        probs = probs / probs.sum()
+    return probs
+
+
+def sample_from(probs: torch.Tensor, uniform: float) -> int:
+    """Inverse-CDF sample: the token whose interval of the cumulative distribution holds `uniform`."""
+    cdf = probs.cumsum(-1)
+    target = torch.tensor([uniform * float(cdf[-1])], dtype=cdf.dtype)
+    index = int(torch.searchsorted(cdf, target, right=True)[0])
+    return min(index, probs.shape[-1] - 1)
+
+
+def choose_tokens(
+    logits: torch.Tensor,
+    settings: SamplerSettings,
+    reply_index: int,
+    context: Sequence[int],
+    drafts: Sequence[int],
+    uniforms: Sequence[float],
+) -> list[int]:
+    """The target's token at each of the q rows of `logits` (row j follows context + drafts[:j]).
+
+    `reply_index` is the reply position of row 0; `uniforms[reply_index + j]` is row j's random number.
+    """
+    rows = logits.shape[0]
+    temperatures = [settings.temperature_at(reply_index + j) for j in range(rows)]
+    penalty = settings.repetition_penalty
+    if penalty == 1.0 and all(t <= 0 for t in temperatures):
+        return logits.argmax(-1).tolist()  # greedy fast path: one call for the whole round
+    logits = logits.float()
+    history = torch.tensor(list(context) + list(drafts), dtype=torch.long, device=logits.device)
+    tokens: list[int] = []
+    for j in range(rows):
+        row = logits[j]
+        if penalty != 1.0:
+            row = row.clone()
+            apply_repetition_penalty(row, history[: len(context) + j], penalty)
+        if temperatures[j] <= 0:
+            tokens.append(int(row.argmax()))
+        else:
+            probs = filtered_probabilities(row, temperatures[j], settings)
+            tokens.append(sample_from(probs, uniforms[reply_index + j]))
+    return tokens
+
+
+# --- model state -------------------------------------------------------------------------------------------
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@dataclass
+class ModelState:
+    """A loaded model with its KV cache and the token ids whose keys/values the cache holds."""
+
+    model: torch.nn.Module
+    cache_mode: str
+    cache_kwarg: str
+    keeps_logits: bool
+    device: str
+    cache: object = None
+    ids: list[int] = field(default_factory=list)
+    step_times: list[float] = field(default_factory=list)
+
+    def new_cache(self) -> None:
+        if self.cache_mode in NATIVE_CACHE_MODES:
+            self.cache = SpecCache(self.cache_mode)
+        else:  # an architecture our layers do not fit: transformers' own croppable cache
+            from transformers import DynamicCache
+
+            self.cache = DynamicCache(config=self.model.config)
+        self.ids = []
+
+    def crop(self, length: int) -> None:
+        if length >= len(self.ids):
+            return
+        if isinstance(self.cache, SpecCache):
+            self.cache.crop_to(length)
+        else:
+            self.cache.crop(length - self.cache.get_seq_length())
+        del self.ids[length:]
+
+    # Inference mode per call, not around the whole generator: it is thread-local, and a generator may be
+    # resumed from another thread than the one that started it.
+    @torch.inference_mode()
+    def forward(self, ids: Sequence[int], keep: int, timed: bool = False) -> torch.Tensor:
+        """Run `ids` through the model on top of the cache; the logits of the last `keep` positions."""
+        start = time.perf_counter()
+        x = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
+        kwargs = {self.cache_kwarg: self.cache, "use_cache": True}
+        if self.keeps_logits:
+            kwargs["logits_to_keep"] = keep
+        try:
+            out = self.model(input_ids=x, **kwargs)
+        except BaseException:
+            self.new_cache()  # a half-updated cache is worse than none
+            raise
+        self.ids.extend(ids)
+        logits = out.logits[0, -keep:]
+        if timed:
+            self.step_times.append(time.perf_counter() - start)
+        return logits
+
+    def prefill(self, ids: Sequence[int]) -> int:
+        """Bring the cache to exactly `ids`, reusing the longest common prefix; returns the reused length."""
+        reused = _common_prefix(self.ids, ids)
+        self.crop(reused)
+        for start in range(reused, len(ids), PREFILL_SLICE):
+            self.forward(ids[start : start + PREFILL_SLICE], keep=1)
+        return reused
+
+
+def _model_call_options(model: torch.nn.Module) -> tuple[str, bool]:
+    params = inspect.signature(model.forward).parameters
+    cache_kwarg = "cache" if "cache" in params else "past_key_values"
+    return cache_kwarg, "logits_to_keep" in params
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _check_folder(folder: Path, what: str) -> None:
+    if not folder.exists():
+        raise BackendError(f"{what} folder not found: {folder}")
+    if not folder.is_dir():
+        raise BackendError(f"{what} path is not a folder: {folder}")
+    if not (folder / "config.json").is_file():
+        raise BackendError(f"{what} folder {folder} has no config.json: not a Hugging Face model folder")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise BackendError(f"{what} folder {folder} has no tokenizer (tokenizer.json or tokenizer.model)")
+    if not any(any(folder.glob(pattern)) for pattern in WEIGHT_PATTERNS):
+        raise BackendError(f"{what} folder {folder} has no weights (*.safetensors)")
+
+
+def _cache_mode_for(config, requested: str, who: str, notes: list[str]) -> str:
+    layer_types = getattr(config.get_text_config(decoder=True), "layer_types", None) or []
+    if any(t not in ("full_attention",) for t in layer_types):
+        notes.append(
+            f"{who} cache: {requested} not available for this architecture; transformers' cache used"
+        )
+        return "dynamic"
+    if requested in NATIVE_CACHE_MODES:
+        return requested
+    notes.append(f"{who} cache: {requested} is not implemented by the transformers backend; using q8")
+    return "q8"
+
+
+def _public_mode(mode: str) -> str:
+    # transformers' own cache (architectures our layers do not fit) holds full-precision states.
+    return "fp16" if mode == "dynamic" else mode
+
+
+def _eos_ids(*values) -> set[int]:
+    ids: set[int] = set()
+    for value in values:
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list | tuple):
+            ids.update(v for v in value if isinstance(v, int))
+    return ids
+
+
+class TransformersBackend:
+    """The transformers/torch engine. Construct, `load()`, then `generate()` one reply at a time."""
+
+    name = "transformers"
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        draft: str = "ngram",
+        cache_mode: str = "q8",
+        draft_cache_mode: str = "q8",
+        max_context: int | None = None,
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        threads: int | None = None,
+    ) -> None:
+        self.model_dir = Path(model_dir).expanduser()
+        self.draft = str(draft)
+        self.requested_cache_mode = cache_mode
+        self.requested_draft_cache_mode = draft_cache_mode
+        self.requested_max_context = max_context
+        self.device = device
+        self.dtype = dtype
+        self.threads = threads
+        self.draft_mode: DraftMode = (
+            "ngram" if self.draft == "ngram" else "none" if self.draft == "none" else "model"
+        )
+        self.model = None
+        self.tokenizer = None
+        self.template: ChatTemplate | None = None
+        self.target: ModelState | None = None
+        self.draft_state: ModelState | None = None
+        self.stop_token_ids: frozenset[int] = frozenset()
+        self.end_of_turn_id: int | None = None
+        self.max_context = max_context or 0
+        self.vocab_size = 0
+        self.notes: list[str] = []
+        self._adds_bos = False
+        self._lock = threading.Lock()
+
+    # --- loading -------------------------------------------------------------------------------------------
+
+    @property
+    def info(self) -> BackendInfo:
+        return BackendInfo(
+            backend=self.name,
+            model=self.model_dir.name,
+            device=self.device,
+            cache_mode=self.target.cache_mode if self.target else self.requested_cache_mode,
+            draft_cache_mode=self.draft_state.cache_mode
+            if self.draft_state
+            else self.requested_draft_cache_mode,
+            draft_mode=self.draft_mode,
+            draft_model=Path(self.draft).name if self.draft_mode == "model" else None,
+            max_context=self.max_context,
+            notes=tuple(self.notes),
+        )
+
+    def load(self, progress: ProgressCallback | None = None) -> None:
+        report = progress or (lambda stage, fraction: None)
+        _check_folder(self.model_dir, "model")
+        draft_dir = Path(self.draft).expanduser() if self.draft_mode == "model" else None
+        if draft_dir is not None:
+            _check_folder(draft_dir, "draft model")
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        from transformers.utils import logging as hf_logging
+
+        bars_were_on = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        try:
+            report("loading tokenizer", 0.0)
+            self.tokenizer = self._load_tokenizer(self.model_dir, "model")
+            try:
+                self.template = ChatTemplate.from_folder(self.model_dir)
+            except ChatTemplateError as exc:
+                raise BackendError(str(exc)) from exc
+            report("loading model", 0.1)
+            self.model = self._load_model(self.model_dir, "model")
+            self.target = self._state(self.model, self.requested_cache_mode, "target")
+            if draft_dir is not None:
+                report("loading draft model", 0.6)
+                draft_tokenizer = self._load_tokenizer(draft_dir, "draft model")
+                draft_template = ChatTemplate.from_folder(draft_dir)
+                report("checking draft compatibility", 0.7)
+                check_draft_compatible(
+                    self._vocab_view(self.model_dir, self.tokenizer, self.template),
+                    self._vocab_view(draft_dir, draft_tokenizer, draft_template),
+                )
+                draft_model = self._load_model(draft_dir, "draft model")
+                self.draft_state = self._state(draft_model, self.requested_draft_cache_mode, "draft")
+        finally:
+            if bars_were_on:
+                hf_logging.enable_progress_bar()
+        config = self.model.config.get_text_config(decoder=True)
+        self.vocab_size = int(config.vocab_size)
+        limit = int(getattr(config, "max_position_embeddings", 0) or 0) or 4096
+        if self.requested_max_context and self.requested_max_context > limit:
+            self.notes.append(
+                f"max_context {self.requested_max_context} exceeds the model's {limit}; using {limit}"
+            )
+        self.max_context = min(self.requested_max_context or limit, limit)
+        self._init_stop_tokens()
+        probe = self.tokenizer.encode("a")
+        bos = self.tokenizer.bos_token_id
+        self._adds_bos = bos is not None and bool(probe) and probe[0] == bos
+        report("ready", 1.0)
+
+    def _load_tokenizer(self, folder: Path, what: str):
+        from transformers import AutoTokenizer
+
+        try:
+            return AutoTokenizer.from_pretrained(folder)
+        except Exception as exc:  # transformers raises many types; the user needs one line
+            raise BackendError(
+                f"could not load the {what}'s tokenizer from {folder}: {_first_line(exc)}"
+            ) from exc
+
+    def _load_model(self, folder: Path, what: str) -> torch.nn.Module:
+        from transformers import AutoModelForCausalLM
+
+        try:
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=self.dtype)
+        except Exception as exc:
+            raise BackendError(f"could not load the {what} from {folder}: {_first_line(exc)}") from exc
+        return model.to(self.device).eval()
+
+    def _state(self, model: torch.nn.Module, requested: str, who: str) -> ModelState:
+        mode = _cache_mode_for(model.config, requested, who, self.notes)
+        cache_kwarg, keeps_logits = _model_call_options(model)
+        state = ModelState(model, mode, cache_kwarg, keeps_logits, self.device)
+        state.new_cache()
+        return state
+
+    @staticmethod
+    def _vocab_view(folder: Path, tokenizer, template: ChatTemplate) -> VocabView:
+        return VocabView(
+            name=folder.name,
+            tokenizer_size=len(tokenizer),
+            special_ids=special_token_ids(tokenizer, template.end_of_turn),
+            tokenizer=tokenizer,
+        )
+
+    def _init_stop_tokens(self) -> None:
+        generation_config = getattr(self.model, "generation_config", None)
+        ids = _eos_ids(
+            getattr(self.model.config, "eos_token_id", None),
+            getattr(generation_config, "eos_token_id", None),
+            self.tokenizer.eos_token_id,
+        )
+        unk = self.tokenizer.unk_token_id
+        for text in self.template.stop_strings():
+            token_id = self.tokenizer.convert_tokens_to_ids(text)
+            if isinstance(token_id, int) and token_id != unk:
+                ids.add(token_id)
+        self.stop_token_ids = frozenset(ids)
+        if self.template.end_of_turn:
+            token_id = self.tokenizer.convert_tokens_to_ids(self.template.end_of_turn)
+            self.end_of_turn_id = token_id if isinstance(token_id, int) and token_id != unk else None
+
+    def _require_loaded(self) -> None:
+        if self.target is None or self.tokenizer is None:
+            raise BackendError("the model is not loaded yet")
+
+    # --- text ----------------------------------------------------------------------------------------------
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        self._require_loaded()
+        try:
+            text = self.template.render(messages)
+        except ChatTemplateError as exc:
+            raise BackendError(str(exc)) from exc
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        # The template usually writes the BOS itself; add it only where the tokenizer would and it did not.
+        bos = self.tokenizer.bos_token_id
+        if self._adds_bos and (not ids or ids[0] != bos):
+            ids.insert(0, bos)
+        return ids
+
+    def decode(self, token_ids: list[int]) -> str:
+        self._require_loaded()
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    # --- generation ----------------------------------------------------------------------------------------
+
+    def generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Chunk | Done]:
+        self._require_loaded()
+        if not self._lock.acquire(blocking=False):
+            raise BackendError("a reply is already being generated")
+        try:
+            yield from self._generate(request, cancel)
+        finally:
+            self._lock.release()
+
+    def _generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Chunk | Done]:
+        prompt = list(request.prompt_ids)
+        if not prompt:
+            raise BackendError("nothing to generate from: the prompt is empty")
+        if len(prompt) >= self.max_context:
+            yield Done("context", prompt_tokens=len(prompt))
+            return
+        settings = request.sampler
+        max_new = max(0, request.max_new_tokens)
+        k_requested = max(0, request.effective_k) if self.draft_mode != "none" else 0
+        seed = request.seed if request.seed is not None else random.getrandbits(63)
+        generator = torch.Generator().manual_seed(seed)
+        uniforms = torch.rand(max(1, max_new), generator=generator, dtype=torch.float64).tolist()
+
+        target = self.target
+        target.step_times = []
+        draft_model = self.draft_state if k_requested and self.draft_mode == "model" else None
+        ngram = NgramDrafter() if k_requested and self.draft_mode == "ngram" else None
+        draft_times: list[float] = []
+
+        # Prefill everything but the last prompt token: it opens the first round, which can then draft too.
+        start = time.perf_counter()
+        cached = target.prefill(prompt[:-1])
+        if draft_model is not None:
+            draft_model.step_times = []
+            draft_model.prefill(prompt[:-1])
+        if ngram is not None:
+            ngram.reset(prompt)
+        prefill_s = time.perf_counter() - start
+
+        seq = list(prompt)  # prompt + reply; seq[-1] is not in the target's cache yet
+        reply: list[int] = []
+        sent = ""
+        stop: StopReason | None = None
+        stop_ids = self.stop_token_ids
+        decode = self.tokenizer.decode
+        while stop is None:
+            if cancel.is_set():
+                stop = "cancelled"
+                break
+            remaining = max_new - len(reply)
+            if remaining <= 0:
+                stop = "max_new_tokens"
+                break
+            room = self.max_context - len(seq)  # positions left; the last token needs one
+            if room <= 0:
+                stop = "context"
+                break
+            # Never draft past the token budget or the context: a round emits at most k + 1 tokens.
+            k = min(k_requested, remaining - 1, room - 1)
+
+            drafts: list[int] = []
+            if k > 0 and ngram is not None:
+                t0 = time.perf_counter()
+                drafts = ngram.propose(k)
+                draft_times.append(time.perf_counter() - t0)
+            elif k > 0 and draft_model is not None:
+                drafts = self._draft_with_model(draft_model, seq, k)
+
+            logits = target.forward([seq[-1], *drafts], keep=len(drafts) + 1, timed=True)
+            samples = choose_tokens(logits, settings, len(reply), seq, drafts, uniforms)
+            accepted = count_accepted(drafts, samples)
+            emitted = [*drafts[:accepted], samples[accepted]]
+            # The cache saw the last token and every draft; keep it up to the accepted ones.
+            target.crop(len(seq) + accepted)
+            if ngram is not None:
+                ngram.feedback(len(drafts), accepted)
+
+            origins = [True] * accepted + [False]
+            for i, token in enumerate(emitted):
+                if token in stop_ids:
+                    stop = "end_of_turn" if token == self.end_of_turn_id else "eos"
+                    emitted, origins = emitted[:i], origins[:i]
+                    accepted = min(accepted, i)
+                    break
+            if not emitted and not drafts:
+                break
+            reply.extend(emitted)
+            seq.extend(emitted)
+            if ngram is not None:
+                ngram.extend(emitted)
+            if len(reply) >= max_new and stop is None:
+                stop = "max_new_tokens"
+            text = decode(reply, skip_special_tokens=True)
+            # A trailing U+FFFD is half a multi-byte character: hold it back until its other bytes arrive.
+            if stop is None and text.endswith("\ufffd"):
+                text = text.rstrip("\ufffd")
+            # If the tokenizer re-spelled earlier text, send only what is new past the shared part.
+            delta = text[len(sent) :] if text.startswith(sent) else text[_common_prefix(sent, text) :]
+            sent = text
+            yield Chunk(
+                text=delta,
+                token_ids=tuple(emitted),
+                drafted=len(drafts),
+                accepted=accepted,
+                origins=tuple(origins),
+                t=time.perf_counter(),
+                temperature=settings.temperature_at(max(0, len(reply) - 1)),
+            )
+
+        if stop is None:
+            stop = "eos"
+        draft_step_s = _mean(draft_model.step_times if draft_model is not None else draft_times)
+        yield Done(
+            stop_reason=stop,
+            prompt_tokens=len(prompt),
+            cached_tokens=cached,
+            prefill_s=prefill_s,
+            draft_step_s=draft_step_s,
+            target_step_s=_mean(target.step_times),
+        )
+
+    def _draft_with_model(self, state: ModelState, seq: list[int], k: int) -> list[int]:
+        """k greedy tokens from the draft model, on its own cache (rolled back to the shared prefix first)."""
+        state.crop(_common_prefix(state.ids, seq))
+        pending = seq[len(state.ids) :]
+        drafts: list[int] = []
+        for _ in range(k):
+            logits = state.forward(pending, keep=1, timed=True)
+            # Ids past the target's vocabulary (a padded draft embedding) are never proposed.
+            token = int(logits[-1, : self.vocab_size].argmax())
+            drafts.append(token)
+            pending = [token]
+        return drafts
+
+    def close(self) -> None:
+        self.model = None
+        self.target = None
+        self.draft_state = None
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0

@@ -1,0 +1,211 @@
+"""KV caches for the transformers backend: full precision, and int8 with per-(token, head) scales.
+
+transformers' own `QuantizedCache` needs optimum-quanto or hqq and cannot be cropped, and speculative decoding
+rolls the cache back after every rejected draft. So both layers here keep their states in preallocated
+buffers that grow by doubling: appending writes in place (no `torch.cat` of the whole history per step, which
+is what `DynamicLayer` does), and cropping only moves the length mark.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer
+
+# Buffers start at this many positions and double when full.
+INITIAL_CAPACITY = 256
+INT8_MAX = 127.0
+
+
+class GrowingLayer(DynamicLayer):
+    """Full-precision layer: states in a buffer of shape [batch, heads, capacity, head_dim]."""
+
+    is_croppable = True
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.length = 0
+        self._key_buffer: torch.Tensor | None = None
+        self._value_buffer: torch.Tensor | None = None
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.device = key_states.device
+        self.dtype = key_states.dtype
+        self.is_initialized = True
+
+    def _grow(self, needed: int, template: torch.Tensor) -> None:
+        capacity = 0 if self._key_buffer is None else self._key_buffer.shape[-2]
+        if needed <= capacity:
+            return
+        new_capacity = max(INITIAL_CAPACITY, capacity)
+        while new_capacity < needed:
+            new_capacity *= 2
+        batch, heads, _, head_dim = template.shape
+        shape = (batch, heads, new_capacity, head_dim)
+        keys = torch.empty(shape, dtype=self.dtype, device=self.device)
+        values = torch.empty(shape, dtype=self.dtype, device=self.device)
+        if self.length:
+            keys[:, :, : self.length] = self._key_buffer[:, :, : self.length]
+            values[:, :, : self.length] = self._value_buffer[:, :, : self.length]
+        self._key_buffer, self._value_buffer = keys, values
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        start, end = self.length, self.length + key_states.shape[-2]
+        self._grow(end, key_states)
+        self._key_buffer[:, :, start:end] = key_states
+        self._value_buffer[:, :, start:end] = value_states
+        self.length = end
+        self.keys = self._key_buffer[:, :, :end]
+        self.values = self._value_buffer[:, :, :end]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Drop the last `-tokens_to_remove` positions (transformers' convention: a negative count)."""
+        if tokens_to_remove > 0:
+            raise ValueError("crop takes a negative number of positions to remove")
+        self.length = max(0, self.length + tokens_to_remove)
+        if self._key_buffer is not None:
+            self.keys = self._key_buffer[:, :, : self.length]
+            self.values = self._value_buffer[:, :, : self.length]
+
+    def reset(self) -> None:
+        self.length = 0
+        self._key_buffer = self._value_buffer = None
+        super().reset()
+
+    def storage_bytes(self, used_only: bool = True) -> int:
+        """Bytes of the cache tensors: of the `length` positions in use, or of the whole allocated buffers."""
+        if self._key_buffer is None:
+            return 0
+        positions = self.length if used_only else self._key_buffer.shape[-2]
+        per_position = self._key_buffer[:, :, :1].numel() * self._key_buffer.element_size()
+        return 2 * positions * per_position
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        raise NotImplementedError("specchat decodes one sequence; beam search is not supported")
+
+
+class Int8Layer(GrowingLayer):
+    """K/V stored as int8 with one float32 scale per (token, head), dequantized for attention.
+
+    New states are quantized before they are used, so a token's keys and values are the same whether it was
+    computed alone (plain decoding) or in a verify pass: speculative and plain decoding agree on this cache too.
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._key_scales: torch.Tensor | None = None
+        self._value_scales: torch.Tensor | None = None
+
+    def _grow(self, needed: int, template: torch.Tensor) -> None:
+        capacity = 0 if self._key_buffer is None else self._key_buffer.shape[-2]
+        if needed <= capacity:
+            return
+        new_capacity = max(INITIAL_CAPACITY, capacity)
+        while new_capacity < needed:
+            new_capacity *= 2
+        batch, heads, _, head_dim = template.shape
+        new = {
+            "_key_buffer": torch.empty(
+                (batch, heads, new_capacity, head_dim), dtype=torch.int8, device=self.device
+            ),
+            "_value_buffer": torch.empty(
+                (batch, heads, new_capacity, head_dim), dtype=torch.int8, device=self.device
+            ),
+            "_key_scales": torch.empty(
+                (batch, heads, new_capacity, 1), dtype=torch.float32, device=self.device
+            ),
+            "_value_scales": torch.empty(
+                (batch, heads, new_capacity, 1), dtype=torch.float32, device=self.device
+            ),
+        }
+        for name, tensor in new.items():
+            old = getattr(self, name)
+            if self.length and old is not None:
+                tensor[:, :, : self.length] = old[:, :, : self.length]
+            setattr(self, name, tensor)
+
+    @staticmethod
+    def quantize(states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scales = (states.abs().amax(dim=-1, keepdim=True).float() / INT8_MAX).clamp_(min=1e-12)
+        quantized = (states.float() / scales).round_().clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
+        return quantized, scales
+
+    def _dequantize(self, buffer: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+        end = self.length
+        return buffer[:, :, :end].to(self.dtype) * scales[:, :, :end].to(self.dtype)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        start, end = self.length, self.length + key_states.shape[-2]
+        self._grow(end, key_states)
+        qk, sk = self.quantize(key_states)
+        qv, sv = self.quantize(value_states)
+        self._key_buffer[:, :, start:end] = qk
+        self._key_scales[:, :, start:end] = sk
+        self._value_buffer[:, :, start:end] = qv
+        self._value_scales[:, :, start:end] = sv
+        self.length = end
+        # Only the quantized form is kept; these dequantized views live for this forward pass.
+        keys = self._dequantize(self._key_buffer, self._key_scales)
+        values = self._dequantize(self._value_buffer, self._value_scales)
+        self.keys = self.values = None
+        return keys, values
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError("crop takes a negative number of positions to remove")
+        self.length = max(0, self.length + tokens_to_remove)
+
+    def reset(self) -> None:
+        self._key_scales = self._value_scales = None
+        super().reset()
+
+    def storage_bytes(self, used_only: bool = True) -> int:
+        if self._key_buffer is None:
+            return 0
+        positions = self.length if used_only else self._key_buffer.shape[-2]
+        per_position = (
+            self._key_buffer[:, :, :1].numel() * self._key_buffer.element_size()
+            + self._key_scales[:, :, :1].numel() * self._key_scales.element_size()
+        )
+        return 2 * positions * per_position
+
+
+class SpecCache(Cache):
+    """A croppable cache of `GrowingLayer`s (full precision) or `Int8Layer`s (q8), one per model layer."""
+
+    def __init__(self, mode: str = "fp16") -> None:
+        if mode not in ("fp16", "q8"):
+            raise ValueError(f"cache mode {mode!r}: this cache holds fp16 (full precision) or q8")
+        self.mode = mode
+        super().__init__(layer_class_to_replicate=Int8Layer if mode == "q8" else GrowingLayer)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        if layer_idx >= len(self.layers):
+            return 0
+        return self.layers[layer_idx].length
+
+    def crop_to(self, length: int) -> None:
+        """Keep the first `length` positions."""
+        for layer in self.layers:
+            if layer.length > length:
+                layer.crop(length - layer.length)
+
+    def storage_bytes(self, used_only: bool = True) -> int:
+        return sum(layer.storage_bytes(used_only) for layer in self.layers)
+
+
+def full_precision_bytes(cache: SpecCache, dtype: torch.dtype) -> int:
+    """What the cache's positions in use would take as plain `dtype` tensors (for the memory comparison)."""
+    total = 0
+    element = torch.empty((), dtype=dtype).element_size()
+    for layer in cache.layers:
+        if layer._key_buffer is not None:
+            total += 2 * layer.length * layer._key_buffer[:, :, :1].numel() * element
+    return total
