@@ -51,7 +51,9 @@ class PromptResult:
 
 def load_prompt_set(path: Path | None = None) -> list[dict[str, str]]:
     if path is None:
-        text = (Path(__file__).resolve().parent.parent / "bench" / "prompts.jsonl").read_text(encoding="utf-8")
+        text = (Path(__file__).resolve().parent.parent / "bench" / "prompts.jsonl").read_text(
+            encoding="utf-8"
+        )
     else:
         text = path.read_text(encoding="utf-8")
     return [orjson.loads(line) for line in text.splitlines() if line.strip()]
@@ -64,7 +66,9 @@ def _builtin_k() -> dict[str, int]:
     return {name: presets[name].k for name in ("code", "qa", "creative")}
 
 
-def _ours(backend, prompt_ids: list[int], k: int, max_new: int) -> tuple[list[int], float, AcceptanceAccounting]:
+def _ours(
+    backend, prompt_ids: list[int], k: int, max_new: int
+) -> tuple[list[int], float, AcceptanceAccounting]:
     request = GenerationRequest(
         prompt_ids=tuple(prompt_ids),
         sampler=SamplerSettings(temperature=0.0),
@@ -116,7 +120,9 @@ def run_bench(settings, quick: bool = False, out=sys.stdout) -> dict:
     model_dir = settings.model or ensure_embedded_model(print_progress)
     max_new = 96 if quick else 192
     repeats = 1 if quick else 3
-    backend = TransformersBackend(model_dir, draft="ngram", cache_mode="fp16", max_context=settings.max_context)
+    backend = TransformersBackend(
+        model_dir, draft="ngram", cache_mode="fp16", max_context=settings.max_context
+    )
     backend.load(print_progress)
     prompts = load_prompt_set()
     k_by_category = _builtin_k()
@@ -138,7 +144,11 @@ def run_bench(settings, quick: bool = False, out=sys.stdout) -> dict:
                 if variant.startswith("ours"):
                     ids, secs, acc = _ours(backend, prompt_ids, k if variant == "ours-ngram" else 0, max_new)
                     if variant == "ours-ngram" and rep == 0:
-                        res.drafted, res.accepted, res.rounds = acc.live.drafted, acc.live.accepted, acc.live.rounds
+                        res.drafted, res.accepted, res.rounds = (
+                            acc.live.drafted,
+                            acc.live.accepted,
+                            acc.live.rounds,
+                        )
                 else:
                     ids, secs = _peer(backend, prompt_ids, k if variant == "hf-lookup" else 0, max_new)
                 outputs[variant] = ids
@@ -225,11 +235,14 @@ def _print_summary(out, s: dict) -> None:
     checks = [
         ("n-gram vs plain, whole set", s["ngram_vs_plain_total"], TARGETS["ngram_vs_plain_total"]),
         ("n-gram vs plain, worst prompt", s["ngram_vs_plain_each_min"], TARGETS["ngram_vs_plain_each"]),
-        ("n-gram vs transformers prompt lookup", s["ngram_vs_hf_lookup_total"], TARGETS["ngram_vs_hf_lookup_total"]),
+        (
+            "n-gram vs transformers prompt lookup",
+            s["ngram_vs_hf_lookup_total"],
+            TARGETS["ngram_vs_hf_lookup_total"],
+        ),
         ("plain vs transformers plain", s["plain_vs_hf_plain_total"], TARGETS["plain_vs_hf_plain_total"]),
     ]
     for label, value, target in checks:
         verdict = "meets" if value >= target else "MISSES"
         print(f"{label:<40} {value:5.2f}x  (target >= {target:.2f}x: {verdict})", file=out)
     print(f"greedy outputs identical across all four: {'yes' if s['all_identical'] else 'NO'}", file=out)
-

@@ -153,11 +153,30 @@ def test_generate_json_end_to_end(tmp_path, smol_dir):
     assert first["model"] == str(smol_dir)
     assert first["prompt_token_ids"] and first["token_ids"]
     stats = first["stats"]
-    for key in (
-        "prompt_tokens new_tokens drafted_tokens accepted_tokens rounds acceptance_rate mean_accepted_length "
-        "per_position_acceptance acceptance_histogram alpha predicted_speedup ttft_s prefill_tokens_per_s "
-        "decode_tokens_per_s total_s preset num_draft_tokens temperature draft_mode backend model stop_reason"
-    ).split():
+    for key in [
+        "prompt_tokens",
+        "new_tokens",
+        "drafted_tokens",
+        "accepted_tokens",
+        "rounds",
+        "acceptance_rate",
+        "mean_accepted_length",
+        "per_position_acceptance",
+        "acceptance_histogram",
+        "alpha",
+        "predicted_speedup",
+        "ttft_s",
+        "prefill_tokens_per_s",
+        "decode_tokens_per_s",
+        "total_s",
+        "preset",
+        "num_draft_tokens",
+        "temperature",
+        "draft_mode",
+        "backend",
+        "model",
+        "stop_reason",
+    ]:
         assert key in stats, key
     assert stats["new_tokens"] == len(first["token_ids"])
     assert stats["prompt_tokens"] == len(first["prompt_token_ids"])

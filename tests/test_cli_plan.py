@@ -2,7 +2,9 @@ from test_cli_errors import assert_one_line_error, run_cli
 
 
 def test_plan_prints_weights_cache_and_verdict(tmp_path, tiny_model_dir):
-    proc = run_cli(["plan", "--model", str(tiny_model_dir), "--budget-gb", "1", "--max-context", "2048"], tmp_path)
+    proc = run_cli(
+        ["plan", "--model", str(tiny_model_dir), "--budget-gb", "1", "--max-context", "2048"], tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "weights" in out and "KV cache" in out and "(q8, 2048 tokens)" in out
@@ -11,7 +13,9 @@ def test_plan_prints_weights_cache_and_verdict(tmp_path, tiny_model_dir):
 
 def test_plan_q4_cache_is_smaller_than_fp16(tmp_path, smol_dir):
     def cache_line(mode: str) -> str:
-        proc = run_cli(["plan", "--model", str(smol_dir), "--cache-mode", mode, "--max-context", "8192"], tmp_path)
+        proc = run_cli(
+            ["plan", "--model", str(smol_dir), "--cache-mode", mode, "--max-context", "8192"], tmp_path
+        )
         assert proc.returncode == 0, proc.stderr
         return next(line for line in proc.stdout.splitlines() if line.startswith("KV cache"))
 
