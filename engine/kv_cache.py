@@ -32,6 +32,10 @@ class GrowingLayer(DynamicLayer):
         self.dtype = key_states.dtype
         self.is_initialized = True
 
+    def _buffer_specs(self, head_dim: int) -> dict[str, tuple[int, torch.dtype]]:
+        """Buffers this layer keeps per position: attribute name -> (last dimension, dtype)."""
+        return {"_key_buffer": (head_dim, self.dtype), "_value_buffer": (head_dim, self.dtype)}
+
     def _grow(self, needed: int, template: torch.Tensor) -> None:
         capacity = 0 if self._key_buffer is None else self._key_buffer.shape[-2]
         if needed <= capacity:
@@ -40,13 +44,12 @@ class GrowingLayer(DynamicLayer):
         while new_capacity < needed:
             new_capacity *= 2
         batch, heads, _, head_dim = template.shape
-        shape = (batch, heads, new_capacity, head_dim)
-        keys = torch.empty(shape, dtype=self.dtype, device=self.device)
-        values = torch.empty(shape, dtype=self.dtype, device=self.device)
-        if self.length:
-            keys[:, :, : self.length] = self._key_buffer[:, :, : self.length]
-            values[:, :, : self.length] = self._value_buffer[:, :, : self.length]
-        self._key_buffer, self._value_buffer = keys, values
+        for name, (last_dim, dtype) in self._buffer_specs(head_dim).items():
+            tensor = torch.empty((batch, heads, new_capacity, last_dim), dtype=dtype, device=self.device)
+            old = getattr(self, name)
+            if self.length and old is not None:
+                tensor[:, :, : self.length] = old[:, :, : self.length]
+            setattr(self, name, tensor)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
@@ -101,33 +104,13 @@ class Int8Layer(GrowingLayer):
         self._key_scales: torch.Tensor | None = None
         self._value_scales: torch.Tensor | None = None
 
-    def _grow(self, needed: int, template: torch.Tensor) -> None:
-        capacity = 0 if self._key_buffer is None else self._key_buffer.shape[-2]
-        if needed <= capacity:
-            return
-        new_capacity = max(INITIAL_CAPACITY, capacity)
-        while new_capacity < needed:
-            new_capacity *= 2
-        batch, heads, _, head_dim = template.shape
-        new = {
-            "_key_buffer": torch.empty(
-                (batch, heads, new_capacity, head_dim), dtype=torch.int8, device=self.device
-            ),
-            "_value_buffer": torch.empty(
-                (batch, heads, new_capacity, head_dim), dtype=torch.int8, device=self.device
-            ),
-            "_key_scales": torch.empty(
-                (batch, heads, new_capacity, 1), dtype=torch.float32, device=self.device
-            ),
-            "_value_scales": torch.empty(
-                (batch, heads, new_capacity, 1), dtype=torch.float32, device=self.device
-            ),
+    def _buffer_specs(self, head_dim: int) -> dict[str, tuple[int, torch.dtype]]:
+        return {
+            "_key_buffer": (head_dim, torch.int8),
+            "_value_buffer": (head_dim, torch.int8),
+            "_key_scales": (1, torch.float32),
+            "_value_scales": (1, torch.float32),
         }
-        for name, tensor in new.items():
-            old = getattr(self, name)
-            if self.length and old is not None:
-                tensor[:, :, : self.length] = old[:, :, : self.length]
-            setattr(self, name, tensor)
 
     @staticmethod
     def quantize(states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
