@@ -1,7 +1,8 @@
 """`specchat bench`: speculative vs plain decoding vs the transformers peer, side by side in one run.
 
 Every prompt of the public set (bench/prompts.jsonl) is decoded at temperature 0 four ways, in rotating order
-so that machine noise hits all of them alike:
+so that machine noise hits all of them alike (each variant's time is the best of its repeats: on a shared
+machine the fastest run is the one least disturbed by others):
   ours-plain   our loop with drafting off
   ours-ngram   our loop with n-gram drafting (K from the prompt's preset)
   hf-plain     transformers' generate(do_sample=False)
@@ -11,7 +12,6 @@ Ratios are computed from the same run; nothing here is compared to a stored numb
 
 from __future__ import annotations
 
-import statistics
 import sys
 import threading
 import time
@@ -46,7 +46,7 @@ class PromptResult:
     identical: bool = True
 
     def tps(self, variant: str) -> float:
-        return self.tokens[variant] / statistics.median(self.seconds[variant])
+        return self.tokens[variant] / min(self.seconds[variant])
 
 
 def load_prompt_set(path: Path | None = None) -> list[dict[str, str]]:
@@ -113,18 +113,25 @@ def _peer(backend, prompt_ids: list[int], k: int, max_new: int) -> tuple[list[in
     return new, seconds
 
 
-def run_bench(settings, quick: bool = False, out=sys.stdout) -> dict:
+def run_bench(
+    settings,
+    quick: bool = False,
+    out=sys.stdout,
+    *,
+    prompts: list[dict[str, str]] | None = None,
+    max_new_tokens: int | None = None,
+) -> dict:
     from engine.backends.hf import TransformersBackend
     from engine.models import ensure_embedded_model, print_progress
 
     model_dir = settings.model or ensure_embedded_model(print_progress)
-    max_new = 96 if quick else 192
-    repeats = 1 if quick else 3
+    max_new = max_new_tokens or (96 if quick else 192)
+    repeats = 2 if quick else 3
     backend = TransformersBackend(
         model_dir, draft="ngram", cache_mode="fp16", max_context=settings.max_context
     )
     backend.load(print_progress)
-    prompts = load_prompt_set()
+    prompts = prompts if prompts is not None else load_prompt_set()
     k_by_category = _builtin_k()
     print(
         f"specchat bench: {len(prompts)} prompts, temperature 0, max {max_new} new tokens, {repeats} repeat(s), "
@@ -187,7 +194,7 @@ def _print_row(out, idx: int, r: PromptResult) -> None:
 
 def _total_tps(results: list[PromptResult], variant: str) -> float:
     tokens = sum(r.tokens[variant] for r in results)
-    seconds = sum(statistics.median(r.seconds[variant]) for r in results)
+    seconds = sum(min(r.seconds[variant]) for r in results)
     return tokens / seconds
 
 

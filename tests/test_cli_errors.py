@@ -146,6 +146,7 @@ def test_generate_json_end_to_end(tmp_path, smol_dir):
         tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
+    assert "auto: exllamav2 unusable" in proc.stderr and "-> transformers" in proc.stderr
     records = [orjson.loads(line) for line in proc.stdout.splitlines()]
     assert len(records) == 2
     first = records[0]

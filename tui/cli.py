@@ -180,8 +180,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     session.load(print_progress)
     info = session.info
     assert info is not None
-    if info.notes and not args.json:
-        for note in info.notes:
+    # Which backend and why, and any notice (q4 mapped to q8 ...): stderr, so --json output stays clean.
+    for note in (session.backend_reason, *info.notes):
+        if note and note != "given":
             print(f"specchat: {note}", file=sys.stderr)
     status = 0
     for prompt in prompts:
