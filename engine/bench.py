@@ -165,8 +165,32 @@ def run_bench(
         results.append(res)
         _print_row(out, idx, res)
     summary = _summarise(results)
+    summary["kv_cache_bytes"] = _cache_memory(backend, positions=1024 if quick else 2048)
     _print_summary(out, summary)
     return summary
+
+
+def _cache_memory(backend, positions: int) -> dict[str, int]:
+    """Bytes of the KV cache after `positions` tokens: fp32 (what the CPU runs), fp16 and our int8 `q8` cache."""
+    import torch
+
+    from engine.kv_cache import SpecCache, full_precision_bytes
+
+    ids = torch.arange(positions, dtype=torch.long).remainder(1000).add(100).unsqueeze(0)
+    kwarg = backend.target.cache_kwarg
+    sizes: dict[str, int] = {}
+    for mode in ("fp16", "q8"):
+        cache = SpecCache(mode)
+        with torch.inference_mode():
+            for start in range(0, positions, 256):
+                backend.model(input_ids=ids[:, start : start + 256], **{kwarg: cache, "use_cache": True})
+        if mode == "fp16":  # our full-precision cache holds the model's own dtype (fp32 on the CPU)
+            sizes["fp32"] = full_precision_bytes(cache, torch.float32)
+            sizes["fp16"] = full_precision_bytes(cache, torch.float16)
+        else:
+            sizes["q8"] = cache.storage_bytes()
+    sizes["positions"] = positions
+    return sizes
 
 
 def _ratio(res: PromptResult, a: str, b: str) -> float:
@@ -253,3 +277,12 @@ def _print_summary(out, s: dict) -> None:
         verdict = "meets" if value >= target else "MISSES"
         print(f"{label:<40} {value:5.2f}x  (target >= {target:.2f}x: {verdict})", file=out)
     print(f"greedy outputs identical across all four: {'yes' if s['all_identical'] else 'NO'}", file=out)
+    kv = s.get("kv_cache_bytes")
+    if kv:
+        mib = 2**20
+        print(
+            f"KV cache at {kv['positions']} tokens: fp32 {kv['fp32'] / mib:.1f} MiB, fp16 {kv['fp16'] / mib:.1f} MiB, "
+            f"q8 {kv['q8'] / mib:.1f} MiB ({kv['fp32'] / kv['q8']:.2f}x smaller than fp32, "
+            f"{kv['fp16'] / kv['q8']:.2f}x than fp16)",
+            file=out,
+        )

@@ -43,6 +43,9 @@ def test_bench_on_a_tiny_model_prints_the_table_and_ratios(tiny_model_dir):
         "plain vs transformers plain",
     ):
         assert label in text
+    kv = summary["kv_cache_bytes"]
+    assert kv["fp32"] == 2 * kv["fp16"] > kv["fp16"] > kv["q8"] > 0
+    assert "KV cache at 1024 tokens" in text
     assert summary["ngram_vs_plain_total"] == pytest.approx(
         summary["tokens_per_s"]["ours-ngram"] / summary["tokens_per_s"]["ours-plain"]
     )
