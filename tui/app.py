@@ -27,6 +27,7 @@ from engine.backends.base import Backend
 from engine.config import Settings
 from engine.errors import SpecchatError
 from engine.events import Chunk, ContextTrimmed, ReplyFailed, ReplyFinished, ReplyStarted
+from engine.presets import load_presets
 from engine.session import ChatSession
 from tui.formatting import preset_label
 from tui.keymap import APP_KEYS, bindings, check_keymap, key_for
@@ -138,11 +139,17 @@ class SpecchatApp(App[None]):
         backend: Backend | None = None,
         session: ChatSession | None = None,
         load_on_mount: bool = True,
+        startup_error: str | None = None,
     ) -> None:
         super().__init__()
         self.settings = settings
-        self.session = session if session is not None else ChatSession(settings, backend=backend)
+        if session is None:
+            # A broken config or preset file still opens the app (built-in presets), to show what is wrong.
+            presets = load_presets(None) if startup_error else None
+            session = ChatSession(settings, backend=backend, presets=presets)
+        self.session = session
         self.load_on_mount = load_on_mount
+        self.startup_error = startup_error
         self.state = "loading"  # loading / failed / ready
         self.state_message = "starting"
         self.load_error: str | None = None
@@ -174,7 +181,9 @@ class SpecchatApp(App[None]):
         self.query_one(PromptInput).focus()
         self.set_interval(STATUS_INTERVAL_S, self._tick)
         self.refresh_status()
-        if self.load_on_mount:
+        if self.startup_error:
+            self._load_failed(self.startup_error, title="The configuration has a problem")
+        elif self.load_on_mount:
             self.start_loading()
 
     def on_unmount(self) -> None:
@@ -252,12 +261,12 @@ class SpecchatApp(App[None]):
         self.notify(f"{info.model} on {info.backend}·{info.device}{reason}{notes}", title="Model loaded")
         self.refresh_status()
 
-    def _load_failed(self, message: str) -> None:
+    def _load_failed(self, message: str, title: str = "The model did not load") -> None:
         self.state = "failed"
         self.state_message = message
         self.load_error = message
-        self._set_banner(Text.assemble(("✖ The model did not load: ", "bold red"), message), error=True)
-        self.push_screen(ErrorScreen("The model did not load", message))
+        self._set_banner(Text.assemble((f"✖ {title}: ", "bold red"), message), error=True)
+        self.push_screen(ErrorScreen(title, message))
         self.refresh_status()
 
     def _set_banner(self, text: Text | None, error: bool = False) -> None:
@@ -535,6 +544,9 @@ class SpecchatApp(App[None]):
         self.refresh_status()
 
 
-def run_app(settings: Settings) -> None:
-    """Entry point used by `specchat` (tui.cli): open the chat on the configured (or embedded) model."""
-    SpecchatApp(settings).run()
+def run_app(settings: Settings, startup_error: str | None = None) -> None:
+    """Entry point used by `specchat` (tui.cli): open the chat on the configured (or embedded) model.
+
+    With `startup_error` (a broken config file, say) the app opens on default settings and shows the message.
+    """
+    SpecchatApp(settings, startup_error=startup_error).run()

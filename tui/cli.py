@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _settings(args: argparse.Namespace):
+def _settings(args: argparse.Namespace, check_paths: bool = True):
     from engine.config import load_settings
 
     overrides: dict[str, Any] = {
@@ -116,6 +116,8 @@ def _settings(args: argparse.Namespace):
         "preset": getattr(args, "preset", None),
     }
     settings = load_settings(**overrides)
+    if not check_paths:
+        return settings
     if settings.model is not None and not Path(settings.model).exists():
         raise CliError(f"model folder not found: {settings.model}")
     draft = settings.draft
@@ -300,10 +302,25 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    from engine.config import ConfigError, Settings
+    from engine.presets import PresetError
+
+    # The chat shows problems in the app and stays open: a broken config or preset file opens it on the
+    # defaults with the message; a missing model or draft folder fails the load, in the app.
+    startup_error = None
+    try:
+        settings = _settings(args, check_paths=False)
+        from engine.config import presets_dir
+        from engine.presets import load_presets
+
+        presets = load_presets(presets_dir())
+        if settings.preset != "auto" and settings.preset not in presets:
+            raise CliError(f"unknown preset {settings.preset!r} (known: auto, {', '.join(presets)})")
+    except (ConfigError, PresetError, CliError) as exc:
+        settings, startup_error = Settings.model_construct(), " ".join(str(exc).split())
     from tui.app import run_app
 
-    run_app(settings)
+    run_app(settings, startup_error=startup_error)
     return 0
 
 

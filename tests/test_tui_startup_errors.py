@@ -1,0 +1,41 @@
+"""Problems found before the model loads (bad config, missing folders, no exllamav2) show in the open app."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tui_helpers import SIZE, plain, status, wait_until
+
+from engine.config import Settings
+from tui.app import SpecchatApp
+from tui.screens.error import ErrorScreen
+
+
+async def _shows_error(app: SpecchatApp, fragment: str) -> None:
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state == "failed", timeout=60)
+        await wait_until(
+            pilot, lambda: isinstance(app.screen, ErrorScreen) and app.screen.query("#error-message")
+        )
+        assert fragment in plain(app.screen.query_one("#error-message"))
+        await pilot.press("enter")
+        assert fragment in plain(app.chat_log.banner)
+        assert "model not loaded" in status(app)
+        assert app.is_running
+
+
+async def test_bad_config_opens_the_app_with_the_message():
+    message = "~/.config/specchat/config.toml: cache_mode: must be one of fp16, q8, q6, q4 (got 'q3')"
+    app = SpecchatApp(Settings.model_construct(), startup_error=message)
+    await _shows_error(app, "cache_mode: must be one of")
+    assert app.session.backend is None  # nothing was loaded on a broken configuration
+
+
+async def test_missing_model_folder_fails_the_load_in_app(tmp_path: Path):
+    app = SpecchatApp(Settings(model=tmp_path / "missing", backend="transformers"))
+    await _shows_error(app, "missing")
+
+
+async def test_exllamav2_backend_unusable_is_a_message_in_app(tiny_model_dir: Path):
+    app = SpecchatApp(Settings(model=tiny_model_dir, backend="exllamav2"))
+    await _shows_error(app, "exllamav2 is unusable here")
