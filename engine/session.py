@@ -37,6 +37,37 @@ ProgressCallback = Callable[[str, float | None], None]
 OVERRIDABLE = ("k", "temperature", "max_new_tokens", "drafting", "ramp_tokens")
 
 
+class ReplyHandle:
+    """A reply generating in its own thread: `cancel()` it, `wait()` for its ReplyFinished / ReplyFailed."""
+
+    def __init__(self, run: Callable[[threading.Event], ReplyFinished | ReplyFailed]) -> None:
+        self.cancel_event = threading.Event()
+        self.result: ReplyFinished | ReplyFailed | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(run,), name="specchat-reply", daemon=True)
+        self._thread.start()
+
+    def _run(self, run: Callable[[threading.Event], ReplyFinished | ReplyFailed]) -> None:
+        try:
+            self.result = run(self.cancel_event)
+        except BaseException as exc:  # handed to wait(): a thread has no one else to tell
+            self.error = exc
+
+    def cancel(self) -> None:
+        self.cancel_event.set()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> ReplyFinished | ReplyFailed | None:
+        """The result (None if still running after `timeout`); re-raises what the thread raised."""
+        self._thread.join(timeout)
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
 @dataclass(slots=True)
 class Turn:
     role: str
@@ -154,6 +185,12 @@ class ChatSession:
             raise SpecchatError("empty message: type something to send")
         self.turns.append(Turn("user", text))
         return self._reply(text, on_event, cancel)
+
+    def start(self, text: str, on_event: EventCallback) -> ReplyHandle:
+        """`send()` in a thread of its own; events arrive on that thread, through `on_event`."""
+        if not text.strip():
+            raise SpecchatError("empty message: type something to send")
+        return ReplyHandle(lambda cancel: self.send(text, on_event, cancel))
 
     def regenerate(self, on_event: EventCallback, cancel: threading.Event) -> ReplyFinished | ReplyFailed:
         while self.turns and self.turns[-1].role == "assistant":

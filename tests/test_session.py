@@ -182,3 +182,24 @@ def test_load_failure_is_one_line_specchat_error():
     session = ChatSession(Settings(), backend=ScriptedBackend(load_error="model folder not found: /x"))
     with pytest.raises(SpecchatError, match="model folder not found"):
         session.load()
+
+
+def test_start_runs_the_reply_in_a_thread_and_can_cancel_it():
+    gate = threading.Event()
+    backend = ScriptedBackend(" ".join(f"w{i}" for i in range(30)), gate=gate, gate_after_rounds=1)
+    session = make_session(backend, preset="qa")
+    events: list[object] = []
+    handle = session.start("go", events.append)
+    assert handle.wait(timeout=0.2) is None and handle.running  # held by the gate after the first round
+    assert threading.current_thread() is threading.main_thread()
+    handle.cancel()
+    result = handle.wait(timeout=10)
+    assert isinstance(result, ReplyFinished) and result.cancelled
+    assert not handle.running
+    assert any(isinstance(e, Chunk) for e in events)
+
+
+def test_start_refuses_an_empty_message_at_once():
+    session = make_session(ScriptedBackend("x"))
+    with pytest.raises(SpecchatError):
+        session.start(" ", lambda e: None)
