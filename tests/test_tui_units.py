@@ -74,6 +74,8 @@ def test_stats_line_shows_preset_choice_and_draft_off():
         draft_mode="none", drafted_tokens=0, accepted_tokens=0, acceptance_rate=None, router_reason=""
     )
     assert stats_line(off, cancelled=True) == "100 tok · 42.0 tok/s · draft off · T 0.20 · code · cancelled"
+    backed_off = make_stats(drafted_tokens=0, accepted_tokens=0, acceptance_rate=None, router_reason="")
+    assert stats_line(backed_off) == "100 tok · 42.0 tok/s · no drafts · K 4 · T 0.20 · code"
 
 
 def test_render_status_idle_and_draft_off():

@@ -45,8 +45,10 @@ def stats_line(stats: MessageStats, cancelled: bool = False) -> str:
     if stats_drafted(stats):
         parts += [f"accept {percent(stats.acceptance_rate)}", f"τ {number(stats.mean_accepted_length, 2)}"]
         parts.append(f"K {stats.num_draft_tokens}")
-    else:
+    elif stats.draft_mode == "none" or stats.num_draft_tokens == 0:
         parts.append("draft off")
+    else:  # drafting was on, but the drafter found nothing worth proposing (n-gram back-off)
+        parts += ["no drafts", f"K {stats.num_draft_tokens}"]
     parts.append(f"T {stats.temperature:.2f}")
     parts.append(preset_label(stats.preset, bool(stats.router_reason)))
     if cancelled:

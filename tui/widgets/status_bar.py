@@ -80,7 +80,8 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
         drafting = bool(chosen.drafting and chosen.k > 0) if chosen is not None else True
     measured = None
     if last is not None:
-        measured = last.draft_mode != "none" and last.num_draft_tokens > 0 and last.drafted_tokens > 0
+        # Drafting on but nothing drafted (n-gram back-off) shows "accept –", not "draft off".
+        measured = last.draft_mode != "none" and last.num_draft_tokens > 0
     return StatusFigures(
         state="idle",
         preset=preset,
