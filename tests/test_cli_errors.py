@@ -142,6 +142,8 @@ def test_generate_json_end_to_end(tmp_path, smol_dir):
             "--json",
             "--max-new-tokens",
             "24",
+            "--temperature",
+            "0",
         ],
         tmp_path,
     )
@@ -183,6 +185,7 @@ def test_generate_json_end_to_end(tmp_path, smol_dir):
     assert stats["prompt_tokens"] == len(first["prompt_token_ids"])
     assert stats["backend"] == "transformers"
     assert stats["preset"] == "qa"  # auto mode routes a factual question to qa
+    assert stats["temperature"] == 0.0  # --temperature overrides the preset: greedy, so the answer is stable
     assert stats["draft_mode"] == "ngram"
     assert stats["accepted_tokens"] <= stats["drafted_tokens"]
 
