@@ -303,24 +303,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from engine.config import ConfigError, Settings
+    from engine.errors import SpecchatError
     from engine.presets import PresetError
-
-    # The chat shows problems in the app and stays open: a broken config or preset file opens it on the
-    # defaults with the message; a missing model or draft folder fails the load, in the app.
-    startup_error = None
-    try:
-        settings = _settings(args, check_paths=False)
-        from engine.config import presets_dir
-        from engine.presets import load_presets
-
-        presets = load_presets(presets_dir())
-        if settings.preset != "auto" and settings.preset not in presets:
-            raise CliError(f"unknown preset {settings.preset!r} (known: auto, {', '.join(presets)})")
-    except (ConfigError, PresetError, CliError) as exc:
-        settings, startup_error = Settings.model_construct(), " ".join(str(exc).split())
+    from engine.session import ChatSession
     from tui.app import run_app
 
-    run_app(settings, startup_error=startup_error)
+    # The chat shows problems in the app and stays open: a broken config or preset file (or an unknown preset)
+    # opens it on the defaults with the message; a missing model or draft folder fails the load, in the app.
+    session, startup_error = None, None
+    try:
+        settings = _settings(args, check_paths=False)
+        session = ChatSession(settings)  # loads the presets and checks the preset mode against them
+    except (ConfigError, PresetError, SpecchatError) as exc:
+        settings, startup_error = Settings.model_construct(), " ".join(str(exc).split())
+    run_app(settings, startup_error=startup_error, session=session)
     return 0
 
 
