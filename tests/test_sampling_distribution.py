@@ -17,14 +17,9 @@ import torch
 
 import engine.backends.hf as hf
 from engine.backends.base import GenerationRequest, SamplerSettings
-from engine.backends.hf import (
-    TransformersBackend,
-    apply_repetition_penalty,
-    choose_tokens,
-    filtered_probabilities,
-    sample_from,
-)
+from engine.backends.hf import TransformersBackend
 from engine.events import Chunk
+from engine.sampling import apply_repetition_penalty, choose_tokens, filtered_probabilities, sample_from
 
 # Samples per distribution. With 16 cells an exact sampler's expected total variation is about 0.045 at
 # this size (measured 0.054); the wrong rules below land at 0.65-0.78.
