@@ -92,17 +92,48 @@ class GrowingLayer(DynamicLayer):
         raise NotImplementedError("specchat decodes one sequence; beam search is not supported")
 
 
+class DequantScratch:
+    """Two float buffers that every int8 layer of one cache dequantizes into, one layer at a time.
+
+    Layers run one after another and attention consumes a layer's keys and values before the next layer
+    starts, so one pair of buffers serves them all: the fp32 history is never kept per layer (that is the
+    memory the int8 cache saves), and nothing is allocated per step.
+    """
+
+    def __init__(self) -> None:
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+
+    def views(self, like: torch.Tensor, dtype: torch.dtype, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        batch, heads, capacity, head_dim = like.shape
+        current = self.keys
+        if (
+            current is None
+            or current.dtype != dtype
+            or current.shape[-2] < capacity
+            or current.shape[:2] != (batch, heads)
+            or current.shape[-1] != head_dim
+        ):
+            shape = (batch, heads, capacity, head_dim)
+            self.keys = torch.empty(shape, dtype=dtype, device=like.device)
+            self.values = torch.empty(shape, dtype=dtype, device=like.device)
+        return self.keys[:, :, :length], self.values[:, :, :length]
+
+
 class Int8Layer(GrowingLayer):
     """K/V stored as int8 with one float32 scale per (token, head), dequantized for attention.
 
-    New states are quantized before they are used, so a token's keys and values are the same whether it was
-    computed alone (plain decoding) or in a verify pass: speculative and plain decoding agree on this cache too.
+    A token's scale comes from that token's own values, so what is stored does not depend on how many tokens
+    were written at once; with row-invariant kernels (engine/backends/hf_kernels.py) speculative and plain
+    decoding store the same bytes and give the same text. Dequantization is one fused multiply per layer into
+    a scratch buffer shared by all layers (`DequantScratch`).
     """
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, scratch: DequantScratch | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self._key_scales: torch.Tensor | None = None
         self._value_scales: torch.Tensor | None = None
+        self.scratch = scratch or DequantScratch()
 
     def _buffer_specs(self, head_dim: int) -> dict[str, tuple[int, torch.dtype]]:
         return {
@@ -118,10 +149,6 @@ class Int8Layer(GrowingLayer):
         quantized = (states.float() / scales).round_().clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
         return quantized, scales
 
-    def _dequantize(self, buffer: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-        end = self.length
-        return buffer[:, :, :end].to(self.dtype) * scales[:, :, :end].to(self.dtype)
-
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
@@ -134,9 +161,10 @@ class Int8Layer(GrowingLayer):
         self._value_buffer[:, :, start:end] = qv
         self._value_scales[:, :, start:end] = sv
         self.length = end
-        # Only the quantized form is kept; these dequantized views live for this forward pass.
-        keys = self._dequantize(self._key_buffer, self._key_scales)
-        values = self._dequantize(self._value_buffer, self._value_scales)
+        # Only the quantized form is kept; these dequantized views live for this layer's attention.
+        keys, values = self.scratch.views(self._key_buffer, self.dtype, end)
+        torch.mul(self._key_buffer[:, :, :end], self._key_scales[:, :, :end], out=keys)
+        torch.mul(self._value_buffer[:, :, :end], self._value_scales[:, :, :end], out=values)
         self.keys = self.values = None
         return keys, values
 
@@ -167,7 +195,10 @@ class SpecCache(Cache):
         if mode not in ("fp16", "q8"):
             raise ValueError(f"cache mode {mode!r}: this cache holds fp16 (full precision) or q8")
         self.mode = mode
-        super().__init__(layer_class_to_replicate=Int8Layer if mode == "q8" else GrowingLayer)
+        super().__init__(layer_class_to_replicate=GrowingLayer)
+        if mode == "q8":
+            scratch = DequantScratch()
+            self.layer_class_to_replicate = lambda **kwargs: Int8Layer(scratch=scratch, **kwargs)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         if layer_idx >= len(self.layers):

@@ -1,0 +1,239 @@
+"""Batch-invariant forward passes for the transformers backend on the CPU.
+
+Speculative decoding is exact only if a token's logits do not depend on how many tokens share its forward pass:
+a verify pass computes rows 1 + k at once, plain decoding one row at a time. Stock kernels break that twice:
+- `F.linear` calls MKL's gemv for one row and its gemm for more, and the two sum in different orders (about 1e-6
+  apart per layer). MKL's small-M gemm also re-packs the whole weight on every call, so a pass of 2 rows cost
+  1.6-2x one row here, which made every failed draft expensive.
+- SDPA runs a multi-row causal pass through other code (a mask, copies of K/V per query head) than a single row.
+Under the full-precision cache those differences only flip a near-tie now and then; under an int8 cache they
+move a value across a rounding boundary and the text diverges (issue: 1 prompt in 12).
+
+So the target's linear layers use oneDNN with weights packed once at load (each row's result is the same for
+any number of rows, and the weight is streamed once per pass, not re-packed), and attention for a short pass
+runs each query row exactly as a one-row decode step would: SDPA over its own causal prefix of the keys, with
+grouped-query heads, no mask. Long passes (prefill) keep SDPA's causal kernel. `install()` checks the first
+property on the loaded model and leaves the stock kernels in place where it does not hold.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class KernelSwitch:
+    """Which linear kernels a model's next forward pass uses: packed (row-invariant) or stock (MKL gemv/gemm).
+
+    One-row passes are fastest on MKL's gemv (oneDNN's packed kernel took ~1.2x its time for one row here), so
+    the backend may run them stock and only multi-row verify passes packed ("hybrid"), or everything packed
+    ("invariant": bit-exact speculation, needed where an int8 cache would amplify the difference).
+    """
+
+    __slots__ = ("packed",)
+
+    def __init__(self) -> None:
+        self.packed = True
+
+
+# Passes of at most this many rows (a verify pass: last token + K drafts) run attention row by row.
+ROWWISE_MAX_ROWS = 32
+ATTENTION_NAME = "specchat_rowwise"
+
+
+class PackedLinear(nn.Module):
+    """nn.Linear on oneDNN with prepacked weights: a row's result does not depend on the number of rows.
+
+    oneDNN keeps that property only for reductions of at most `CHUNK` inputs (wider ones take another path for
+    one row than for several), so a wider layer is split into input chunks whose products are added in order.
+    """
+
+    CHUNK = 1024
+
+    def __init__(self, linear: nn.Linear, switch: KernelSwitch | None = None) -> None:
+        super().__init__()
+        self.switch = switch or KernelSwitch()
+        # The stock weight stays for one-row passes in hybrid mode (the same tensor: no copy).
+        self.weight = linear.weight.detach()
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
+        weight = linear.weight.detach()
+        pieces = -(-self.in_features // self.CHUNK)
+        step = -(-self.in_features // pieces)
+        self.bounds = [
+            (start, min(start + step, self.in_features)) for start in range(0, self.in_features, step)
+        ]
+        # A batch-size hint of 1 would let oneDNN pick a one-row kernel for one row: the hint must be > 1.
+        self.packed = [
+            torch.ops.mkldnn._reorder_linear_weight(weight[:, a:b].contiguous(), 4) for a, b in self.bounds
+        ]
+        self.bias = None if linear.bias is None else linear.bias.detach()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.switch.packed:
+            return torch.nn.functional.linear(x, self.weight, self.bias)
+        rows = x.reshape(-1, self.in_features)
+        if len(self.packed) == 1:
+            out = torch.ops.mkldnn._linear_pointwise(
+                rows.contiguous(), self.packed[0], self.bias, "none", [], ""
+            )
+        else:
+            out = None
+            for (a, b), packed in zip(self.bounds, self.packed, strict=True):
+                part = torch.ops.mkldnn._linear_pointwise(
+                    rows[:, a:b].contiguous(), packed, None, "none", [], ""
+                )
+                out = part if out is None else out.add_(part)
+            if self.bias is not None:
+                out.add_(self.bias)
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+
+def rowwise_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs,
+):
+    """Attention for one sequence (no padding): short passes one query row at a time, long ones as SDPA does."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    rows = query.shape[2]
+    if rows > ROWWISE_MAX_ROWS:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    gqa = getattr(module, "num_key_value_groups", 1) > 1
+    past = key.shape[2] - rows
+    outputs = []
+    for j in range(rows):
+        visible = past + j + 1
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query[:, :, j : j + 1],
+            key[:, :, :visible],
+            value[:, :, :visible],
+            scale=scaling,
+            enable_gqa=gqa,
+        )
+        outputs.append(out)
+    attn = outputs[0] if rows == 1 else torch.cat(outputs, dim=2)
+    return attn.transpose(1, 2).contiguous(), None
+
+
+def _register_attention() -> None:
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    ALL_ATTENTION_FUNCTIONS.register(ATTENTION_NAME, rowwise_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION_NAME, sdpa_mask)
+
+
+# Sibling projections that read the same input: packed as one wider weight, computed in one call.
+FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+class _FusedProjections:
+    """Several linears over one input, as one packed linear; each member returns its slice of the output."""
+
+    def __init__(self, linears: list[nn.Linear], switch: KernelSwitch) -> None:
+        self.switch = switch
+        self.stock = [
+            (lin.weight.detach(), None if lin.bias is None else lin.bias.detach()) for lin in linears
+        ]
+        fused = nn.Linear(linears[0].in_features, sum(lin.out_features for lin in linears), bias=False)
+        with torch.no_grad():
+            fused.weight = nn.Parameter(
+                torch.cat([lin.weight.detach() for lin in linears]), requires_grad=False
+            )
+        if any(lin.bias is not None for lin in linears):
+            fused.bias = nn.Parameter(
+                torch.cat(
+                    [lin.bias if lin.bias is not None else torch.zeros(lin.out_features) for lin in linears]
+                ),
+                requires_grad=False,
+            )
+        self.linear = PackedLinear(fused, switch)
+        edges = [0]
+        for lin in linears:
+            edges.append(edges[-1] + lin.out_features)
+        self.slices = [slice(a, b) for a, b in zip(edges, edges[1:], strict=False)]
+        self._input: torch.Tensor | None = None
+        self._output: torch.Tensor | None = None
+
+    def output(self, x: torch.Tensor, index: int) -> torch.Tensor:
+        if not self.switch.packed:
+            weight, bias = self.stock[index]
+            return torch.nn.functional.linear(x, weight, bias)
+        if x is not self._input:  # the first member called with this input computes all of them
+            self._input, self._output = x, self.linear(x)
+        return self._output[..., self.slices[index]]
+
+
+class FusedMember(nn.Module):
+    def __init__(self, group: _FusedProjections, index: int) -> None:
+        super().__init__()
+        self.group = group
+        self.index = index
+        self.out_features = group.slices[index].stop - group.slices[index].start
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.group.output(x, self.index)
+
+
+def _pack_linears(module: nn.Module, switch: KernelSwitch) -> int:
+    """Replace every nn.Linear below `module` by a packed one (sibling projections fused); returns the count."""
+    count = 0
+    children = dict(module.named_children())
+    for names in FUSED_GROUPS:
+        linears = [children.get(name) for name in names]
+        if (
+            all(isinstance(lin, nn.Linear) for lin in linears)
+            and len({lin.in_features for lin in linears}) == 1
+        ):
+            group = _FusedProjections(linears, switch)
+            for index, name in enumerate(names):
+                setattr(module, name, FusedMember(group, index))
+            count += len(names)
+    for name, child in module.named_children():
+        if isinstance(child, nn.Linear):
+            setattr(module, name, PackedLinear(child, switch))
+            count += 1
+        elif not isinstance(child, FusedMember):
+            count += _pack_linears(child, switch)
+    return count
+
+
+def packing_is_row_invariant(features: int = 1536, outputs: int = 96) -> bool:
+    """Does a packed linear give each row the same result whether computed alone or with others?"""
+    generator = torch.Generator().manual_seed(0)
+    linear = nn.Linear(features, outputs, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(outputs, features, generator=generator))
+    packed = PackedLinear(linear)
+    x = torch.randn(9, features, generator=generator)
+    with torch.inference_mode():
+        together = packed(x)
+        alone = torch.cat([packed(x[i : i + 1]) for i in range(x.shape[0])])
+    return torch.equal(together, alone)
+
+
+def install(model: nn.Module, device: str) -> tuple[KernelSwitch | None, str | None]:
+    """Give `model` row-invariant kernels where this machine allows; the switch, or None and the reason."""
+    if device != "cpu" or next(model.parameters()).dtype != torch.float32:
+        return None, None  # GPU kernels and other dtypes: stock kernels, no note needed
+    if not torch.backends.mkldnn.is_available():
+        return None, "oneDNN is not available in this PyTorch build: stock kernels (speculation may drift)"
+    try:
+        if not packing_is_row_invariant():
+            return None, "oneDNN's packed linear is not row-invariant here: stock kernels"
+        _register_attention()
+        switch = KernelSwitch()
+        _pack_linears(model, switch)
+        model.config._attn_implementation = ATTENTION_NAME
+    except Exception as exc:  # an old PyTorch without these ops: run as before, and say so
+        return None, f"row-invariant kernels unavailable ({type(exc).__name__}): stock kernels"
+    return switch, None
