@@ -30,7 +30,7 @@ APP_NAME = "specchat"
 ENV_PREFIX = "SPECCHAT_"
 CONFIG_FILE_ENV = "SPECCHAT_CONFIG_FILE"
 
-CacheMode = Literal["fp16", "q8", "q6", "q4"]
+CacheMode = Literal["auto", "fp16", "q8", "q6", "q4"]
 BackendName = Literal["auto", "exllamav2", "transformers"]
 
 # The draft setting takes these words or a model folder path.
@@ -210,8 +210,8 @@ class Settings(BaseSettings):
     model: Path | None = None  # None: the embedded SmolLM2-135M-Instruct
     draft: str = "ngram"  # "ngram", "none" or a draft model folder
     backend: BackendName = "auto"
-    cache_mode: CacheMode = "q8"
-    draft_cache_mode: CacheMode = "q8"
+    cache_mode: CacheMode = "auto"  # auto: q8 on ExLlamaV2, full precision on the transformers backend
+    draft_cache_mode: CacheMode = "auto"
     max_context: int = Field(4096, ge=256)
     system_prompt: str | None = None
     preset: str = "auto"  # "auto" (the router picks per message) or a preset name; the caller checks the name

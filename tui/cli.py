@@ -48,8 +48,14 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, help="model folder (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--draft", help="drafting: ngram, none, or a draft model folder (same tokenizer family)")
     p.add_argument("--backend", choices=["auto", "exllamav2", "transformers"], help="inference engine")
-    p.add_argument("--cache-mode", choices=["fp16", "q8", "q6", "q4"], help="KV cache precision (default q8)")
-    p.add_argument("--draft-cache-mode", choices=["fp16", "q8", "q6", "q4"], help="draft model's KV cache")
+    p.add_argument(
+        "--cache-mode",
+        choices=["auto", "fp16", "q8", "q6", "q4"],
+        help="KV cache precision (default auto: q8 on exllamav2, full precision on transformers)",
+    )
+    p.add_argument(
+        "--draft-cache-mode", choices=["auto", "fp16", "q8", "q6", "q4"], help="draft model's KV cache"
+    )
     p.add_argument("--max-context", type=int, help="context length in tokens")
     p.add_argument("--system-prompt", help="system prompt for the conversation")
     p.add_argument("--seed", type=int, help="sampling seed (reproducible replies)")
@@ -243,6 +249,7 @@ def cmd_paths(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     import json
 
+    from engine.backends.base import resolve_cache_mode
     from engine.memory import MemoryPlanError, format_bytes, plan_memory
     from engine.models import ensure_embedded_model, validate_model_folder
 
@@ -261,10 +268,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         plan = plan_memory(
             read_config(model_dir),
-            settings.cache_mode,
+            resolve_cache_mode(settings.cache_mode, "exllamav2"),
             settings.max_context,
             draft_config,
-            settings.draft_cache_mode,
+            resolve_cache_mode(settings.draft_cache_mode, "exllamav2"),
             budget_bytes=budget,
             bits_per_weight=args.bpw,
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.backends.base import Backend, BackendError
+from engine.backends.base import Backend, BackendError, resolve_cache_mode
 
 
 def _model_dir(settings: Any) -> Path:
@@ -26,8 +26,8 @@ def _exllamav2(settings: Any, model_dir: Path) -> Backend:
     return ExLlamaV2Backend(
         model_dir,
         draft=settings.draft,
-        cache_mode=settings.cache_mode,
-        draft_cache_mode=settings.draft_cache_mode,
+        cache_mode=resolve_cache_mode(settings.cache_mode, "exllamav2"),
+        draft_cache_mode=resolve_cache_mode(settings.draft_cache_mode, "exllamav2"),
         max_context=settings.max_context,
         gpu_split=settings.gpu_split,
     )
@@ -43,8 +43,8 @@ def _transformers(settings: Any, model_dir: Path) -> Backend:
     return TransformersBackend(
         model_dir,
         draft=settings.draft,
-        cache_mode=settings.cache_mode,
-        draft_cache_mode=settings.draft_cache_mode,
+        cache_mode=resolve_cache_mode(settings.cache_mode, "transformers"),
+        draft_cache_mode=resolve_cache_mode(settings.draft_cache_mode, "transformers"),
         max_context=settings.max_context,
         **extra,
     )
