@@ -36,28 +36,58 @@ def apply_repetition_penalty(row: torch.Tensor, history: torch.Tensor, penalty: 
     row.scatter_(0, history, scores)
 
 
-def filtered_probabilities(row: torch.Tensor, temperature: float, settings: SamplerSettings) -> torch.Tensor:
-    """The sampling distribution of one position (float64, sums to 1) after temperature, top-k, top-p, min-p."""
-    logits = row.double() / temperature
-    if 0 < settings.top_k < logits.shape[-1]:
-        kth = torch.topk(logits, settings.top_k).values[-1]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
+# Candidates scored for top-p / min-p without top-k: the most likely tokens, enough for any sane nucleus.
+CANDIDATE_POOL = 256
+
+
+def filtered_candidates(
+    row: torch.Tensor, temperature: float, settings: SamplerSettings
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sampling distribution of one position after temperature, top-k, top-p and min-p, sparse.
+
+    Returns (token ids, probabilities) in descending probability, zeros dropped, summing to 1 (float32).
+    top-k and top-p keep a prefix of the tokens sorted by logit, so they are decided on the `CANDIDATE_POOL` most
+    likely ones (with the full vocabulary's normaliser); only a nucleus wider than the pool sorts everything.
+    Same semantics as transformers' warpers: top-p keeps a token while the probability above it is < top_p.
+    """
+    logits = row.float() / temperature
+    vocab = logits.shape[-1]
+    if 0 < settings.top_k < vocab:
+        values, ids = torch.topk(logits, settings.top_k)
+        normaliser = torch.logsumexp(values, -1)  # top-p and min-p see the top-k set renormalised
+    elif settings.top_p < 1.0 or settings.min_p > 0.0:
+        values, ids = torch.topk(logits, min(CANDIDATE_POOL, vocab))
+        normaliser = torch.logsumexp(logits, -1)
+    else:
+        values, ids = torch.sort(logits, descending=True)
+        normaliser = torch.logsumexp(values, -1)
+    probs = (values - normaliser).exp()
     if settings.top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=False)
-        cumulative = sorted_logits.softmax(-1).cumsum(-1)
-        remove_sorted = cumulative <= (1 - settings.top_p)
-        remove_sorted[-1] = False  # keep at least the most likely token
-        remove = remove_sorted.scatter(0, order, remove_sorted)
-        logits = logits.masked_fill(remove, float("-inf"))
-    probs = logits.softmax(-1)
+        cumulative = probs.cumsum(-1)
+        if (
+            float(cumulative[-1]) < settings.top_p
+            and ids.shape[-1] < vocab
+            and not (0 < settings.top_k < vocab)
+        ):
+            values, ids = torch.sort(logits, descending=True)  # a nucleus wider than the pool
+            probs = (values - normaliser).exp()
+            cumulative = probs.cumsum(-1)
+        keep = int(((cumulative - probs) < settings.top_p).sum())
+        ids, probs = ids[: max(keep, 1)], probs[: max(keep, 1)]
     if settings.min_p > 0.0:
-        probs = probs.masked_fill(probs < settings.min_p * probs.max(), 0.0)
-        probs = probs / probs.sum()
-    return probs
+        keep = int((probs >= settings.min_p * probs[0]).sum())
+        ids, probs = ids[: max(keep, 1)], probs[: max(keep, 1)]
+    return ids, probs / probs.sum()
+
+
+def filtered_probabilities(row: torch.Tensor, temperature: float, settings: SamplerSettings) -> torch.Tensor:
+    """The same distribution as `filtered_candidates`, dense over the vocabulary (for tests and peers)."""
+    ids, probs = filtered_candidates(row, temperature, settings)
+    return torch.zeros(row.shape[-1], dtype=torch.float32).index_put_((ids,), probs)
 
 
 def sample_from(probs: torch.Tensor, uniform: float) -> int:
-    """Inverse-CDF sample: the token whose interval of the cumulative distribution holds `uniform`."""
+    """Inverse-CDF sample: the index whose interval of the cumulative distribution holds `uniform`."""
     cdf = probs.cumsum(-1)
     target = torch.tensor([uniform * float(cdf[-1])], dtype=cdf.dtype)
     index = int(torch.searchsorted(cdf, target, right=True)[0])
@@ -82,16 +112,18 @@ def choose_tokens(
     if penalty == 1.0 and all(t <= 0 for t in temperatures):
         return logits.argmax(-1).tolist()  # greedy fast path: one call for the whole round
     logits = logits.float()
-    history = torch.tensor(list(context) + list(drafts), dtype=torch.long, device=logits.device)
+    history = None
+    if penalty != 1.0:  # the history tensor is built only where a penalty reads it
+        history = torch.tensor(list(context) + list(drafts), dtype=torch.long, device=logits.device)
     tokens: list[int] = []
     for j in range(rows):
         row = logits[j]
-        if penalty != 1.0:
+        if history is not None:
             row = row.clone()
             apply_repetition_penalty(row, history[: len(context) + j], penalty)
         if temperatures[j] <= 0:
             tokens.append(int(row.argmax()))
         else:
-            probs = filtered_probabilities(row, temperatures[j], settings)
-            tokens.append(sample_from(probs, uniforms[reply_index + j]))
+            ids, probs = filtered_candidates(row, temperatures[j], settings)
+            tokens.append(int(ids[sample_from(probs, uniforms[reply_index + j])]))
     return tokens
