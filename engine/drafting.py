@@ -1,162 +1,318 @@
-"""The n-gram (prompt-lookup) drafter, for backends and models without a draft model.
+"""The n-gram (prompt-lookup) drafter and the cost model that decides whether a draft pays, for every backend.
 
-It proposes the tokens that followed the most recent earlier occurrence of the context's last n tokens. On a
-CPU a wasted draft is not free: measured on SmolLM2-135M (2 cores), a verify pass of 2 positions costs about
-1.7x a plain step, and 3 to 8 positions about 1.7-2x (small-M matrix products stop being matrix-vector ones).
-So the first drafted token is the expensive one and a drafted round pays only when about one token or more is
-accepted. The drafter backs off where lookups do not pay: single-token matches are never used, 2-token matches
-only right after a round that accepted something, the draft length halves after a round with nothing accepted
-(but not below a floor: short drafts save almost nothing) and grows again after full acceptance, and a run of
-misses puts it into a cool-down (plain steps) that ends with a short re-probe. Pure python, no torch.
+Lookup: a suffix automaton over the whole context (prompt + reply so far) finds the longest suffix of the context
+that occurred before, and the most recent earlier place it ended; the draft is what followed there. Where the
+source runs into the end of the context (a loop: "a b c a b c a b"), the copy continues through the draft itself.
+
+Length: on a CPU a draft is not free. A verify pass of 1 + k tokens costs r(1 + k) plain steps, measured per
+load and kept up to date from every pass (`VerifyCostModel`). The drafter estimates the chance that each draft
+token is accepted from the match length (longer matches predict better) and what drafts of that match length
+did so far (one estimate per length bucket, learnt across replies), and picks the k, 0 included, that maximises
+expected tokens per unit of time: E(k) / r(1 + k), E(k) = 1 + p1 + p1 p2 + ... A draft goes out only where
+that beats a plain step, so a prompt with nothing to look up runs at plain speed.
+Pure python, no torch.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-# The adaptive length never needs to exceed any sensible K.
-MAX_DRAFT_LENGTH = 64
+# Longest draft the cost model considers (a verify pass wider than this is extrapolated, never measured).
+MAX_DRAFT_LENGTH = 16
+# Match-length buckets: a suffix match of length L falls in the first bucket whose bound is >= L.
+MATCH_BUCKETS = (1, 2, 3, 5, 9, 17, 33, math.inf)
+# Prior chance that the first draft token is accepted, per bucket, and that a later one is, given the ones
+# before it were. Measured on SmolLM2-135M replies to the public bench prompts (never the held-out ones).
+FIRST_TOKEN_PRIOR = (0.12, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75, 0.85)
+NEXT_TOKEN_PRIOR = 0.7
+PRIOR_WEIGHT = 4.0  # pseudo-observations behind each prior
+# A draft must beat a plain step by this fraction of its time (noise in the cost estimates).
+MIN_GAIN = 0.03
 
 
-@dataclass(frozen=True, slots=True)
-class DraftPolicy:
-    """Knobs of the back-off; the defaults were measured on SmolLM2-135M on 2 CPU cores."""
+def _bucket(match_length: int) -> int:
+    for index, bound in enumerate(MATCH_BUCKETS):
+        if match_length <= bound:
+            return index
+    return len(MATCH_BUCKETS) - 1
 
-    max_ngram: int = 4
-    # A 1-token match predicts the next token too rarely to pay for the longer verify pass.
-    min_ngram: int = 2
-    # Matches shorter than this are drafted only while the last drafted round accepted something.
-    strong_ngram: int = 3
-    # Shortest adaptive draft length: a verify pass of 2 positions costs nearly what one of 5 does.
-    min_draft_length: int = 3
-    # Consecutive rounds with nothing accepted before the drafter goes quiet.
-    misses_before_cooldown: int = 2
-    # Plain steps in the first cool-down; doubles with each cool-down in a row, up to the cap.
-    cooldown_rounds: int = 4
-    max_cooldown_rounds: int = 32
-    # Draft length of the probe that ends a cool-down.
-    probe_length: int = 2
+
+# --- verify cost ---------------------------------------------------------------------------------------
+
+
+class VerifyCostModel:
+    """Forward-pass time by width (tokens in the pass), relative to a one-token pass.
+
+    Seeded by a calibration at load and refined by every pass the backend times (exponential moving averages
+    per width), so it follows the machine's load. Widths never seen are interpolated linearly between the
+    nearest seen ones, and extrapolated with the last slope.
+    """
+
+    EMA_WEIGHT = 0.1
+
+    def __init__(self, seconds_by_width: dict[int, float] | None = None) -> None:
+        self._seconds: dict[int, float] = dict(seconds_by_width or {})
+
+    @classmethod
+    def from_samples(
+        cls, seconds_by_width: dict[int, float], max_width: int | None = None
+    ) -> VerifyCostModel:
+        return cls({w: s for w, s in seconds_by_width.items() if s > 0})
+
+    @classmethod
+    def from_ratios(cls, ratios: dict[int, float]) -> VerifyCostModel:
+        """A model from relative costs, e.g. {1: 1.0, 2: 1.1, 6: 1.3} (tests and fixed-cost peers)."""
+        return cls(dict(ratios))
+
+    def observe(self, width: int, seconds: float) -> None:
+        if width < 1 or seconds <= 0:
+            return
+        old = self._seconds.get(width)
+        self._seconds[width] = seconds if old is None else old + self.EMA_WEIGHT * (seconds - old)
+
+    def seconds(self, width: int) -> float | None:
+        known = sorted(self._seconds)
+        if not known:
+            return None
+        if width in self._seconds:
+            return self._seconds[width]
+        below = [w for w in known if w < width]
+        above = [w for w in known if w > width]
+        if below and above:
+            a, b = below[-1], above[0]
+            return self._seconds[a] + (self._seconds[b] - self._seconds[a]) * (width - a) / (b - a)
+        if len(known) == 1:
+            return self._seconds[known[0]]
+        a, b = (known[-2], known[-1]) if below else (known[0], known[1])
+        slope = (self._seconds[b] - self._seconds[a]) / (b - a)
+        return max(self._seconds[a] + slope * (width - a), 1e-9)
+
+    def ratio(self, width: int) -> float:
+        """t(width) / t(1); 1 + 0.1 per extra token where nothing was measured yet."""
+        one, this = self.seconds(1), self.seconds(width)
+        if one is None or this is None or one <= 0:
+            return 1.0 + 0.1 * (width - 1)
+        return max(this / one, 1e-6)
+
+    def as_dict(self) -> dict[int, float]:
+        return {w: self.ratio(w) for w in sorted(self._seconds)}
+
+
+# --- acceptance estimates ------------------------------------------------------------------------------
+
+
+@dataclass
+class AcceptanceModel:
+    """Per match-length bucket: how often drafts were accepted at their first position, and later ones.
+
+    Kept by the backend across replies (same model, same kind of text), so the second reply starts informed.
+    """
+
+    first_drafted: list[float] = field(default_factory=lambda: [0.0] * len(MATCH_BUCKETS))
+    first_accepted: list[float] = field(default_factory=lambda: [0.0] * len(MATCH_BUCKETS))
+    next_drafted: float = 0.0
+    next_accepted: float = 0.0
+
+    def first(self, bucket: int) -> float:
+        prior = FIRST_TOKEN_PRIOR[bucket]
+        return (self.first_accepted[bucket] + PRIOR_WEIGHT * prior) / (
+            self.first_drafted[bucket] + PRIOR_WEIGHT
+        )
+
+    def next(self) -> float:
+        return (self.next_accepted + PRIOR_WEIGHT * NEXT_TOKEN_PRIOR) / (self.next_drafted + PRIOR_WEIGHT)
+
+    def record(self, bucket: int, drafted: int, accepted: int) -> None:
+        if drafted <= 0:
+            return
+        self.first_drafted[bucket] += 1
+        self.first_accepted[bucket] += 1 if accepted > 0 else 0
+        # Positions 2..k were "tried" only if everything before them was accepted.
+        tried_next = min(drafted - 1, accepted)
+        self.next_drafted += tried_next
+        self.next_accepted += min(accepted - 1, tried_next) if accepted > 0 else 0
+
+    def expected_tokens(self, bucket: int, k: int) -> float:
+        """1 + p1 + p1 p2 + ... + p1 ... pk: tokens a round emits on average with a k-token draft."""
+        total, chance = 1.0, self.first(bucket)
+        following = self.next()
+        for _ in range(k):
+            total += chance
+            chance *= following
+        return total
+
+
+def best_draft_length(
+    acceptance: AcceptanceModel, costs: VerifyCostModel, bucket: int, k_max: int
+) -> tuple[int, float]:
+    """The k in 0..k_max with the most expected tokens per unit of time, and that rate relative to plain."""
+    best_k, best_rate = 0, 1.0
+    for k in range(1, k_max + 1):
+        rate = acceptance.expected_tokens(bucket, k) / costs.ratio(1 + k)
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    return (best_k, best_rate) if best_rate >= 1.0 + MIN_GAIN else (0, 1.0)
+
+
+# --- lookup: an online suffix automaton ----------------------------------------------------------------
+
+
+class SuffixIndex:
+    """Online suffix automaton over a token sequence: the longest suffix that occurred before, and where.
+
+    Each state also keeps the two most recent end positions it was seen at (updated along the new state's
+    suffix-link path, at most `RECENCY_DEPTH` states deep: deeper ones keep an older, still valid, end).
+    """
+
+    RECENCY_DEPTH = 48
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self._next: list[dict[int, int]] = [{}]
+        self._link: list[int] = [-1]
+        self._len: list[int] = [0]
+        self._recent: list[int] = [0]
+        self._previous: list[int] = [0]
+        self._last = 0
+
+    def _new_state(self, length: int, link: int, nxt: dict[int, int], recent: int, previous: int) -> int:
+        self._next.append(nxt)
+        self._link.append(link)
+        self._len.append(length)
+        self._recent.append(recent)
+        self._previous.append(previous)
+        return len(self._len) - 1
+
+    def extend(self, tokens: Iterable[int]) -> None:
+        for token in tokens:
+            self._add(token)
+
+    def _add(self, token: int) -> None:
+        self.tokens.append(token)
+        end = len(self.tokens)
+        cur = self._new_state(self._len[self._last] + 1, -1, {}, 0, 0)
+        p = self._last
+        while p != -1 and token not in self._next[p]:
+            self._next[p][token] = cur
+            p = self._link[p]
+        if p == -1:
+            self._link[cur] = 0
+        else:
+            q = self._next[p][token]
+            if self._len[p] + 1 == self._len[q]:
+                self._link[cur] = q
+            else:
+                clone = self._new_state(
+                    self._len[p] + 1, self._link[q], dict(self._next[q]), self._recent[q], self._previous[q]
+                )
+                while p != -1 and self._next[p].get(token) == q:
+                    self._next[p][token] = clone
+                    p = self._link[p]
+                self._link[q] = clone
+                self._link[cur] = clone
+        self._last = cur
+        state, depth = cur, 0
+        while state > 0 and depth < self.RECENCY_DEPTH:
+            if self._recent[state] != end:
+                self._previous[state] = self._recent[state]
+                self._recent[state] = end
+            state = self._link[state]
+            depth += 1
+
+    def longest_match(self) -> tuple[int, int]:
+        """(length, end) of the longest suffix that also ended earlier, at `end` (< len); (0, 0) if none."""
+        end_now = len(self.tokens)
+        state = self._link[self._last] if self._last > 0 else -1
+        while state > 0:
+            end = self._recent[state] if self._recent[state] < end_now else self._previous[state]
+            if 0 < end < end_now:
+                return self._len[state], end
+            state = self._link[state]
+        return 0, 0
+
+    def continuation(self, end: int, k: int) -> list[int]:
+        """k tokens copied from `end` on; past the context's end the copy reads its own output (a loop)."""
+        tokens, draft = self.tokens, []
+        n = len(tokens)
+        for j in range(k):
+            pos = end + j
+            draft.append(tokens[pos] if pos < n else draft[pos - n])
+        return draft
+
+
+# --- the drafter ----------------------------------------------------------------------------------------
 
 
 class NgramDrafter:
-    """Prompt-lookup drafting over one reply's context (prompt + emitted tokens), with adaptive length.
+    """Prompt-lookup drafting over one reply's context, with the cost-aware draft length.
 
-    Use: `reset(prompt_ids)`, then per round `propose(k)` and, once the target has verified,
+    Use: `reset(prompt_ids)`, then per round `propose(k_max)` and, once the target has verified,
     `feedback(drafted, accepted)` and `extend(emitted_ids)`.
     """
 
-    def __init__(self, policy: DraftPolicy | None = None) -> None:
-        self.policy = policy or DraftPolicy()
-        if self.policy.min_ngram < 1 or self.policy.max_ngram < self.policy.min_ngram:
-            raise ValueError("need 1 <= min_ngram <= max_ngram")
-        self.tokens: list[int] = []
-        # One index per n: n-gram -> end (exclusive) of its most recent occurrence that has a following token.
-        self._index: dict[int, dict[tuple[int, ...], int]] = {}
-        self._indexed_upto = 0
-        self._length_cap: int | None = None
-        self._miss_streak = 0
-        self._cooldown_left = 0
-        self._cooldowns_in_a_row = 0
-        self._probing = False
-        self._hot = True
+    def __init__(
+        self,
+        costs: VerifyCostModel | None = None,
+        acceptance: AcceptanceModel | None = None,
+        min_match: int = 1,
+    ) -> None:
+        self.costs = costs or VerifyCostModel()
+        self.acceptance = acceptance or AcceptanceModel()
+        self.min_match = min_match
+        self.index = SuffixIndex()
+        self._pending_bucket: int | None = None
+        self.last_match_length = 0
 
-    # --- context ----------------------------------------------------------------------------------------
+    @property
+    def tokens(self) -> list[int]:
+        return self.index.tokens
 
     def reset(self, prompt_ids: Iterable[int]) -> None:
-        self.tokens = list(prompt_ids)
-        self._index = {n: {} for n in range(self.policy.min_ngram, self.policy.max_ngram + 1)}
-        self._indexed_upto = 0
-        self._length_cap = None
-        self._miss_streak = 0
-        self._cooldown_left = 0
-        self._cooldowns_in_a_row = 0
-        self._probing = False
-        self._hot = True
+        self.index = SuffixIndex()
+        self.index.extend(prompt_ids)
+        self._pending_bucket = None
+        self.last_match_length = 0
 
     def extend(self, token_ids: Iterable[int]) -> None:
-        self.tokens.extend(token_ids)
-
-    def _catch_up_index(self) -> None:
-        # Register every n-gram that ends before the last token, so each entry has a continuation; the
-        # context's own suffix (ending at len(tokens)) is never its own match.
-        tokens = self.tokens
-        stop = len(tokens)
-        for end in range(max(self._indexed_upto, self.policy.min_ngram), stop):
-            for n, index in self._index.items():
-                if end >= n:
-                    index[tuple(tokens[end - n : end])] = end
-        self._indexed_upto = max(self._indexed_upto, stop)
+        self.index.extend(token_ids)
 
     def lookup(self, k: int) -> tuple[list[int], int]:
-        """Up to `k` tokens that followed the longest (n >= min_ngram) recent match; and that n (0: none)."""
+        """Up to `k` tokens following the longest earlier match of the context's suffix; and its length."""
         if k <= 0:
             return [], 0
-        self._catch_up_index()
-        tokens = self.tokens
-        for n in range(self.policy.max_ngram, self.policy.min_ngram - 1, -1):
-            if len(tokens) <= n:
-                continue
-            end = self._index[n].get(tuple(tokens[-n:]))
-            if end is not None:
-                return tokens[end : end + k], n
-        return [], 0
+        length, end = self.index.longest_match()
+        if length < self.min_match or end <= 0:
+            return [], 0
+        return self.index.continuation(end, k), length
 
-    # --- policy -----------------------------------------------------------------------------------------
-
-    def draft_length(self, k: int) -> int:
-        """How many tokens this round may draft, given the request's K and the recent record."""
-        if k <= 0 or self._cooldown_left > 0:
-            return 0
-        if self._probing:
-            return min(k, self.policy.probe_length)
-        return k if self._length_cap is None else min(k, self._length_cap)
-
-    def propose(self, k: int) -> list[int]:
-        """The draft for this round (possibly empty). Counts a cool-down round when it is quiet."""
-        length = self.draft_length(k)
-        if length == 0:
-            if self._cooldown_left > 0:
-                self._cooldown_left -= 1
-                if self._cooldown_left == 0:
-                    self._probing = True
+    def propose(self, k_max: int) -> list[int]:
+        """This round's draft: empty where no length pays (or nothing matches)."""
+        self._pending_bucket = None
+        self.last_match_length = 0
+        if k_max <= 0:
             return []
-        draft, n = self.lookup(length)
-        if n < self.policy.strong_ngram and not self._hot:
+        length, end = self.index.longest_match()
+        if length < self.min_match or end <= 0:
             return []
-        return draft
+        bucket = _bucket(length)
+        k, _ = best_draft_length(self.acceptance, self.costs, bucket, min(k_max, MAX_DRAFT_LENGTH))
+        if k == 0:
+            return []
+        self._pending_bucket = bucket
+        self.last_match_length = length
+        return self.index.continuation(end, k)
 
     def feedback(self, drafted: int, accepted: int) -> None:
-        """Adapt to the outcome of a round that drafted `drafted` tokens, of which `accepted` were kept."""
-        if drafted <= 0:
-            return
-        self._hot = accepted > 0
-        floor = self.policy.min_draft_length
-        cap = self._length_cap if self._length_cap is not None else drafted
-        if accepted == 0:
-            self._miss_streak += 1
-            self._length_cap = max(1, floor, min(cap, drafted) // 2)
-            if self._probing or self._miss_streak >= self.policy.misses_before_cooldown:
-                self._cooldowns_in_a_row += 1
-                self._cooldown_left = min(
-                    self.policy.max_cooldown_rounds,
-                    self.policy.cooldown_rounds * 2 ** (self._cooldowns_in_a_row - 1),
-                )
-                self._miss_streak = 0
-            self._probing = False
-            return
-        self._miss_streak = 0
-        self._cooldowns_in_a_row = 0
-        self._probing = False
-        if accepted >= drafted:
-            self._length_cap = min(MAX_DRAFT_LENGTH, max(cap, drafted) * 2)
-        else:
-            # Partly accepted: the useful length is about what was kept, plus one to keep probing upwards.
-            self._length_cap = max(floor, accepted + 1)
+        """Learn from the round that verified the last proposal."""
+        if self._pending_bucket is not None and drafted > 0:
+            self.acceptance.record(self._pending_bucket, drafted, accepted)
+        self._pending_bucket = None
 
 
-def propose_from(context: Sequence[int], k: int, max_ngram: int = 4, min_ngram: int = 2) -> list[int]:
-    """One-shot prompt lookup without state (for tests and peers): the draft `NgramDrafter.lookup` gives."""
-    drafter = NgramDrafter(DraftPolicy(max_ngram=max_ngram, min_ngram=min_ngram))
+def propose_from(context: Sequence[int], k: int, min_match: int = 1) -> list[int]:
+    """One-shot lookup without a cost model (tests and peers): what follows the longest earlier match."""
+    drafter = NgramDrafter(min_match=min_match)
     drafter.reset(context)
     return drafter.lookup(k)[0]

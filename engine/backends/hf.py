@@ -23,10 +23,11 @@ from pathlib import Path
 
 import torch
 
-from engine.backends.base import BackendError, GenerationRequest, ProgressCallback
+from engine.backends import hf_kernels
+from engine.backends.base import BackendError, GenerationRequest, ProgressCallback, resolve_cache_mode
 from engine.chat_template import ChatTemplate, ChatTemplateError
 from engine.compat import VocabView, check_draft_compatible, special_token_ids
-from engine.drafting import NgramDrafter
+from engine.drafting import AcceptanceModel, NgramDrafter, VerifyCostModel
 from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
 from engine.kv_cache import SpecCache
 from engine.sampling import choose_tokens, count_accepted
@@ -37,6 +38,41 @@ WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
 PREFILL_SLICE = 512
 # Caches this backend implements; q6/q4 have no kernel here and fall back to q8.
 NATIVE_CACHE_MODES = ("fp16", "q8")
+# The widest verify pass timed at load (K 8); wider ones are extrapolated, and every real pass refines the curve.
+CALIBRATION_WIDTH = 9
+
+
+class IncrementalDetokenizer:
+    """Text deltas of a growing token list, decoding only a short window per round (not the whole reply).
+
+    The window starts a few tokens back, so a tokenizer that spells a token differently at the start of a text
+    (a leading space) is decoded in context; text that ends in half a multi-byte character (U+FFFD) is held
+    until its other bytes arrive.
+    """
+
+    def __init__(self, tokenizer) -> None:
+        self.decode = tokenizer.decode
+        self.tokens: list[int] = []
+        self.prefix_offset = 0  # window start
+        self.read_offset = 0  # tokens before this are already in the text sent
+
+    def push(self, token_ids: Sequence[int], final: bool = False) -> str:
+        self.tokens.extend(token_ids)
+        window = self.tokens[self.prefix_offset :]
+        sent = self.decode(self.tokens[self.prefix_offset : self.read_offset], skip_special_tokens=True)
+        text = self.decode(window, skip_special_tokens=True)
+        if not final and text.endswith("\ufffd"):
+            return ""
+        if len(text) <= len(sent) or not text.startswith(sent):
+            # nothing new, or the window re-spelled what was sent: send only what is past the shared part
+            shared = _common_prefix(sent, text)
+            delta = text[shared:] if len(text) > shared else ""
+        else:
+            delta = text[len(sent) :]
+        # Keep the window short: the next one starts at the tokens just sent (a few back for context).
+        self.prefix_offset = max(self.read_offset - 4, 0) if delta else self.prefix_offset
+        self.read_offset = len(self.tokens) if delta or final else self.read_offset
+        return delta
 
 
 # --- model state -------------------------------------------------------------------------------------------
@@ -62,6 +98,12 @@ class ModelState:
     cache: object = None
     ids: list[int] = field(default_factory=list)
     step_times: list[float] = field(default_factory=list)
+    # Row-invariant kernels (hf_kernels): None where unavailable. `invariant` runs every pass packed; otherwise
+    # one-row passes take the stock kernels (faster) and only multi-row passes the packed ones.
+    switch: hf_kernels.KernelSwitch | None = None
+    invariant: bool = False
+    # Measured forward cost by pass width (target only), for the drafter's cost model.
+    costs: VerifyCostModel | None = None
 
     def new_cache(self) -> None:
         if self.cache_mode in NATIVE_CACHE_MODES:
@@ -87,6 +129,8 @@ class ModelState:
     def forward(self, ids: Sequence[int], keep: int, timed: bool = False) -> torch.Tensor:
         """Run `ids` through the model on top of the cache; the logits of the last `keep` positions."""
         start = time.perf_counter()
+        if self.switch is not None:
+            self.switch.packed = self.invariant or len(ids) > 1
         x = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
         kwargs = {self.cache_kwarg: self.cache, "use_cache": True}
         if self.keeps_logits:
@@ -99,16 +143,41 @@ class ModelState:
         self.ids.extend(ids)
         logits = out.logits[0, -keep:]
         if timed:
-            self.step_times.append(time.perf_counter() - start)
+            elapsed = time.perf_counter() - start
+            self.step_times.append(elapsed)
+            if self.costs is not None:
+                self.costs.observe(len(ids), elapsed)
         return logits
 
-    def prefill(self, ids: Sequence[int]) -> int:
-        """Bring the cache to exactly `ids`, reusing the longest common prefix; returns the reused length."""
+    def prefill(self, ids: Sequence[int], cancel: threading.Event | None = None) -> int:
+        """Bring the cache to `ids`, reusing the longest common prefix; returns the reused length.
+
+        A set `cancel` stops between slices (the cache then holds a prefix of `ids`, which the next call reuses).
+        """
         reused = _common_prefix(self.ids, ids)
         self.crop(reused)
         for start in range(reused, len(ids), PREFILL_SLICE):
+            if cancel is not None and cancel.is_set():
+                break
             self.forward(ids[start : start + PREFILL_SLICE], keep=1)
         return reused
+
+    @torch.inference_mode()
+    def calibrate(self, max_width: int, vocab_size: int) -> VerifyCostModel:
+        """Time forward passes of 1..max_width tokens on a short context: the prior of the cost model."""
+        widths = sorted({1, 2, max(2, max_width // 2), max_width})
+        filler = [(7 + 13 * i) % max(vocab_size - 1, 1) + 1 for i in range(64 + max_width)]
+        self.new_cache()
+        self.forward(filler[:64], keep=1)
+        best: dict[int, float] = {}
+        for _ in range(3):
+            for width in widths:
+                start = time.perf_counter()
+                self.forward(filler[64 : 64 + width], keep=width)
+                best[width] = min(best.get(width, float("inf")), time.perf_counter() - start)
+                self.crop(64)
+        self.new_cache()
+        return VerifyCostModel.from_samples(best, max_width)
 
 
 def _model_call_options(model: torch.nn.Module) -> tuple[str, bool]:
@@ -148,9 +217,12 @@ def _cache_mode_for(config, requested: str, who: str, notes: list[str]) -> str:
     return "q8"
 
 
-def _public_mode(mode: str) -> str:
-    # transformers' own cache (architectures our layers do not fit) holds full-precision states.
-    return "fp16" if mode == "dynamic" else mode
+DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def _shown_mode(mode: str, dtype: torch.dtype) -> str:
+    """What the cache really stores: the full-precision caches hold the model's dtype (fp32 on the CPU)."""
+    return mode if mode == "q8" else DTYPE_NAMES.get(dtype, str(dtype).removeprefix("torch."))
 
 
 def _eos_ids(*values) -> set[int]:
@@ -172,13 +244,21 @@ class TransformersBackend:
         self,
         model_dir: str | Path,
         draft: str = "ngram",
-        cache_mode: str = "q8",
-        draft_cache_mode: str = "q8",
+        cache_mode: str = "auto",
+        draft_cache_mode: str = "auto",
         max_context: int | None = None,
         device: str = "cpu",
         dtype: torch.dtype = torch.float32,
         threads: int | None = None,
+        kernels: str = "auto",
     ) -> None:
+        """`kernels`: "auto" (row-invariant for multi-row passes; for every pass under q8, where an int8
+        rounding would amplify a last-bit difference), "invariant", "hybrid", or "stock" (transformers' own)."""
+        if kernels not in ("auto", "invariant", "hybrid", "stock"):
+            raise ValueError(f"kernels: unknown choice {kernels!r}")
+        cache_mode = resolve_cache_mode(cache_mode, self.name)
+        draft_cache_mode = resolve_cache_mode(draft_cache_mode, self.name)
+        self.kernels = kernels
         self.model_dir = Path(model_dir).expanduser()
         self.draft = str(draft)
         self.requested_cache_mode = cache_mode
@@ -200,6 +280,8 @@ class TransformersBackend:
         self.max_context = max_context or 0
         self.vocab_size = 0
         self.notes: list[str] = []
+        # What n-gram drafts of each match length achieved on this model: learnt across replies.
+        self.acceptance = AcceptanceModel()
         self._adds_bos = False
         self._lock = threading.Lock()
 
@@ -211,8 +293,10 @@ class TransformersBackend:
             backend=self.name,
             model=self.model_dir.name,
             device=self.device,
-            cache_mode=self.target.cache_mode if self.target else self.requested_cache_mode,
-            draft_cache_mode=self.draft_state.cache_mode
+            cache_mode=_shown_mode(self.target.cache_mode, self.dtype)
+            if self.target
+            else self.requested_cache_mode,
+            draft_cache_mode=_shown_mode(self.draft_state.cache_mode, self.dtype)
             if self.draft_state
             else self.requested_draft_cache_mode,
             draft_mode=self.draft_mode,
@@ -243,6 +327,7 @@ class TransformersBackend:
             report("loading model", 0.1)
             self.model = self._load_model(self.model_dir, "model")
             self.target = self._state(self.model, self.requested_cache_mode, "target")
+            self._install_kernels(self.target)
             if draft_dir is not None:
                 report("loading draft model", 0.6)
                 draft_tokenizer = self._load_tokenizer(draft_dir, "draft model")
@@ -266,6 +351,9 @@ class TransformersBackend:
             )
         self.max_context = min(self.requested_max_context or limit, limit)
         self._init_stop_tokens()
+        if self.draft_mode == "ngram":
+            report("measuring verify cost", 0.9)
+            self.target.costs = self.target.calibrate(CALIBRATION_WIDTH, self.vocab_size)
         probe = self.tokenizer.encode("a")
         bos = self.tokenizer.bos_token_id
         self._adds_bos = bos is not None and bool(probe) and probe[0] == bos
@@ -289,6 +377,16 @@ class TransformersBackend:
         except Exception as exc:
             raise BackendError(f"could not load the {what} from {folder}: {_first_line(exc)}") from exc
         return model.to(self.device).eval()
+
+    def _install_kernels(self, state: ModelState) -> None:
+        """Row-invariant kernels for the target (the draft's output needs no exactness: it only proposes)."""
+        if self.kernels == "stock" or state.cache_mode == "dynamic":
+            return
+        switch, note = hf_kernels.install(state.model, self.device)
+        if note:
+            self.notes.append(note)
+        state.switch = switch
+        state.invariant = self.kernels == "invariant" or (self.kernels == "auto" and state.cache_mode == "q8")
 
     def _state(self, model: torch.nn.Module, requested: str, who: str) -> ModelState:
         mode = _cache_mode_for(model.config, requested, who, self.notes)
@@ -374,25 +472,28 @@ class TransformersBackend:
         target = self.target
         target.step_times = []
         draft_model = self.draft_state if k_requested and self.draft_mode == "model" else None
-        ngram = NgramDrafter() if k_requested and self.draft_mode == "ngram" else None
+        ngram = (
+            NgramDrafter(costs=target.costs, acceptance=self.acceptance)
+            if k_requested and self.draft_mode == "ngram"
+            else None
+        )
         draft_times: list[float] = []
 
         # Prefill everything but the last prompt token: it opens the first round, which can then draft too.
         start = time.perf_counter()
-        cached = target.prefill(prompt[:-1])
-        if draft_model is not None:
+        cached = target.prefill(prompt[:-1], cancel)
+        if draft_model is not None and not cancel.is_set():
             draft_model.step_times = []
-            draft_model.prefill(prompt[:-1])
+            draft_model.prefill(prompt[:-1], cancel)
         if ngram is not None:
             ngram.reset(prompt)
         prefill_s = time.perf_counter() - start
 
         seq = list(prompt)  # prompt + reply; seq[-1] is not in the target's cache yet
         reply: list[int] = []
-        sent = ""
+        detok = IncrementalDetokenizer(self.tokenizer)
         stop: StopReason | None = None
         stop_ids = self.stop_token_ids
-        decode = self.tokenizer.decode
         while stop is None:
             if cancel.is_set():
                 stop = "cancelled"
@@ -432,21 +533,15 @@ class TransformersBackend:
                     emitted, origins = emitted[:i], origins[:i]
                     accepted = min(accepted, i)
                     break
-            if not emitted and not drafts:
-                break
             reply.extend(emitted)
             seq.extend(emitted)
             if ngram is not None:
                 ngram.extend(emitted)
             if len(reply) >= max_new and stop is None:
                 stop = "max_new_tokens"
-            text = decode(reply, skip_special_tokens=True)
-            # A trailing U+FFFD is half a multi-byte character: hold it back until its other bytes arrive.
-            if stop is None and text.endswith("\ufffd"):
-                text = text.rstrip("\ufffd")
-            # If the tokenizer re-spelled earlier text, send only what is new past the shared part.
-            delta = text[len(sent) :] if text.startswith(sent) else text[_common_prefix(sent, text) :]
-            sent = text
+            delta = detok.push(emitted, final=stop is not None)
+            if not emitted and not drafts:
+                break
             yield Chunk(
                 text=delta,
                 token_ids=tuple(emitted),
