@@ -274,7 +274,8 @@ def find_regressions(rows: Sequence[dict[str, Any]]) -> list[Regression]:
         if (
             before.acceptance is not None
             and now.acceptance is not None
-            and (before.acceptance - now.acceptance) * 100 >= ACCEPTANCE_DROP_POINTS
+            # rounded: 0.60 - 0.52 is 7.999... points in binary floating point
+            and round((before.acceptance - now.acceptance) * 100, 6) >= ACCEPTANCE_DROP_POINTS
         ):
             found.append(
                 Regression(**common, what="acceptance", baseline=before.acceptance, recent=now.acceptance)
@@ -282,7 +283,7 @@ def find_regressions(rows: Sequence[dict[str, Any]]) -> list[Regression]:
         if (
             before.tokens_per_s
             and now.tokens_per_s is not None
-            and now.tokens_per_s <= before.tokens_per_s * (1 - TOKENS_PER_S_DROP)
+            and round(1 - now.tokens_per_s / before.tokens_per_s, 6) >= TOKENS_PER_S_DROP
         ):
             found.append(
                 Regression(**common, what="tok/s", baseline=before.tokens_per_s, recent=now.tokens_per_s)
@@ -328,13 +329,13 @@ def format_table(summaries: Sequence[Summary], by: str) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: Sequence[dict[str, Any]], width: int = 80, height: int = 18) -> str:
+def plot(rows: Sequence[dict[str, Any]], width: int = 80, height: int = 18, color: bool = False) -> str:
     """Acceptance (%) and tok/s per reply, oldest to newest, as a terminal plot (plotext)."""
     import plotext as plt
 
     plt.clear_figure()
     plt.plotsize(width, height)
-    plt.theme("clear")
+    plt.theme("pro" if color else "clear")
     xs = list(range(1, len(rows) + 1))
     acceptance = [
         (r.get("acceptance_rate") or 0.0) * 100 if r.get("acceptance_rate") is not None else 0.0 for r in rows
@@ -344,4 +345,5 @@ def plot(rows: Sequence[dict[str, Any]], width: int = 80, height: int = 18) -> s
     plt.plot(xs, speed, label="tok/s", marker="braille", yside="right")
     plt.xlabel("reply (oldest → newest)")
     plt.title("acceptance and speed per reply")
-    return plt.build()
+    drawn = plt.build()
+    return drawn if color else plt.uncolorize(drawn)

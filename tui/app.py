@@ -544,9 +544,15 @@ class SpecchatApp(App[None]):
         self.refresh_status()
 
 
-def run_app(settings: Settings, startup_error: str | None = None, session: ChatSession | None = None) -> None:
+def run_app(
+    settings: Settings,
+    startup_error: str | None = None,
+    session: ChatSession | None = None,
+    open_chat: int | None = None,
+) -> None:
     """Entry point used by `specchat` (tui.cli): open the chat on the configured (or embedded) model.
 
     With `startup_error` (a broken config file, say) the app opens on default settings and shows the message.
+    `open_chat` continues a stored chat (`--resume`, `--chat ID`).
     """
-    SpecchatApp(settings, session=session, startup_error=startup_error).run()
+    SpecchatApp(settings, session=session, startup_error=startup_error, open_chat=open_chat).run()

@@ -408,7 +408,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     if len(rows) >= 2:
         width = max(40, min(shutil.get_terminal_size((100, 24)).columns, 120))
         print()
-        print(metrics.plot(rows, width=width))
+        print(metrics.plot(rows, width=width, color=sys.stdout.isatty()))
     return 0
 
 
@@ -485,10 +485,20 @@ def cmd_chat(args: argparse.Namespace) -> int:
     session, startup_error = None, None
     try:
         settings = _settings(args, check_paths=False)
-        session = ChatSession(settings)  # loads the presets and checks the preset mode against them
+        # Loads the presets and checks the preset mode against them; opens the history store.
+        session = ChatSession(settings, save=True)
     except (ConfigError, PresetError, SpecchatError) as exc:
         settings, startup_error = Settings.model_construct(), " ".join(str(exc).split())
-    run_app(settings, startup_error=startup_error, session=session)
+    open_chat = None
+    if session is not None and (args.resume or args.chat is not None):
+        assert session.recorder is not None
+        if args.chat is not None:
+            open_chat = session.recorder.store.chat(args.chat).id  # StoreError: one line, exit 2
+        else:
+            open_chat = session.last_chat_id()
+            if open_chat is None:
+                print("specchat: no saved chat to resume: starting a new one", file=sys.stderr)
+    run_app(settings, startup_error=startup_error, session=session, open_chat=open_chat)
     return 0
 
 
