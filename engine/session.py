@@ -419,3 +419,44 @@ class ChatSession:
 
     def last_chat_id(self) -> int | None:
         return self.recorder.last_chat_id() if self.recorder is not None else None
+
+    # --- the history, for the UI (the store is reached through the session) ---------------------------------
+
+    def _store(self):
+        if self.recorder is None:
+            raise SpecchatError("this session does not keep a history")
+        return self.recorder.store
+
+    def chats(self, search: str = "") -> list:
+        """Stored chats, most recent first; `search` matches titles and message text."""
+        return self._store().chats(search) if self.recorder is not None else []
+
+    def rename_chat(self, chat_id: int, title: str) -> None:
+        try:
+            self._store().rename_chat(chat_id, title)
+        except StoreError as exc:
+            raise SpecchatError(str(exc)) from exc
+
+    def delete_chat(self, chat_id: int) -> None:
+        """Delete a stored chat; deleting the open one leaves its turns on screen, unsaved from here on."""
+        try:
+            self._store().delete_chat(chat_id)
+        except StoreError as exc:
+            raise SpecchatError(str(exc)) from exc
+        if self.recorder is not None and self.recorder.chat_id == chat_id:
+            self.recorder.new_chat()
+            for turn in self.turns:
+                turn.message_id = None
+
+    def export_chat(self, chat_id: int, fmt: str = "md", stats_line: Callable | None = None) -> bytes:
+        from engine.store import export_json, export_markdown
+
+        store = self._store()
+        try:
+            chat = store.chat(chat_id)
+        except StoreError as exc:
+            raise SpecchatError(str(exc)) from exc
+        messages = store.conversation(chat_id)
+        if fmt == "json":
+            return export_json(chat, messages)
+        return export_markdown(chat, messages, stats_line).encode("utf-8")

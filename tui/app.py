@@ -108,6 +108,7 @@ class SpecchatCommands(Provider):
                 "colour what the draft got right",
             ),
             ("chat: new", app.action_new_chat, "start a new conversation"),
+            ("chat: history", app.action_show_history, "saved chats: search, open, rename, delete, export"),
             ("help: keys", app.action_show_help, "list every key"),
         ]
         return commands
@@ -140,8 +141,10 @@ class SpecchatApp(App[None]):
         session: ChatSession | None = None,
         load_on_mount: bool = True,
         startup_error: str | None = None,
+        open_chat: int | None = None,
     ) -> None:
         super().__init__()
+        self.open_chat_id = open_chat  # a stored chat to continue (--resume, --chat ID)
         self.settings = settings
         if session is None:
             # A broken config or preset file still opens the app (built-in presets), to show what is wrong.
@@ -185,6 +188,8 @@ class SpecchatApp(App[None]):
             self._load_failed(self.startup_error, title="The configuration has a problem")
         elif self.load_on_mount:
             self.start_loading()
+        if self.open_chat_id is not None:
+            self.call_later(self.show_chat, self.open_chat_id)
 
     def on_unmount(self) -> None:
         # Quitting mid-reply: stop the generation thread, or the process would wait for the whole reply.
@@ -214,6 +219,8 @@ class SpecchatApp(App[None]):
         # A reply that stalls right after a chunk that was not posted (the 50 ms rule) still shows up here.
         if self._buffer is not None and self._reply is not None and self._buffer.has_pending:
             await self._drain(self._buffer)
+        for notice in self.session.take_notices():  # storage trouble (damaged db, full disk): told once
+            self.notify(notice, title="History", severity="warning", timeout=12)
         self.refresh_status()
 
     def refresh_status(self) -> None:
@@ -542,6 +549,39 @@ class SpecchatApp(App[None]):
         await self.chat_log.clear_messages()
         self.prompt.focus()
         self.refresh_status()
+
+    # --- history (tui/screens/history.py) ---------------------------------------------------------------------
+
+    async def show_chat(self, chat_id: int) -> None:
+        """Put a stored chat on screen, stats lines included; the conversation continues from it."""
+        if self.generating:
+            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
+            return
+        try:
+            turns = self.session.open_chat(chat_id)
+        except SpecchatError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        await self.chat_log.clear_messages()
+        for turn in turns:
+            if turn.role == "user":
+                await self.chat_log.mount(UserMessage(turn.content))
+            else:
+                reply = ReplyMessage(highlight=self.highlight_drafts)
+                await self.chat_log.mount(reply)
+                await reply.finish(turn.content, turn.stats, cancelled=turn.cancelled)
+        self.chat_log.anchor()
+        self.prompt.focus()
+        self.refresh_status()
+
+    def action_show_history(self) -> None:
+        from tui.screens.history import HistoryScreen
+
+        def chosen(chat_id: int | None) -> None:
+            if chat_id is not None:
+                self.run_worker(self.show_chat(chat_id), group="history", exclusive=True)
+
+        self.push_screen(HistoryScreen(self.session), chosen)
 
 
 def run_app(

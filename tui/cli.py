@@ -29,7 +29,9 @@ keys in the chat (binding id in brackets; remap under [keymap] in config.toml, e
                     [message.inspect] [message.copy] [message.copy_code] [message.help]
   f6                colour text the draft got right [view.draft_highlight]
   f5                help [help.show]     ctrl+l  back to the prompt [prompt.focus]
-  ctrl+n            new chat [chat.new]  ctrl+q  quit [app.quit]
+  ctrl+n            new chat; the last one stays in the history [chat.new]  ctrl+q  quit [app.quit]
+  ctrl+h or f7      saved chats: search, open, rename, delete, export [chat.history]
+                    (f7 where the terminal sends ctrl+h as backspace)
 """
 
 
@@ -288,25 +290,11 @@ def _open_store():
     return store
 
 
-def _stats_line_of(message) -> str:
-    from engine.recording import stats_from_dict
-    from tui.formatting import stats_line
-
-    if message.role != "assistant":
-        return ""
-    stats = stats_from_dict(message.stats)
-    line = stats_line(stats, message.stop_reason == "cancelled") if stats is not None else ""
-    if message.error:
-        line = f"failed: {message.error}" + (f" · {line}" if line else "")
-    elif message.interrupted:
-        line = "interrupted (specchat quit mid-reply)"
-    return line
-
-
 def cmd_history(args: argparse.Namespace) -> int:
     import orjson
 
     from engine.store import export_json, export_markdown
+    from tui.formatting import stored_stats_line
 
     store = _open_store()
     action = args.history_command
@@ -343,14 +331,14 @@ def cmd_history(args: argparse.Namespace) -> int:
         for message in messages:
             print(f"\n[{'you' if message.role == 'user' else message.role}]")
             print(message.text)
-            line = _stats_line_of(message)
+            line = stored_stats_line(message)
             if line:
                 print(f"  ({line})")
         return 0
     data = (
         export_json(chat, messages)
         if args.format == "json"
-        else export_markdown(chat, messages, _stats_line_of).encode("utf-8")
+        else export_markdown(chat, messages, stored_stats_line).encode("utf-8")
     )
     if args.output is None:
         sys.stdout.buffer.write(data)

@@ -1,0 +1,123 @@
+"""The history in the real app under Pilot: ctrl+n keeps the old chat, the history screen lists, searches,
+opens (stats lines come back and the chat goes on), renames, deletes after asking, exports; --resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.backends.scripted import ScriptedBackend
+from engine.config import Settings
+from engine.presets import load_presets
+from engine.session import ChatSession
+from engine.store import Store
+from tests.tui_helpers import SIZE, plain, send, wait_ready, wait_until
+from tui.app import SpecchatApp
+from tui.screens.history import HistoryScreen
+from tui.widgets.message import ReplyMessage, UserMessage
+
+
+def saving_app(data_dir: Path, backend: ScriptedBackend, open_chat: int | None = None) -> SpecchatApp:
+    settings = Settings(data_dir=data_dir)
+    session = ChatSession(settings, backend=backend, presets=load_presets(None), save=True)
+    return SpecchatApp(settings, session=session, open_chat=open_chat)
+
+
+def texts(app: SpecchatApp) -> list[str]:
+    return [m.text for m in app.chat_log.messages()]
+
+
+async def test_new_chat_history_open_rename_delete_export(tmp_path: Path):
+    backend = ScriptedBackend(
+        ["Paris is the capital.", "About two million.", "Hello there!", "It continues."]
+    )
+    app = saving_app(tmp_path, backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "What is the capital of France?")
+        await send(pilot, "How many people live there?")
+        first_stats = [plain(r.query_one(".stats")) for r in app.chat_log.replies()]
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: not app.chat_log.messages())
+        await send(pilot, "Say hello")
+
+        await pilot.press("f7")
+        await wait_until(pilot, lambda: isinstance(app.screen, HistoryScreen))
+        screen = app.screen
+        assert [c.title for c in screen.chats] == ["Say hello", "What is the capital of France?"]
+        await pilot.press(*"million")
+        await wait_until(pilot, lambda: len(screen.chats) == 1)
+        assert screen.chats[0].title == "What is the capital of France?"
+
+        # export, then rename, from the search result
+        await pilot.press("ctrl+x")
+        exported = tmp_path / "exports" / f"chat-{screen.chats[0].id}.md"
+        assert "About two million." in exported.read_text()
+        await pilot.press("ctrl+t")
+        screen.search.value = "Paris facts"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: screen.mode == "search" and len(screen.chats) == 2)
+        assert [c.title for c in screen.chats] == ["Say hello", "Paris facts"]
+
+        # open the older chat: both exchanges and their stats lines are back
+        await pilot.press("down", "enter")
+        await wait_until(pilot, lambda: not isinstance(app.screen, HistoryScreen) and len(texts(app)) == 4)
+        assert texts(app) == [
+            "What is the capital of France?",
+            "Paris is the capital.",
+            "How many people live there?",
+            "About two million.",
+        ]
+        assert [plain(r.query_one(".stats")) for r in app.chat_log.replies()] == first_stats
+        # ... and it goes on with the same context, in the same chat
+        await send(pilot, "And then?")
+        prompt = backend.decode(list(backend.requests[-1].prompt_ids))
+        assert "What is the capital of France?" in prompt and "About two million." in prompt
+        store = Store.open(tmp_path)
+        chats = store.chats()
+        assert [c.title for c in chats] == ["Paris facts", "Say hello"]
+        assert len(store.conversation(chats[0].id)) == 6
+
+        # delete asks first: n keeps, y deletes
+        await pilot.press("f7")
+        await wait_until(pilot, lambda: isinstance(app.screen, HistoryScreen))
+        screen = app.screen
+        await pilot.press("down", "ctrl+d")
+        assert "delete 'Say hello'" in plain(screen.query_one("#history-status"))
+        await pilot.press("n")
+        assert len(store.chats()) == 2
+        await pilot.press("down", "ctrl+d", "y")
+        await wait_until(pilot, lambda: len(screen.chats) == 1)
+        assert [c.title for c in store.chats()] == ["Paris facts"]
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, HistoryScreen))
+
+
+async def test_resume_shows_the_chat_and_its_stats_before_the_model_is_ready(tmp_path: Path):
+    writer = saving_app(tmp_path, ScriptedBackend(["First answer.", "Second answer."]))
+    async with writer.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "one")
+        await send(pilot, "two")
+        chat_id = writer.session.chat_id
+    app = saving_app(tmp_path, ScriptedBackend("later"), open_chat=chat_id)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: len(app.chat_log.messages()) == 4)
+        messages = app.chat_log.messages()
+        assert [type(m) for m in messages] == [UserMessage, ReplyMessage, UserMessage, ReplyMessage]
+        assert texts(app) == ["one", "First answer.", "two", "Second answer."]
+        assert all("tok/s" in plain(r.query_one(".stats")) for r in app.chat_log.replies())
+        assert app.session.chat_id == chat_id
+
+
+async def test_storage_trouble_is_told_once_and_the_chat_goes_on(tmp_path: Path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    app = saving_app(blocker / "data", ScriptedBackend(["A.", "B."]))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "first")
+        await send(pilot, "second")
+        await pilot.pause(0.3)
+        history = [n.message for n in app._notifications if "in memory" in n.message]
+        assert len(history) == 1
+        assert texts(app) == ["first", "A.", "second", "B."]
