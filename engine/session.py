@@ -460,3 +460,34 @@ class ChatSession:
         if fmt == "json":
             return export_json(chat, messages)
         return export_markdown(chat, messages, stats_line).encode("utf-8")
+
+    # --- regenerated variants of the last reply -------------------------------------------------------------
+
+    def variants(self) -> tuple[int, int]:
+        """(position, count) of the last reply among its regenerated variants, oldest first; (0, 0) if none."""
+        if self.recorder is None or not self.turns or self.turns[-1].role != "assistant":
+            return (0, 0)
+        message_id = self.turns[-1].message_id
+        if message_id is None:
+            return (0, 0)
+        ids = [m.id for m in self.recorder.variants(message_id)]
+        return (ids.index(message_id) + 1, len(ids)) if message_id in ids else (0, 0)
+
+    def show_variant(self, step: int) -> Turn | None:
+        """Page the last reply to an older (-1) or newer (+1) variant; the conversation goes on from it."""
+        position, count = self.variants()
+        target = position + step
+        if not count or not 1 <= target <= count or self.active is not None:
+            return None
+        assert self.recorder is not None and self.turns[-1].message_id is not None
+        record = self.recorder.variants(self.turns[-1].message_id)[target - 1]
+        turn = Turn(
+            "assistant",
+            record.text,
+            stats_from_dict(record.stats),
+            cancelled=record.stop_reason in (None, "cancelled", "error"),
+            message_id=record.id,
+        )
+        self.turns[-1] = turn
+        self.last_stats = turn.stats
+        return turn

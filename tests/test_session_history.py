@@ -200,3 +200,31 @@ def test_unwritable_data_folder_chat_goes_on_in_memory(tmp_path: Path):
     assert [t.content for t in session.turns] == ["first", "One.", "second", "Two."]
     assert session.recorder is not None
     assert [c.title for c in session.recorder.store.chats()] == ["first"]  # the history screen still lists it
+
+
+def test_regenerated_variants_page_and_the_chat_continues_from_the_one_shown(tmp_path: Path):
+    backend = ScriptedBackend(["Variant A.", "Variant B.", "Variant C.", "Next answer."])
+    session = make_session(tmp_path, backend)
+    assert session.variants() == (0, 0)
+    send(session, "Question")
+    assert session.variants() == (1, 1)
+    session.regenerate(lambda e: None, threading.Event())
+    session.regenerate(lambda e: None, threading.Event())
+    assert session.variants() == (3, 3) and session.turns[-1].content == "Variant C."
+    assert session.show_variant(+1) is None  # already the newest
+    older = session.show_variant(-1)
+    assert older is not None and older.content == "Variant B." and older.stats is not None
+    assert session.variants() == (2, 3)
+    assert session.show_variant(-1).content == "Variant A."
+    assert session.show_variant(-1) is None
+    assert session.show_variant(+1).content == "Variant B."
+    send(session, "Go on")
+    prompt = backend.decode(list(backend.requests[-1].prompt_ids))
+    assert "Variant B." in prompt and "Variant C." not in prompt
+    store = Store.open(tmp_path)
+    assert [m.text for m in store.conversation(session.chat_id)] == [
+        "Question",
+        "Variant B.",
+        "Go on",
+        "Next answer.",
+    ]

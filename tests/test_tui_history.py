@@ -121,3 +121,27 @@ async def test_storage_trouble_is_told_once_and_the_chat_goes_on(tmp_path: Path)
         history = [n.message for n in app._notifications if "in memory" in n.message]
         assert len(history) == 1
         assert texts(app) == ["first", "A.", "second", "B."]
+
+
+async def test_regenerated_replies_page_older_and_newer(tmp_path: Path):
+    app = saving_app(tmp_path, ScriptedBackend(["Variant A.", "Variant B."]))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "Question")
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: not app.generating and app.chat_log.replies()[-1].text == "Variant B.")
+
+        def header() -> str:
+            return app.chat_log.replies()[-1].header
+
+        await wait_until(pilot, lambda: "variant 2/2" in header())
+        await pilot.press("alt+left")
+        await wait_until(pilot, lambda: app.chat_log.replies()[-1].text == "Variant A.")
+        reply = app.chat_log.replies()[-1]
+        assert "variant 1/2" in reply.header and "tok/s" in plain(reply.query_one(".stats"))
+        assert len(app.chat_log.replies()) == 1
+        await pilot.press("alt+left")  # nothing older: stays
+        await pilot.pause(0.1)
+        assert app.chat_log.replies()[-1].text == "Variant A."
+        await pilot.press("alt+right")
+        await wait_until(pilot, lambda: app.chat_log.replies()[-1].text == "Variant B.")

@@ -109,6 +109,8 @@ class SpecchatCommands(Provider):
             ),
             ("chat: new", app.action_new_chat, "start a new conversation"),
             ("chat: history", app.action_show_history, "saved chats: search, open, rename, delete, export"),
+            ("reply: older variant", lambda: app.action_page_variant(-1), "page regenerated replies"),
+            ("reply: newer variant", lambda: app.action_page_variant(1), "page regenerated replies"),
             ("help: keys", app.action_show_help, "list every key"),
         ]
         return commands
@@ -365,6 +367,7 @@ class SpecchatApp(App[None]):
             else:
                 await reply.finish(event.text, event.stats, cancelled=event.cancelled)
                 self.call_after_refresh(self._mark_rendered)
+                self._label_variant(reply)
             self._end_reply()
         elif isinstance(event, ReplyFailed):
             await self._drain(message.buffer)
@@ -572,6 +575,45 @@ class SpecchatApp(App[None]):
                 await reply.finish(turn.content, turn.stats, cancelled=turn.cancelled)
         self.chat_log.anchor()
         self.prompt.focus()
+        self.refresh_status()
+
+    def _label_variant(self, reply: ReplyMessage) -> None:
+        """A regenerated reply says which variant it is, and how to page."""
+        position, count = self.session.variants()
+        if count > 1:
+            base = reply.header.split(" · variant ")[0]
+            older, newer = (
+                key_for("reply.older_variant", self.settings.keymap),
+                key_for("reply.newer_variant", self.settings.keymap),
+            )
+            reply.set_header(f"{base} · variant {position}/{count} ({older} / {newer})")
+
+    async def action_page_variant(self, step: int) -> None:
+        if self.generating:
+            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
+            return
+        turn = self.session.show_variant(step)
+        if turn is None:
+            _, count = self.session.variants()
+            why = (
+                "no other variant of this reply"
+                if count < 2
+                else "no older variant"
+                if step < 0
+                else "no newer variant"
+            )
+            self.notify(why.capitalize() + ".", severity="warning", timeout=2)
+            return
+        replies = self.chat_log.replies()
+        if replies:
+            await replies[-1].remove()
+        reply = ReplyMessage(highlight=self.highlight_drafts)
+        await self.chat_log.mount(reply)
+        await reply.finish(turn.content, turn.stats, cancelled=turn.cancelled)
+        if turn.stats is not None:
+            reply.set_header(preset_label(turn.stats.preset, bool(turn.stats.router_reason)))
+        self._label_variant(reply)
+        self.chat_log.anchor()
         self.refresh_status()
 
     def action_show_history(self) -> None:
