@@ -26,6 +26,7 @@ from engine.events import (
     ReplyFinished,
     ReplyStarted,
 )
+from engine.metrics import Regression, Summary, find_regressions, recent_average
 from engine.presets import Preset, load_presets
 from engine.recording import ChatRecorder, stats_from_dict
 from engine.router import route
@@ -112,6 +113,7 @@ class ChatSession:
         if recorder is None and save:
             recorder = ChatRecorder(data_dir(settings))
         self.recorder = recorder
+        self.regressions: list[Regression] = []  # from the metrics log; the status bar warns while non-empty
 
     # --- setup ---------------------------------------------------------------------------------------------
 
@@ -137,6 +139,7 @@ class ChatSession:
                 self.backend, self.backend_reason = create_backend(settings)
             self.backend.load(progress)
             self._info = self.backend.info
+            self.check_regressions()
         except user_error_types() as exc:
             raise SpecchatError(str(exc)) from exc
         except MemoryError as exc:
@@ -385,6 +388,7 @@ class ChatSession:
         self.recorder.reply_ended(reply_id, text, stats.stop_reason, stats)
         if stats.stop_reason != "cancelled" and self._info is not None:
             self.recorder.log_reply(stats, self._info, self.model_dir, reply_id)
+            self.check_regressions()
 
     def take_notices(self) -> list[str]:
         """Storage problems to tell the user (a damaged database moved aside, a full disk ...), each once."""
@@ -491,3 +495,20 @@ class ChatSession:
         self.turns[-1] = turn
         self.last_stats = turn.stats
         return turn
+
+    # --- the metrics log, for the UI -------------------------------------------------------------------------
+
+    def check_regressions(self) -> list[Regression]:
+        """Apply the regression rule to the metrics log (after each logged reply, and at load)."""
+        if self.recorder is not None:
+            self.regressions = find_regressions(self.recorder.recent_metrics())
+        return self.regressions
+
+    def recent_average(self, preset: str) -> Summary | None:
+        """The preset's last 20 logged replies, summarized (the inspector shows a reply beside it)."""
+        if self.recorder is None:
+            return None
+        return recent_average(self.recorder.recent_metrics(), preset)
+
+    def metrics_rows(self) -> list[dict[str, Any]]:
+        return self.recorder.recent_metrics() if self.recorder is not None else []

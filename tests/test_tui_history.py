@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
+
 from engine.backends.scripted import ScriptedBackend
 from engine.config import Settings
 from engine.presets import load_presets
@@ -129,7 +131,9 @@ async def test_regenerated_replies_page_older_and_newer(tmp_path: Path):
         await wait_ready(pilot)
         await send(pilot, "Question")
         await pilot.press("ctrl+r")
-        await wait_until(pilot, lambda: not app.generating and app.chat_log.replies()[-1].text == "Variant B.")
+        await wait_until(
+            pilot, lambda: not app.generating and app.chat_log.replies()[-1].text == "Variant B."
+        )
 
         def header() -> str:
             return app.chat_log.replies()[-1].header
@@ -145,3 +149,55 @@ async def test_regenerated_replies_page_older_and_newer(tmp_path: Path):
         assert app.chat_log.replies()[-1].text == "Variant A."
         await pilot.press("alt+right")
         await wait_until(pilot, lambda: app.chat_log.replies()[-1].text == "Variant B.")
+
+
+def write_regressed_log(data_dir: Path) -> None:
+    import time
+
+    from engine import metrics
+    from tests.test_metrics import baseline_rows, recent_rows
+
+    shift = time.time() - 1_800_000_000.0  # the synthetic series ends now
+    for row in baseline_rows(acceptance=0.7) + recent_rows(acceptance=0.5):
+        metrics.append(data_dir / "metrics.jsonl", {**row, "timestamp": row["timestamp"] + shift})
+
+
+async def test_status_bar_warns_of_a_regression_and_opens_the_trend(tmp_path: Path):
+    from tests.tui_helpers import status
+    from tui.screens.trend import TrendScreen
+
+    app = saving_app(tmp_path, ScriptedBackend("ok"))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        assert "⚠" not in status(app)
+    write_regressed_log(tmp_path)
+    app = saving_app(tmp_path, ScriptedBackend("ok"))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        assert status(app).endswith("⚠ acceptance −20 pts (qa)")
+        await pilot.click("#status-bar")
+        await wait_until(pilot, lambda: isinstance(app.screen, TrendScreen))
+        body = plain(app.screen.query_one("#trend-body"))
+        assert "regression: m + ngram [qa, abc]: acceptance 70% -> 50%" in body
+        assert "acceptance and speed per reply" in body  # the plot
+
+
+async def test_inspector_shows_the_reply_beside_the_presets_recent_average(tmp_path: Path):
+    from tui.screens.inspector import InspectorScreen
+
+    app = saving_app(tmp_path, ScriptedBackend(["One two three four.", "Five six seven eight nine."]))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        app.session.set_mode("qa")
+        await send(pilot, "first")
+        await send(pilot, "second")
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen))
+        text = plain(app.screen.query_one("#inspector-recent"))
+        assert "qa recent average (2 replies)" in text
+        last = app.chat_log.replies()[-1].stats
+        rows = [orjson.loads(line) for line in (tmp_path / "metrics.jsonl").read_bytes().splitlines()]
+        pooled = sum(r["accepted_tokens"] for r in rows) / sum(r["drafted_tokens"] for r in rows)
+        acceptance_line = next(line for line in text.splitlines() if "acceptance" in line)
+        assert f"{last.acceptance_rate * 100:.0f}%" in acceptance_line
+        assert acceptance_line.rstrip().endswith(f"{pooled * 100:.0f}%")

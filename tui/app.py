@@ -109,6 +109,7 @@ class SpecchatCommands(Provider):
             ),
             ("chat: new", app.action_new_chat, "start a new conversation"),
             ("chat: history", app.action_show_history, "saved chats: search, open, rename, delete, export"),
+            ("metrics: trend", app.action_show_trend, "acceptance and speed over the last 7 days"),
             ("reply: older variant", lambda: app.action_page_variant(-1), "page regenerated replies"),
             ("reply: newer variant", lambda: app.action_page_variant(1), "page regenerated replies"),
             ("help: keys", app.action_show_help, "list every key"),
@@ -518,7 +519,8 @@ class SpecchatApp(App[None]):
         if reply is None or reply.stats is None:
             self.notify("No finished reply to inspect yet.", severity="warning")
             return
-        self.push_screen(InspectorScreen(reply.stats, reply.cancelled))
+        recent = self.session.recent_average(reply.stats.preset)
+        self.push_screen(InspectorScreen(reply.stats, reply.cancelled, recent))
 
     def action_select_reply(self, step: int) -> None:
         replies = self.chat_log.replies()
@@ -615,6 +617,15 @@ class SpecchatApp(App[None]):
         self._label_variant(reply)
         self.chat_log.anchor()
         self.refresh_status()
+
+    def action_show_trend(self) -> None:
+        from tui.screens.trend import TrendScreen
+
+        self.push_screen(TrendScreen(self.session.metrics_rows(), list(self.session.regressions)))
+
+    @on(StatusBar.TrendRequested)
+    def _trend_requested(self) -> None:
+        self.action_show_trend()
 
     def action_show_history(self) -> None:
         from tui.screens.history import HistoryScreen
