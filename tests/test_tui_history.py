@@ -108,6 +108,8 @@ async def test_resume_shows_the_chat_and_its_stats_before_the_model_is_ready(tmp
         assert [type(m) for m in messages] == [UserMessage, ReplyMessage, UserMessage, ReplyMessage]
         assert texts(app) == ["one", "First answer.", "two", "Second answer."]
         assert all("tok/s" in plain(r.query_one(".stats")) for r in app.chat_log.replies())
+        headers = {r.header for r in app.chat_log.replies()}
+        assert len(headers) == 1 and headers.pop().startswith("auto → qa · K 5 — "), headers
         assert app.session.chat_id == chat_id
 
 

@@ -575,9 +575,24 @@ class SpecchatApp(App[None]):
                 reply = ReplyMessage(highlight=self.highlight_drafts)
                 await self.chat_log.mount(reply)
                 await reply.finish(turn.content, turn.stats, cancelled=turn.cancelled)
+                self._restore_header(reply)
         self.chat_log.anchor()
         self.prompt.focus()
         self.refresh_status()
+
+    @staticmethod
+    def _restore_header(reply: ReplyMessage) -> None:
+        """A stored reply's header, as it read when the reply streamed (preset, K, the router's reason)."""
+        stats = reply.stats
+        if stats is None:
+            return
+        drafting = (
+            f"K {stats.num_draft_tokens}"
+            if stats.draft_mode != "none" and stats.num_draft_tokens
+            else "draft off"
+        )
+        why = f" — {stats.router_reason}" if stats.router_reason else ""
+        reply.set_header(f"{preset_label(stats.preset, bool(stats.router_reason))} · {drafting}{why}")
 
     def _label_variant(self, reply: ReplyMessage) -> None:
         """A regenerated reply says which variant it is, and how to page."""
@@ -612,8 +627,7 @@ class SpecchatApp(App[None]):
         reply = ReplyMessage(highlight=self.highlight_drafts)
         await self.chat_log.mount(reply)
         await reply.finish(turn.content, turn.stats, cancelled=turn.cancelled)
-        if turn.stats is not None:
-            reply.set_header(preset_label(turn.stats.preset, bool(turn.stats.router_reason)))
+        self._restore_header(reply)
         self._label_variant(reply)
         self.chat_log.anchor()
         self.refresh_status()

@@ -52,7 +52,7 @@ APP_KEYS: tuple[KeySpec, ...] = (
     KeySpec("reply.next", "alt+down", "select_reply(1)", "next reply", show=False, priority=True),
     KeySpec("prompt.focus", "ctrl+l", "focus_prompt", "prompt", show=False, priority=True),
     KeySpec("chat.new", "ctrl+n", "new_chat", "new chat", show=False, priority=True),
-    KeySpec("chat.history", "ctrl+h,f7", "show_history", "history", priority=True),
+    KeySpec("chat.history", "ctrl+h,f7", "show_history", "history", show=False, priority=True),
     KeySpec("app.quit", "ctrl+q", "quit", "quit", priority=True),
 )
 
