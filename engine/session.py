@@ -415,6 +415,8 @@ class ChatSession:
             for r in records
             if r.role in ("user", "assistant")
         ]
+        # The status bar shows the last reply's figures, as it did when the chat was left.
+        self.last_stats = next((t.stats for t in reversed(self.turns) if t.stats is not None), None)
         return self.turns
 
     @property

@@ -111,6 +111,10 @@ async def test_resume_shows_the_chat_and_its_stats_before_the_model_is_ready(tmp
         headers = {r.header for r in app.chat_log.replies()}
         assert len(headers) == 1 and headers.pop().startswith("auto → qa · K 5 — "), headers
         assert app.session.chat_id == chat_id
+        await wait_ready(pilot)
+        from tests.tui_helpers import status
+
+        assert "accept " in status(app) and "accept –" not in status(app)  # the last reply's figures
 
 
 async def test_storage_trouble_is_told_once_and_the_chat_goes_on(tmp_path: Path):

@@ -20,7 +20,8 @@ keys in the chat (binding id in brackets; remap under [keymap] in config.toml, e
                     [preset.auto] [preset.code] [preset.qa] [preset.creative]
   ctrl+o            preset picker, user presets too [preset.pick]; ctrl+p: command palette
   escape            stop the reply: partial text kept, the prompt comes back if nothing arrived [reply.cancel]
-  ctrl+r            regenerate the last reply [reply.regenerate]
+  ctrl+r            regenerate the last reply (the old one stays as a variant) [reply.regenerate]
+  alt+left/right    page the last reply's older / newer variants [reply.older_variant] [reply.newer_variant]
   ctrl+e            edit and resend the last message [reply.edit_last]
   ctrl+y / ctrl+b   copy the reply / its last code block [reply.copy] [reply.copy_code]
   ctrl+s            statistics inspector of the selected reply [reply.inspect]

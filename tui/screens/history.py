@@ -24,7 +24,7 @@ from tui.formatting import stored_stats_line
 def chat_option_text(chat) -> Text:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(chat.updated_at))
     return Text.assemble(
-        (chat.title or "Untitled chat", "bold"), ("  " + when + f" · {chat.message_count} messages", "dim")
+        (chat.title or "Untitled chat", "bold"), ("  " + when + f" · {chat.message_count} msgs", "dim")
     )
 
 
@@ -52,7 +52,7 @@ class HistoryScreen(ModalScreen[int | None]):
             yield OptionList(id="history-list")
             yield Static("", id="history-status")
             yield Static(
-                "enter open · ↑↓ choose · ctrl+t rename · ctrl+d delete · ctrl+x export · esc close",
+                "enter open · ctrl+t rename · ctrl+d delete · ctrl+x export (Markdown) · esc close",
                 classes="hint",
             )
 
