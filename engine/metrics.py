@@ -115,8 +115,11 @@ def append(path: Path, record: dict[str, Any]) -> None:
     """Add one line to the log (creating folder and file). Raises OSError when the disk refuses."""
     path.parent.mkdir(parents=True, exist_ok=True)
     line = orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line  # a line torn by a crash: end it, or this record would be lost with it
         written = os.write(fd, line)
         if written != len(line):
             raise OSError(28, "short write to the metrics log")

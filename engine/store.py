@@ -508,8 +508,9 @@ class Store:
         where, params = "", ()
         search = search.strip()
         if search:
-            if self.fts:
-                phrase = '"' + search.replace('"', '""') + '"'
+            if self.fts and any(ch.isalnum() for ch in search):
+                # A phrase whose last word may be unfinished: search as you type finds "mill" in "million".
+                phrase = '"' + search.replace('"', '""') + '"*'
                 where = (
                     "WHERE c.title LIKE ? ESCAPE '\\' OR c.id IN (SELECT m.chat_id FROM messages m "
                     "WHERE m.id IN (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?))"

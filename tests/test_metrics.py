@@ -70,9 +70,12 @@ def test_read_skips_torn_lines_and_filters_by_time(tmp_path: Path):
         f.write(b'{"timestamp": 17000, "drafted_tok')  # a write cut short by a crash
         f.write(b"\n[1, 2]\n")
     metrics.append(path, row(NOW - 60, acceptance=0.7))
+    with path.open("ab") as f:
+        f.write(b'{"timestamp": 1800000000, "accep')  # killed mid-write, no newline
+    metrics.append(path, row(NOW - 30, acceptance=0.8))  # still its own line
     rows = metrics.read(path)
-    assert [r["acceptance_rate"] for r in rows] == [0.6, 0.5, 0.7]
-    assert [r["acceptance_rate"] for r in metrics.read(path, 7 * DAY, now=NOW)] == [0.5, 0.7]
+    assert [r["acceptance_rate"] for r in rows] == [0.6, 0.5, 0.7, 0.8]
+    assert [r["acceptance_rate"] for r in metrics.read(path, 7 * DAY, now=NOW)] == [0.5, 0.7, 0.8]
     assert metrics.read(tmp_path / "absent.jsonl") == []
 
 

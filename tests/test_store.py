@@ -91,6 +91,9 @@ def test_search_titles_and_text_newest_first(tmp_path: Path, use_fts: bool):
     make_chat(store, "Unrelated", "Nothing here.")
     assert [c.id for c in store.chats("sqlite")] == [new, old]  # title of one, reply text of the other
     assert [c.id for c in store.chats("Waves")] == [new]
+    assert [c.id for c in store.chats("Wav")] == [new]  # as you type
+    assert [c.id for c in store.chats("and sqlite dre")] == [new]
+    assert store.chats('"') == [] and store.chats("*") == []
     assert [c.id for c in store.chats("100%")] == [old]  # LIKE wildcards are literal
     assert store.chats("absent-word") == []
     store.rename_chat(new, "Sea verses")

@@ -207,3 +207,16 @@ async def test_inspector_shows_the_reply_beside_the_presets_recent_average(tmp_p
         acceptance_line = next(line for line in text.splitlines() if "acceptance" in line)
         assert f"{last.acceptance_rate * 100:.0f}%" in acceptance_line
         assert acceptance_line.rstrip().endswith(f"{pooled * 100:.0f}%")
+
+
+async def test_damaged_database_is_told_once_in_the_app(tmp_path: Path):
+    (tmp_path / "specchat.db").write_bytes(b"garbage, not sqlite" * 100)
+    app = saving_app(tmp_path, ScriptedBackend("fine"))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "hello")
+        await pilot.pause(0.3)
+        told = [n.message for n in app._notifications if "damaged" in n.message]
+        assert len(told) == 1 and "specchat.db.corrupt-" in told[0]
+    assert len(list(tmp_path.glob("specchat.db.corrupt-*"))) == 1
+    assert [c.title for c in Store.open(tmp_path).chats()] == ["hello"]
