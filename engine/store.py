@@ -63,7 +63,7 @@ MIGRATIONS: dict[int, str] = {
         temperature REAL,
         stop_reason TEXT,
         error TEXT,
-        stats BLOB
+        stats TEXT
     );
     CREATE INDEX messages_by_chat ON messages(chat_id, id);
     CREATE INDEX messages_by_parent ON messages(parent_id);
@@ -425,7 +425,7 @@ class Store:
                     k,
                     temperature,
                     stop_reason,
-                    orjson.dumps(stats) if stats is not None else None,
+                    orjson.dumps(stats).decode() if stats is not None else None,
                 ),
             )
             con.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (now, chat_id))
@@ -459,7 +459,7 @@ class Store:
                         now,
                         stop_reason,
                         error,
-                        orjson.dumps(stats) if stats is not None else None,
+                        orjson.dumps(stats).decode() if stats is not None else None,
                         message_id,
                     ),
                 )

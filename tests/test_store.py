@@ -193,3 +193,13 @@ def test_exports(tmp_path: Path):
     assert record["messages"][1]["stats"] == {"new_tokens": 3}
     text = export_markdown(store.chat(chat), store.conversation(chat), lambda m: "3 tok" if m.stats else "")
     assert text.startswith("# What is WAL?") and "## You\n\nWhat is WAL?" in text and "*3 tok*" in text
+
+
+def test_stats_are_json_text_sqlite_can_query(tmp_path: Path):
+    store = Store.open(tmp_path)
+    make_chat(store)
+    rows = raw_rows(
+        tmp_path / DB_NAME,
+        "SELECT json_extract(stats, '$.new_tokens') FROM messages WHERE role = 'assistant'",
+    )
+    assert rows == [(3,)]
