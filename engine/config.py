@@ -65,6 +65,16 @@ def presets_dir() -> Path:
     return config_dir() / "presets"
 
 
+def data_dir(settings: Settings | None = None) -> Path:
+    """Where conversations (specchat.db) and the metrics log live: `data_dir`, else the platform's user data
+    folder (`$XDG_DATA_HOME/specchat`, `~/.local/share/specchat` on Linux)."""
+    if settings is not None and settings.data_dir is not None:
+        return settings.data_dir
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+
+
 def display_path(path: Path | str) -> str:
     """A path as a user would type it: `~/...` under the home folder, else as given."""
     path = Path(path)

@@ -15,7 +15,18 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     from engine.backends.base import BackendError
     from engine.chat_template import ChatTemplateError
     from engine.config import ConfigError
+    from engine.metrics import MetricsError
     from engine.models import ModelError
     from engine.presets import PresetError
+    from engine.store import StoreError
 
-    return (SpecchatError, BackendError, ChatTemplateError, ConfigError, ModelError, PresetError)
+    return (
+        SpecchatError,
+        BackendError,
+        ChatTemplateError,
+        ConfigError,
+        ModelError,
+        PresetError,
+        StoreError,
+        MetricsError,
+    )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.backends.base import Backend, GenerationRequest
-from engine.config import Settings, presets_dir
+from engine.config import Settings, data_dir, presets_dir
 from engine.errors import SpecchatError, user_error_types
 from engine.events import (
     BackendInfo,
@@ -26,8 +26,11 @@ from engine.events import (
     ReplyFinished,
     ReplyStarted,
 )
+from engine.metrics import Regression
 from engine.presets import Preset, load_presets
+from engine.recording import ChatRecorder
 from engine.router import route
+from engine.session_history import SessionHistory
 from engine.speculation import AcceptanceAccounting
 
 EventCallback = Callable[[object], None]
@@ -75,15 +78,18 @@ class Turn:
     stats: MessageStats | None = None
     origins: tuple[bool, ...] | None = None
     cancelled: bool = False
+    message_id: int | None = None  # its row in the store, when the session saves
 
 
-class ChatSession:
+class ChatSession(SessionHistory):
     def __init__(
         self,
         settings: Settings,
         backend: Backend | None = None,
         presets: dict[str, Preset] | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        save: bool = False,
+        recorder: ChatRecorder | None = None,
     ) -> None:
         # `clock` must be the one the backend stamps Chunk.t with (tests freeze both for snapshots).
         self.clock = clock
@@ -103,6 +109,11 @@ class ChatSession:
         self._info: BackendInfo | None = None
         # The model folder's path as resolved at load (the embedded model's cache folder when none was set).
         self.model_dir: str | None = str(settings.model) if settings.model is not None else None
+        # Saving (chats to the store, replies to the metrics log) is asked for: the chat app, `generate --save`.
+        if recorder is None and save:
+            recorder = ChatRecorder(data_dir(settings))
+        self.recorder = recorder
+        self.regressions: list[Regression] = []  # from the metrics log; the status bar warns while non-empty
 
     # --- setup ---------------------------------------------------------------------------------------------
 
@@ -128,6 +139,7 @@ class ChatSession:
                 self.backend, self.backend_reason = create_backend(settings)
             self.backend.load(progress)
             self._info = self.backend.info
+            self.check_regressions()
         except user_error_types() as exc:
             raise SpecchatError(str(exc)) from exc
         except MemoryError as exc:
@@ -169,6 +181,8 @@ class ChatSession:
         self.turns.clear()
         self.context_used = 0
         self.live = LiveStats()
+        if self.recorder is not None:
+            self.recorder.new_chat()
 
     def pop_last_exchange(self) -> str | None:
         """Remove the last user message and its reply; return the user's text (edit and resend)."""
@@ -183,7 +197,9 @@ class ChatSession:
     ) -> ReplyFinished | ReplyFailed:
         if not text.strip():
             raise SpecchatError("empty message: type something to send")
-        self.turns.append(Turn("user", text))
+        turn = Turn("user", text)
+        self.turns.append(turn)
+        self._record_user(turn)
         return self._reply(text, on_event, cancel)
 
     def start(self, text: str, on_event: EventCallback) -> ReplyHandle:
@@ -273,6 +289,7 @@ class ChatSession:
         self.active = started
         self.last_prompt_ids = request.prompt_ids
         on_event(started)
+        reply_id = self._record_reply_started(started)
         token_ids: list[int] = []
         origins: list[bool] = []
         pieces: list[str] = []
@@ -286,15 +303,18 @@ class ChatSession:
                     pieces.append(event.text)
                     self.context_used = len(prompt_ids) + len(token_ids)
                     on_event(event)
+                    if self.recorder is not None:
+                        self.recorder.reply_progress(reply_id, lambda: "".join(pieces))
                 else:
                     done = event
         except user_error_types() as exc:
-            return self._failed(str(exc), "".join(pieces), on_event)
+            return self._failed(str(exc), "".join(pieces), on_event, reply_id)
         except MemoryError:
             return self._failed(
                 "out of memory while generating: lower max_context or max_new_tokens",
                 "".join(pieces),
                 on_event,
+                reply_id,
             )
         finally:
             self.active = None
@@ -316,16 +336,26 @@ class ChatSession:
         cancelled = done.stop_reason == "cancelled"
         self.last_stats = stats
         if cancelled and not token_ids:
-            self.turns.pop()  # nothing came: the prompt goes back to the user untouched
+            popped = self.turns.pop()  # nothing came: the prompt goes back to the user untouched
+            if self.recorder is not None:
+                self.recorder.discard(reply_id, popped.message_id if popped.role == "user" else None)
         else:
-            self.turns.append(Turn("assistant", reply_text, stats, tuple(origins), cancelled))
+            self.turns.append(Turn("assistant", reply_text, stats, tuple(origins), cancelled, reply_id))
+            self._record_reply_end(reply_id, reply_text, stats)
         finished = ReplyFinished(reply_text, tuple(token_ids), tuple(origins), stats, cancelled)
         on_event(finished)
         return finished
 
-    def _failed(self, message: str, partial: str, on_event: EventCallback) -> ReplyFailed:
+    def _failed(
+        self, message: str, partial: str, on_event: EventCallback, reply_id: int | None = None
+    ) -> ReplyFailed:
+        message = " ".join(message.split())
         if partial:
-            self.turns.append(Turn("assistant", partial, cancelled=True))
-        failed = ReplyFailed(" ".join(message.split()), partial)
+            self.turns.append(Turn("assistant", partial, cancelled=True, message_id=reply_id))
+            if self.recorder is not None:
+                self.recorder.reply_ended(reply_id, partial, "error", error=message)
+        elif self.recorder is not None:
+            self.recorder.discard(reply_id)
+        failed = ReplyFailed(message, partial)
         on_event(failed)
         return failed

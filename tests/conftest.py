@@ -136,8 +136,10 @@ def tiny_model_dir_other_vocab(tmp_path_factory: pytest.TempPathFactory) -> Path
 
 @pytest.fixture(autouse=True)
 def isolated_user_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests never read the developer's own config.toml, presets or SPECCHAT_* variables (the model cache stays)."""
+    """Tests never read the developer's own config.toml, presets, SPECCHAT_* variables or data (the model cache stays)."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+    # ... nor write chats or metrics into the developer's own data folder.
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
     for name in list(os.environ):
         if name.startswith("SPECCHAT_") and name != "SPECCHAT_CACHE_DIR":
             monkeypatch.delenv(name)

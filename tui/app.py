@@ -108,6 +108,10 @@ class SpecchatCommands(Provider):
                 "colour what the draft got right",
             ),
             ("chat: new", app.action_new_chat, "start a new conversation"),
+            ("chat: history", app.action_show_history, "saved chats: search, open, rename, delete, export"),
+            ("metrics: trend", app.action_show_trend, "acceptance and speed over the last 7 days"),
+            ("reply: older variant", lambda: app.action_page_variant(-1), "page regenerated replies"),
+            ("reply: newer variant", lambda: app.action_page_variant(1), "page regenerated replies"),
             ("help: keys", app.action_show_help, "list every key"),
         ]
         return commands
@@ -140,8 +144,10 @@ class SpecchatApp(App[None]):
         session: ChatSession | None = None,
         load_on_mount: bool = True,
         startup_error: str | None = None,
+        open_chat: int | None = None,
     ) -> None:
         super().__init__()
+        self.open_chat_id = open_chat  # a stored chat to continue (--resume, --chat ID)
         self.settings = settings
         if session is None:
             # A broken config or preset file still opens the app (built-in presets), to show what is wrong.
@@ -185,6 +191,8 @@ class SpecchatApp(App[None]):
             self._load_failed(self.startup_error, title="The configuration has a problem")
         elif self.load_on_mount:
             self.start_loading()
+        if self.open_chat_id is not None:
+            self.call_later(self.show_chat, self.open_chat_id)
 
     def on_unmount(self) -> None:
         # Quitting mid-reply: stop the generation thread, or the process would wait for the whole reply.
@@ -214,6 +222,8 @@ class SpecchatApp(App[None]):
         # A reply that stalls right after a chunk that was not posted (the 50 ms rule) still shows up here.
         if self._buffer is not None and self._reply is not None and self._buffer.has_pending:
             await self._drain(self._buffer)
+        for notice in self.session.take_notices():  # storage trouble (damaged db, full disk): told once
+            self.notify(notice, title="History", severity="warning", timeout=12)
         self.refresh_status()
 
     def refresh_status(self) -> None:
@@ -358,6 +368,7 @@ class SpecchatApp(App[None]):
             else:
                 await reply.finish(event.text, event.stats, cancelled=event.cancelled)
                 self.call_after_refresh(self._mark_rendered)
+                self._label_variant(reply)
             self._end_reply()
         elif isinstance(event, ReplyFailed):
             await self._drain(message.buffer)
@@ -508,7 +519,8 @@ class SpecchatApp(App[None]):
         if reply is None or reply.stats is None:
             self.notify("No finished reply to inspect yet.", severity="warning")
             return
-        self.push_screen(InspectorScreen(reply.stats, reply.cancelled))
+        recent = self.session.recent_average(reply.stats.preset)
+        self.push_screen(InspectorScreen(reply.stats, reply.cancelled, recent))
 
     def action_select_reply(self, step: int) -> None:
         replies = self.chat_log.replies()
@@ -543,10 +555,111 @@ class SpecchatApp(App[None]):
         self.prompt.focus()
         self.refresh_status()
 
+    # --- history (tui/screens/history.py) ---------------------------------------------------------------------
 
-def run_app(settings: Settings, startup_error: str | None = None, session: ChatSession | None = None) -> None:
+    async def show_chat(self, chat_id: int) -> None:
+        """Put a stored chat on screen, stats lines included; the conversation continues from it."""
+        if self.generating:
+            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
+            return
+        try:
+            turns = self.session.open_chat(chat_id)
+        except SpecchatError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        await self.chat_log.clear_messages()
+        for turn in turns:
+            if turn.role == "user":
+                await self.chat_log.mount(UserMessage(turn.content))
+            else:
+                reply = ReplyMessage(highlight=self.highlight_drafts)
+                await self.chat_log.mount(reply)
+                await reply.finish(turn.content, turn.stats, cancelled=turn.cancelled)
+                self._restore_header(reply)
+        self.chat_log.anchor()
+        self.prompt.focus()
+        self.refresh_status()
+
+    @staticmethod
+    def _restore_header(reply: ReplyMessage) -> None:
+        """A stored reply's header, as it read when the reply streamed (preset, K, the router's reason)."""
+        stats = reply.stats
+        if stats is None:
+            return
+        drafting = (
+            f"K {stats.num_draft_tokens}"
+            if stats.draft_mode != "none" and stats.num_draft_tokens
+            else "draft off"
+        )
+        why = f" — {stats.router_reason}" if stats.router_reason else ""
+        reply.set_header(f"{preset_label(stats.preset, bool(stats.router_reason))} · {drafting}{why}")
+
+    def _label_variant(self, reply: ReplyMessage) -> None:
+        """A regenerated reply says which variant it is, and how to page."""
+        position, count = self.session.variants()
+        if count > 1:
+            base = reply.header.split(" · variant ")[0]
+            older, newer = (
+                key_for("reply.older_variant", self.settings.keymap),
+                key_for("reply.newer_variant", self.settings.keymap),
+            )
+            reply.set_header(f"{base} · variant {position}/{count} ({older} / {newer})")
+
+    async def action_page_variant(self, step: int) -> None:
+        if self.generating:
+            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
+            return
+        turn = self.session.show_variant(step)
+        if turn is None:
+            _, count = self.session.variants()
+            why = (
+                "no other variant of this reply"
+                if count < 2
+                else "no older variant"
+                if step < 0
+                else "no newer variant"
+            )
+            self.notify(why.capitalize() + ".", severity="warning", timeout=2)
+            return
+        replies = self.chat_log.replies()
+        if replies:
+            await replies[-1].remove()
+        reply = ReplyMessage(highlight=self.highlight_drafts)
+        await self.chat_log.mount(reply)
+        await reply.finish(turn.content, turn.stats, cancelled=turn.cancelled)
+        self._restore_header(reply)
+        self._label_variant(reply)
+        self.chat_log.anchor()
+        self.refresh_status()
+
+    def action_show_trend(self) -> None:
+        from tui.screens.trend import TrendScreen
+
+        self.push_screen(TrendScreen(self.session.metrics_rows(), list(self.session.regressions)))
+
+    @on(StatusBar.TrendRequested)
+    def _trend_requested(self) -> None:
+        self.action_show_trend()
+
+    def action_show_history(self) -> None:
+        from tui.screens.history import HistoryScreen
+
+        def chosen(chat_id: int | None) -> None:
+            if chat_id is not None:
+                self.run_worker(self.show_chat(chat_id), group="history", exclusive=True)
+
+        self.push_screen(HistoryScreen(self.session), chosen)
+
+
+def run_app(
+    settings: Settings,
+    startup_error: str | None = None,
+    session: ChatSession | None = None,
+    open_chat: int | None = None,
+) -> None:
     """Entry point used by `specchat` (tui.cli): open the chat on the configured (or embedded) model.
 
     With `startup_error` (a broken config file, say) the app opens on default settings and shows the message.
+    `open_chat` continues a stored chat (`--resume`, `--chat ID`).
     """
-    SpecchatApp(settings, session=session, startup_error=startup_error).run()
+    SpecchatApp(settings, session=session, startup_error=startup_error, open_chat=open_chat).run()

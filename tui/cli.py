@@ -20,7 +20,8 @@ keys in the chat (binding id in brackets; remap under [keymap] in config.toml, e
                     [preset.auto] [preset.code] [preset.qa] [preset.creative]
   ctrl+o            preset picker, user presets too [preset.pick]; ctrl+p: command palette
   escape            stop the reply: partial text kept, the prompt comes back if nothing arrived [reply.cancel]
-  ctrl+r            regenerate the last reply [reply.regenerate]
+  ctrl+r            regenerate the last reply (the old one stays as a variant) [reply.regenerate]
+  alt+left/right    page the last reply's older / newer variants [reply.older_variant] [reply.newer_variant]
   ctrl+e            edit and resend the last message [reply.edit_last]
   ctrl+y / ctrl+b   copy the reply / its last code block [reply.copy] [reply.copy_code]
   ctrl+s            statistics inspector of the selected reply [reply.inspect]
@@ -29,7 +30,9 @@ keys in the chat (binding id in brackets; remap under [keymap] in config.toml, e
                     [message.inspect] [message.copy] [message.copy_code] [message.help]
   f6                colour text the draft got right [view.draft_highlight]
   f5                help [help.show]     ctrl+l  back to the prompt [prompt.focus]
-  ctrl+n            new chat [chat.new]  ctrl+q  quit [app.quit]
+  ctrl+n            new chat; the last one stays in the history [chat.new]  ctrl+q  quit [app.quit]
+  ctrl+h or f7      saved chats: search, open, rename, delete, export [chat.history]
+                    (f7 where the terminal sends ctrl+h as backspace)
 """
 
 
@@ -72,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--preset", help="auto (route each message) or a preset name: code, qa, creative, ..."
     )
+    reopen = parser.add_mutually_exclusive_group()
+    reopen.add_argument("--resume", action="store_true", help="continue the last chat")
+    reopen.add_argument(
+        "--chat", type=int, metavar="ID", help="continue the chat with this id (history list)"
+    )
     sub = parser.add_subparsers(dest="command", parser_class=OneLineParser, metavar="COMMAND")
 
     gen = sub.add_parser("generate", help="answer prompts without the UI (plain text or JSON lines)")
@@ -88,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("--max-new-tokens", type=int, help="reply length limit, overrides the preset")
     gen.add_argument("--json", action="store_true", help="one JSON object per prompt, one per line")
+    gen.add_argument(
+        "--save", action="store_true", help="keep each prompt and reply in the history and the metrics log"
+    )
 
     sub.add_parser("presets", help="list the presets (built-in and user)")
     sub.add_parser("fetch", help="fetch and convert the embedded model; prints its folder")
@@ -104,6 +115,33 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_flags(bench)
     bench.add_argument("--quick", action="store_true", help="short replies, fewer repeats")
     bench.add_argument("--ui", action="store_true", help="also run the UI streaming benchmark")
+
+    history = sub.add_parser("history", help="saved chats: list, show, export, delete")
+    hsub = history.add_subparsers(dest="history_command", parser_class=OneLineParser, metavar="ACTION")
+    hsub.required = True
+    hlist = hsub.add_parser("list", help="chats, most recent first")
+    hlist.add_argument("--json", action="store_true", help="one JSON object per chat, one per line")
+    hlist.add_argument("--search", default="", help="only chats whose title or text contains this")
+    hshow = hsub.add_parser("show", help="print a chat with its stats lines")
+    hshow.add_argument("id", type=int)
+    hexport = hsub.add_parser("export", help="a chat as Markdown or JSON")
+    hexport.add_argument("id", type=int)
+    hexport.add_argument("--format", choices=["md", "json"], default="md", help="md (default) or json")
+    hexport.add_argument("-o", "--output", type=Path, help="write to this file instead of stdout")
+    hdelete = hsub.add_parser("delete", help="delete a chat and its messages")
+    hdelete.add_argument("id", type=int)
+
+    met = sub.add_parser("metrics", help="acceptance, τ, tok/s and TTFT over time, from the metrics log")
+    met.add_argument("--since", default="7d", help="how far back: 30m, 12h, 7d (default), 2w")
+    met.add_argument(
+        "--by", choices=["day", "preset", "model"], help="group rows (default: day, in the table)"
+    )
+    fmt = met.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="JSON lines: one per reply (or per group with --by)")
+    fmt.add_argument("--csv", action="store_true", help="CSV: one row per reply (or per group with --by)")
+    met.add_argument(
+        "--check", action="store_true", help="exit 1 naming any regression (acceptance or tok/s drop)"
+    )
     return parser
 
 
@@ -183,7 +221,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     _validate_generate(args)
     prompts = _read_prompts(args)
     settings = _settings(args)
-    session = ChatSession(settings)
+    session = ChatSession(settings, save=args.save)
     session.set_overrides(k=args.k, temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     session.load(print_progress)
     info = session.info
@@ -196,6 +234,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     for prompt in prompts:
         session.new_chat()
         result = session.send(prompt, on_event=lambda _e: None, cancel=threading.Event())
+        for notice in session.take_notices():
+            print(f"specchat: {notice}", file=sys.stderr)
         if isinstance(result, ReplyFailed):
             print(f"specchat: error: {result.message}", file=sys.stderr)
             status = 1
@@ -237,12 +277,133 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_paths(args: argparse.Namespace) -> int:
-    from engine.config import config_file_path, presets_dir
+    from engine.config import config_file_path, data_dir, load_settings, presets_dir
     from engine.models import embedded_model_dir
 
     print(f"config file   {config_file_path()}")
     print(f"user presets  {presets_dir()}")
     print(f"model cache   {embedded_model_dir()}")
+    print(f"data          {data_dir(load_settings())}  (specchat.db, metrics.jsonl)")
+    return 0
+
+
+def _open_store():
+    from engine.config import data_dir, load_settings
+    from engine.store import Store
+
+    store = Store.open(data_dir(load_settings()))
+    for notice in store.take_notices():
+        print(f"specchat: {notice}", file=sys.stderr)
+    return store
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    import orjson
+
+    from engine.store import export_json, export_markdown
+    from tui.formatting import stored_stats_line
+
+    store = _open_store()
+    action = args.history_command
+    if action == "list":
+        chats = store.chats(args.search)
+        for chat in chats:
+            if args.json:
+                record = {
+                    "id": chat.id,
+                    "title": chat.title,
+                    "created_at": chat.created_at,
+                    "updated_at": chat.updated_at,
+                    "messages": chat.message_count,
+                    "model": chat.model,
+                }
+                sys.stdout.buffer.write(orjson.dumps(record) + b"\n")
+            else:
+                when = _local_time(chat.updated_at)
+                print(f"{chat.id:>5}  {when}  {chat.message_count:>4} msgs  {chat.title}")
+        if not chats and not args.json:
+            print(
+                "no saved chats yet" + (f" matching {args.search!r}" if args.search else ""), file=sys.stderr
+            )
+        sys.stdout.flush()
+        return 0
+    chat = store.chat(args.id)  # StoreError (exit 2) for an unknown id
+    if action == "delete":
+        store.delete_chat(chat.id)
+        print(f"deleted chat {chat.id}: {chat.title}")
+        return 0
+    messages = store.conversation(chat.id)
+    if action == "show":
+        print(f"chat {chat.id} · {chat.title} · {_local_time(chat.created_at)}")
+        for message in messages:
+            print(f"\n[{'you' if message.role == 'user' else message.role}]")
+            print(message.text)
+            line = stored_stats_line(message)
+            if line:
+                print(f"  ({line})")
+        return 0
+    data = (
+        export_json(chat, messages)
+        if args.format == "json"
+        else export_markdown(chat, messages, stored_stats_line).encode("utf-8")
+    )
+    if args.output is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return 0
+    try:
+        args.output.write_bytes(data)
+    except OSError as exc:
+        raise CliError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
+    print(f"wrote chat {chat.id} to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _local_time(timestamp: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp))
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    import shutil
+
+    import orjson
+
+    from engine import metrics
+    from engine.config import data_dir, load_settings
+
+    since = metrics.parse_since(args.since)  # MetricsError: one line, exit 2
+    path = data_dir(load_settings()) / metrics.METRICS_NAME
+    rows = metrics.read(path, since)
+    if args.check:
+        # The baseline reaches 7 days behind the recent replies: read enough of the log for it.
+        found = metrics.find_regressions(metrics.read(path))
+        for regression in found:
+            print(f"regression: {regression.describe()}")
+        if not found:
+            print(f"no regressions ({len(rows)} replies in the last {args.since})")
+        return 1 if found else 0
+    summaries = metrics.summarize(rows, args.by) if args.by else None
+    if args.json:
+        out = [s.to_dict() for s in summaries] if summaries is not None else rows
+        for row in out:
+            sys.stdout.buffer.write(orjson.dumps(row) + b"\n")
+        sys.stdout.flush()
+        return 0
+    if args.csv:
+        out = [s.to_dict() for s in summaries] if summaries is not None else rows
+        sys.stdout.write(metrics.to_csv(out) if out else "")
+        return 0
+    if not rows:
+        print(f"no replies in the metrics log for the last {args.since} ({path})")
+        return 0
+    by = args.by or "day"
+    print(metrics.format_table(summaries or metrics.summarize(rows, by), by))
+    if len(rows) >= 2:
+        width = max(40, min(shutil.get_terminal_size((100, 24)).columns, 120))
+        print()
+        print(metrics.plot(rows, width=width, color=sys.stdout.isatty()))
     return 0
 
 
@@ -320,10 +481,20 @@ def cmd_chat(args: argparse.Namespace) -> int:
     session, startup_error = None, None
     try:
         settings = _settings(args, check_paths=False)
-        session = ChatSession(settings)  # loads the presets and checks the preset mode against them
+        # Loads the presets and checks the preset mode against them; opens the history store.
+        session = ChatSession(settings, save=True)
     except (ConfigError, PresetError, SpecchatError) as exc:
         settings, startup_error = Settings.model_construct(), " ".join(str(exc).split())
-    run_app(settings, startup_error=startup_error, session=session)
+    open_chat = None
+    if session is not None and (args.resume or args.chat is not None):
+        assert session.recorder is not None
+        if args.chat is not None:
+            open_chat = session.recorder.store.chat(args.chat).id  # StoreError: one line, exit 2
+        else:
+            open_chat = session.last_chat_id()
+            if open_chat is None:
+                print("specchat: no saved chat to resume: starting a new one", file=sys.stderr)
+    run_app(settings, startup_error=startup_error, session=session, open_chat=open_chat)
     return 0
 
 
@@ -335,6 +506,8 @@ COMMANDS = {
     "paths": cmd_paths,
     "plan": cmd_plan,
     "bench": cmd_bench,
+    "history": cmd_history,
+    "metrics": cmd_metrics,
 }
 
 

@@ -54,3 +54,18 @@ def stats_line(stats: MessageStats, cancelled: bool = False) -> str:
     if cancelled:
         parts.append("cancelled")
     return " · ".join(parts)
+
+
+def stored_stats_line(message) -> str:
+    """The stats line of a stored reply (a `MessageRecord`): as under a live reply, or why it has none."""
+    from engine.recording import stats_from_dict
+
+    if message.role != "assistant":
+        return ""
+    stats = stats_from_dict(message.stats)
+    line = stats_line(stats, message.stop_reason == "cancelled") if stats is not None else ""
+    if message.error:
+        line = f"failed: {message.error}" + (f" · {line}" if line else "")
+    elif message.interrupted:
+        line = "interrupted (specchat quit mid-reply)"
+    return line

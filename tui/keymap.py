@@ -42,10 +42,17 @@ APP_KEYS: tuple[KeySpec, ...] = (
     KeySpec("reply.copy", "ctrl+y", "copy_reply", "copy", show=False, priority=True),
     KeySpec("reply.copy_code", "ctrl+b", "copy_code", "copy code", show=False, priority=True),
     KeySpec("reply.inspect", "ctrl+s", "inspect_reply", "stats", priority=True),
+    KeySpec(
+        "reply.older_variant", "alt+left", "page_variant(-1)", "older variant", show=False, priority=True
+    ),
+    KeySpec(
+        "reply.newer_variant", "alt+right", "page_variant(1)", "newer variant", show=False, priority=True
+    ),
     KeySpec("reply.previous", "alt+up", "select_reply(-1)", "previous reply", show=False, priority=True),
     KeySpec("reply.next", "alt+down", "select_reply(1)", "next reply", show=False, priority=True),
     KeySpec("prompt.focus", "ctrl+l", "focus_prompt", "prompt", show=False, priority=True),
     KeySpec("chat.new", "ctrl+n", "new_chat", "new chat", show=False, priority=True),
+    KeySpec("chat.history", "ctrl+h,f7", "show_history", "history", show=False, priority=True),
     KeySpec("app.quit", "ctrl+q", "quit", "quit", priority=True),
 )
 

@@ -76,21 +76,49 @@ def histogram_bars(stats: MessageStats) -> Text:
     return text
 
 
+def recent_comparison(stats: MessageStats, recent) -> Table | Text:
+    """This reply beside the preset's recent average (a metrics `Summary` of its last logged replies)."""
+    if recent is None or not recent.replies:
+        return Text(f"no logged {stats.preset} replies to compare with yet", style="dim")
+    table = Table(box=None, padding=(0, 2), show_edge=False)
+    table.add_column("", style="dim", justify="right")
+    table.add_column("this reply", justify="right")
+    table.add_column(f"{stats.preset} recent average ({recent.replies} replies)", justify="right")
+    table.add_row("acceptance", percent(stats.acceptance_rate), percent(recent.acceptance))
+    table.add_row("τ", number(stats.mean_accepted_length, 2), number(recent.tau, 2))
+    table.add_row("tok/s", number(stats.decode_tokens_per_s), number(recent.tokens_per_s))
+    table.add_row(
+        "time to first token",
+        _seconds(stats.ttft_s),
+        "–" if recent.ttft_s is None else _seconds(recent.ttft_s),
+    )
+    return table
+
+
 class InspectorScreen(ModalScreen[None]):
     BINDINGS = [
         Binding("escape,q,i", "dismiss", "close", id="inspector.close"),
     ]
 
-    def __init__(self, stats: MessageStats, cancelled: bool = False) -> None:
+    def __init__(self, stats: MessageStats, cancelled: bool = False, recent=None) -> None:
         super().__init__()
         self.stats = stats
         self.cancelled = cancelled
+        self.recent = recent  # the preset's recent average from the metrics log, when the session saves
 
     def compose(self) -> ComposeResult:
         with Vertical(id="inspector", classes="dialog"):
             yield Static(Text("Reply statistics", style="bold"), classes="title")
             with VerticalScroll():
                 yield Static(stats_table(self.stats, self.cancelled), id="inspector-fields")
+                if self.recent is not None:
+                    yield Static(
+                        Group(
+                            Text("\nbeside recent replies", style="bold"),
+                            recent_comparison(self.stats, self.recent),
+                        ),
+                        id="inspector-recent",
+                    )
                 yield Static(
                     Group(Text("\nper-position acceptance", style="bold"), position_bars(self.stats)),
                     id="inspector-positions",

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich.text import Text
+from textual.message import Message
 from textual.widgets import Static
 
 from tui.formatting import number, percent, preset_label, sparkline
@@ -34,6 +35,7 @@ class StatusFigures:
     cache_mode: str = ""
     backend: str = ""
     device: str = ""
+    warning: str = ""  # a regression found in the metrics log (click the bar for the trend)
 
 
 def collect_status(session: Any, state: str, message: str = "") -> StatusFigures:
@@ -42,6 +44,7 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
         return StatusFigures(state=state, message=message)
     info = session.info
     base: dict[str, Any] = {
+        "warning": regression_warning(getattr(session, "regressions", ())),
         "context_used": int(getattr(session, "context_used", 0) or 0),
         "max_context": int(getattr(session, "max_context", 0) or 0),
         "cache_mode": info.cache_mode if info else "",
@@ -97,6 +100,19 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
     )
 
 
+def regression_warning(regressions: Any) -> str:
+    """`acceptance −12 pts (qa)`: the first regression, and how many more."""
+    if not regressions:
+        return ""
+    first = regressions[0]
+    if first.what == "acceptance":
+        drop = f"acceptance −{(first.baseline - first.recent) * 100:.0f} pts"
+    else:
+        drop = f"tok/s −{(1 - first.recent / first.baseline) * 100:.0f}%"
+    more = f" +{len(regressions) - 1}" if len(regressions) > 1 else ""
+    return f"{drop} ({first.preset}){more}"
+
+
 def render_status(fig: StatusFigures) -> Text:
     sep = (" │ ", "dim")
     if fig.state == "loading":
@@ -124,11 +140,17 @@ def render_status(fig: StatusFigures) -> Text:
         parts += [sep, ("kv ", "dim"), fig.cache_mode]
     if fig.backend:
         parts += [sep, f"{fig.backend}·{fig.device}"]
+    if fig.warning:
+        parts += [sep, ("⚠ " + fig.warning, "bold yellow")]
     return Text.assemble(*parts)
 
 
 class StatusBar(Static):
-    """One line of live figures; see module doc for the refresh policy."""
+    """One line of live figures; see module doc for the refresh policy. A click with a warning shown opens
+    the metrics trend."""
+
+    class TrendRequested(Message):
+        pass
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("", **kwargs)
@@ -143,3 +165,7 @@ class StatusBar(Static):
         if text.plain != self.plain:
             self.plain = text.plain
             self.update(text)
+
+    def on_click(self) -> None:
+        if self.figures is not None and self.figures.warning:
+            self.post_message(self.TrendRequested())

@@ -1,0 +1,205 @@
+"""The conversation store on a real SQLite file: schema, branching, search, and every fault the issue names."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from engine import store as store_module
+from engine.store import DB_NAME, SCHEMA_VERSION, Store, StoreError, export_json, export_markdown, title_from
+
+
+def make_chat(
+    store: Store, first: str = "What is WAL?", reply: str = "Write-ahead logging."
+) -> tuple[int, int, int]:
+    chat = store.create_chat(title_from(first), model="m")
+    user = store.add_message(chat, "user", first)
+    answer = store.add_message(
+        chat, "assistant", reply, parent_id=user, stop_reason="eos", stats={"new_tokens": 3}
+    )
+    return chat, user, answer
+
+
+def raw_rows(path: Path, sql: str) -> list[tuple]:
+    con = sqlite3.connect(path)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def test_pragmas_and_schema_version(tmp_path: Path):
+    store = Store.open(tmp_path)
+    con = store._con
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert con.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    assert con.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert con.execute("PRAGMA busy_timeout").fetchone()[0] >= 1000
+    assert raw_rows(tmp_path / DB_NAME, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
+    assert store.take_notices() == []
+
+
+def test_forward_migration_keeps_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    store = Store.open(tmp_path)
+    chat, _, _ = make_chat(store)
+    store.close()
+    # A release that adds a column: the old file is brought forward and keeps its chats.
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    monkeypatch.setitem(
+        store_module.MIGRATIONS,
+        SCHEMA_VERSION + 1,
+        "ALTER TABLE chats ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0",
+    )
+    upgraded = Store.open(tmp_path)
+    assert raw_rows(tmp_path / DB_NAME, "PRAGMA user_version") == [(SCHEMA_VERSION + 1,)]
+    assert raw_rows(tmp_path / DB_NAME, "SELECT id, pinned FROM chats") == [(chat, 0)]
+    assert [m.text for m in upgraded.conversation(chat)] == ["What is WAL?", "Write-ahead logging."]
+
+
+def test_regenerated_replies_branch_instead_of_overwriting(tmp_path: Path):
+    store = Store.open(tmp_path)
+    chat, user, first = make_chat(store)
+    second = store.add_message(chat, "assistant", "Another answer.", parent_id=user, stop_reason="eos")
+    assert [m.text for m in store.conversation(chat)] == ["What is WAL?", "Another answer."]
+    assert [m.id for m in store.siblings(second)] == [first, second]
+    # Continuing from the older variant makes that branch the visible one.
+    follow = store.add_message(chat, "user", "Thanks", parent_id=first)
+    assert [m.id for m in store.conversation(chat)] == [user, first, follow]
+    assert [m.id for m in store.conversation(chat, leaf_id=second)] == [user, second]
+
+
+def test_deleting_a_chat_deletes_its_messages(tmp_path: Path):
+    store = Store.open(tmp_path)
+    chat, _, _ = make_chat(store)
+    other, _, _ = make_chat(store, "Second chat")
+    store.delete_chat(chat)
+    assert raw_rows(tmp_path / DB_NAME, "SELECT DISTINCT chat_id FROM messages") == [(other,)]
+    with pytest.raises(StoreError, match=f"no chat with id {chat}"):
+        store.chat(chat)
+    with pytest.raises(StoreError):
+        store.delete_chat(9999)
+
+
+@pytest.mark.parametrize("use_fts", [True, False], ids=["fts5", "like"])
+def test_search_titles_and_text_newest_first(tmp_path: Path, use_fts: bool):
+    store = Store.open(tmp_path, use_fts=use_fts)
+    assert store.fts is use_fts
+    old, _, _ = make_chat(store, "Tell me about sqlite", "It is a library; 100% in-process.")
+    new, _, _ = make_chat(store, "Poem about the sea", "Waves and sqlite dreams.")
+    make_chat(store, "Unrelated", "Nothing here.")
+    assert [c.id for c in store.chats("sqlite")] == [new, old]  # title of one, reply text of the other
+    assert [c.id for c in store.chats("Waves")] == [new]
+    assert [c.id for c in store.chats("Wav")] == [new]  # as you type
+    assert [c.id for c in store.chats("and sqlite dre")] == [new]
+    assert store.chats('"') == [] and store.chats("*") == []
+    assert [c.id for c in store.chats("100%")] == [old]  # LIKE wildcards are literal
+    assert store.chats("absent-word") == []
+    store.rename_chat(new, "Sea verses")
+    assert store.chat(new).title == "Sea verses"
+    # Text written while streaming is searchable (the FTS index follows updates).
+    chat = store.create_chat("t")
+    reply = store.add_message(chat, "assistant", "")
+    store.update_message(reply, "zebra crossing")
+    assert [c.id for c in store.chats("zebra")] == [chat]
+
+
+def test_title_from_first_message():
+    assert title_from("\n  How do   I  sort a list?\nmore") == "How do I sort a list?"
+    long = title_from("word " * 40)
+    assert len(long) <= 60 and long.endswith("…")
+
+
+def test_corrupt_file_is_moved_aside_and_a_new_one_created(tmp_path: Path):
+    garbage = b"this is not a database at all\n" * 200
+    (tmp_path / DB_NAME).write_bytes(garbage)
+    store = Store.open(tmp_path)
+    kept = list(tmp_path.glob(f"{DB_NAME}.corrupt-*"))
+    assert len(kept) == 1 and kept[0].read_bytes() == garbage  # never overwritten or deleted
+    notices = store.take_notices()
+    assert len(notices) == 1 and "damaged" in notices[0] and kept[0].name in notices[0]
+    assert store.take_notices() == []  # told once
+    chat, _, _ = make_chat(store)
+    assert not store.in_memory and raw_rows(tmp_path / DB_NAME, "SELECT id FROM chats") == [(chat,)]
+    # A second damaged file the same second does not overwrite the first one kept.
+    store.close()
+    (tmp_path / DB_NAME).write_bytes(b"broken again" * 100)
+    for side in ("-wal", "-shm"):
+        (tmp_path / (DB_NAME + side)).unlink(missing_ok=True)
+    Store.open(tmp_path)
+    assert len(list(tmp_path.glob(f"{DB_NAME}.corrupt-*"))) == 2
+    assert kept[0].read_bytes() == garbage
+
+
+def test_newer_schema_opens_read_only(tmp_path: Path):
+    store = Store.open(tmp_path)
+    chat, _, _ = make_chat(store)
+    store.close()
+    con = sqlite3.connect(tmp_path / DB_NAME)
+    con.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 5}")
+    con.close()
+    before = (tmp_path / DB_NAME).read_bytes()
+    newer = Store.open(tmp_path)
+    assert newer.read_only
+    (notice,) = newer.take_notices()
+    assert "newer specchat" in notice and "read-only" in notice
+    assert [m.text for m in newer.conversation(chat)] == ["What is WAL?", "Write-ahead logging."]
+    with pytest.raises(StoreError, match="read-only"):
+        newer.delete_chat(chat)
+    # New messages go on in memory; the file is left as it was.
+    new_chat = newer.create_chat("in memory")
+    newer.add_message(new_chat, "user", "kept in memory")
+    assert [m.text for m in newer.conversation(new_chat)] == ["kept in memory"]
+    newer.close()
+    assert raw_rows(tmp_path / DB_NAME, "SELECT count(*) FROM chats") == [(1,)]
+    assert (tmp_path / DB_NAME).read_bytes() == before
+
+
+def test_full_disk_moves_the_store_to_memory(tmp_path: Path):
+    store = Store.open(tmp_path)
+    chat, user, answer = make_chat(store)
+    # A real SQLITE_FULL: cap the file at its current size, then write more than fits.
+    pages = store._con.execute("PRAGMA page_count").fetchone()[0]
+    store._con.execute(f"PRAGMA max_page_count = {pages}")
+    reply = store.add_message(chat, "user", "x" * 50_000, parent_id=answer)
+    assert store.in_memory
+    (notice,) = store.take_notices()
+    assert "in memory" in notice and "full" in notice
+    assert [m.id for m in store.conversation(chat)] == [user, answer, reply]  # nothing earlier lost
+    store.update_message(reply, "y", stop_reason="eos")
+    assert store.take_notices() == []  # one message, not one per write
+
+
+def test_unwritable_folder_keeps_the_chat_in_memory(tmp_path: Path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    store = Store.open(blocker / "data")  # cannot be created (root can write anywhere, but not under a file)
+    assert store.in_memory
+    (notice,) = store.take_notices()
+    assert "in memory" in notice and str(blocker / "data") in notice
+    chat, _, _ = make_chat(store)
+    assert [m.role for m in store.conversation(chat)] == ["user", "assistant"]
+
+
+def test_exports(tmp_path: Path):
+    import orjson
+
+    store = Store.open(tmp_path)
+    chat, _, _ = make_chat(store)
+    record = orjson.loads(export_json(store.chat(chat), store.conversation(chat)))
+    assert record["chat"]["title"] == "What is WAL?"
+    assert [m["text"] for m in record["messages"]] == ["What is WAL?", "Write-ahead logging."]
+    assert record["messages"][1]["stats"] == {"new_tokens": 3}
+    text = export_markdown(store.chat(chat), store.conversation(chat), lambda m: "3 tok" if m.stats else "")
+    assert text.startswith("# What is WAL?") and "## You\n\nWhat is WAL?" in text and "*3 tok*" in text
+
+
+def test_stats_are_json_text_sqlite_can_query(tmp_path: Path):
+    store = Store.open(tmp_path)
+    make_chat(store)
+    rows = raw_rows(
+        tmp_path / DB_NAME,
+        "SELECT json_extract(stats, '$.new_tokens') FROM messages WHERE role = 'assistant'",
+    )
+    assert rows == [(3,)]

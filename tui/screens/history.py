@@ -1,0 +1,183 @@
+"""Saved chats: search as you type, open one to continue it, rename, delete (asks first), export.
+
+Everything goes through the session (`session.chats()`, `rename_chat`, `delete_chat`, `export_chat`); the
+screen returns the id of the chat to open, or None.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, OptionList, Static
+from textual.widgets.option_list import Option
+
+from engine.errors import SpecchatError
+from tui.formatting import stored_stats_line
+
+
+def chat_option_text(chat) -> Text:
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(chat.updated_at))
+    return Text.assemble(
+        (chat.title or "Untitled chat", "bold"), ("  " + when + f" · {chat.message_count} msgs", "dim")
+    )
+
+
+class HistoryScreen(ModalScreen[int | None]):
+    BINDINGS = [
+        Binding("escape", "close", "close", id="history.close"),
+        Binding("down", "move(1)", "next", show=False, id="history.next"),
+        Binding("up", "move(-1)", "previous", show=False, id="history.previous"),
+        Binding("ctrl+d", "delete", "delete", id="history.delete", priority=True),
+        Binding("ctrl+t", "rename", "rename", id="history.rename", priority=True),
+        Binding("ctrl+x", "export", "export", id="history.export", priority=True),
+    ]
+
+    def __init__(self, session) -> None:
+        super().__init__()
+        self.session = session
+        self.chats: list = []
+        self.mode = "search"  # search / rename / confirm-delete
+        self._target: int | None = None
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="history", classes="dialog"):
+            yield Static(Text("Saved chats", style="bold"), classes="title")
+            yield Input(placeholder="search titles and text", id="history-search")
+            yield OptionList(id="history-list")
+            yield Static("", id="history-status")
+            yield Static(
+                "enter open · ctrl+t rename · ctrl+d delete · ctrl+x export (Markdown) · esc close",
+                classes="hint",
+            )
+
+    def on_mount(self) -> None:
+        self.refresh_list()
+        self.query_one(Input).focus()
+
+    @property
+    def search(self) -> Input:
+        return self.query_one("#history-search", Input)
+
+    @property
+    def options(self) -> OptionList:
+        return self.query_one("#history-list", OptionList)
+
+    def say(self, text: str) -> None:
+        self.query_one("#history-status", Static).update(text)
+
+    def refresh_list(self, query: str = "") -> None:
+        self.chats = self.session.chats(query)
+        options = self.options
+        options.clear_options()
+        options.add_options([Option(chat_option_text(c), id=str(c.id)) for c in self.chats])
+        if self.chats:
+            options.highlighted = 0
+        self.say("" if self.chats else ("no chat matches" if query else "no saved chats yet"))
+
+    def selected(self) -> int | None:
+        index = self.options.highlighted
+        if index is None or not self.chats:
+            return None
+        return self.chats[index].id
+
+    @on(Input.Changed, "#history-search")
+    def _search_changed(self, event: Input.Changed) -> None:
+        if self.mode == "search":
+            self.refresh_list(event.value)
+
+    @on(Input.Submitted, "#history-search")
+    def _submitted(self, event: Input.Submitted) -> None:
+        if self.mode == "rename" and self._target is not None:
+            try:
+                self.session.rename_chat(self._target, event.value)
+            except SpecchatError as exc:
+                self.say(str(exc))
+                return
+            self._back_to_search(f"renamed to {' '.join(event.value.split())!r}")
+        elif self.mode == "confirm-delete":
+            self._back_to_search("")
+        else:
+            chat_id = self.selected()
+            if chat_id is not None:
+                self.dismiss(chat_id)
+
+    @on(OptionList.OptionSelected)
+    def _option_selected(self, event: OptionList.OptionSelected) -> None:
+        if self.mode == "search" and event.option.id is not None:
+            self.dismiss(int(event.option.id))
+
+    def on_key(self, event) -> None:
+        if self.mode == "confirm-delete" and event.key in ("y", "n"):
+            event.stop()
+            event.prevent_default()
+            if event.key == "y" and self._target is not None:
+                try:
+                    self.session.delete_chat(self._target)
+                except SpecchatError as exc:
+                    self._back_to_search(str(exc))
+                    return
+                self._back_to_search("deleted")
+            else:
+                self._back_to_search("kept")
+
+    def _back_to_search(self, message: str) -> None:
+        self.mode = "search"
+        self._target = None
+        self.search.placeholder = "search titles and text"
+        self.search.value = ""
+        self.refresh_list()
+        self.search.focus()
+        self.say(message)
+
+    def action_move(self, step: int) -> None:
+        if self.chats and self.mode == "search":
+            current = self.options.highlighted or 0
+            self.options.highlighted = max(0, min(len(self.chats) - 1, current + step))
+
+    def action_close(self) -> None:
+        if self.mode != "search":
+            self._back_to_search("")
+        else:
+            self.dismiss(None)
+
+    def action_rename(self) -> None:
+        chat_id = self.selected()
+        if chat_id is None:
+            return
+        self.mode, self._target = "rename", chat_id
+        title = next(c.title for c in self.chats if c.id == chat_id)
+        self.search.value = title
+        self.search.placeholder = "new title"
+        self.say("type the new title, enter saves, esc cancels")
+
+    def action_delete(self) -> None:
+        chat_id = self.selected()
+        if chat_id is None:
+            return
+        self.mode, self._target = "confirm-delete", chat_id
+        self.options.focus()  # y / n reach the screen (the search box would type them)
+        title = next(c.title for c in self.chats if c.id == chat_id)
+        self.say(f"delete {title!r} and all its messages? y deletes, n keeps")
+
+    def action_export(self) -> None:
+        """Markdown into the data folder's exports/ (the CLI's `history export` writes anywhere, JSON too)."""
+        chat_id = self.selected()
+        if chat_id is None:
+            return
+        recorder = self.session.recorder
+        folder = recorder.data_dir / "exports"
+        try:
+            data = self.session.export_chat(chat_id, "md", stored_stats_line)
+            folder.mkdir(parents=True, exist_ok=True)
+            target = folder / f"chat-{chat_id}.md"
+            target.write_bytes(data)
+        except (OSError, SpecchatError) as exc:
+            self.say(f"export failed: {exc}")
+            return
+        self.say(f"exported to {target}")

@@ -1,0 +1,54 @@
+"""The metrics trend: what regressed (if anything), the daily table and the per-reply plot of the last 7 days.
+
+Opened from the status bar's regression warning (a click) or the command palette ("metrics: trend"). The
+rows come from the session's metrics log; the table and plot are the same as `specchat metrics` prints.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from engine import metrics
+
+WINDOW_S = 7 * 86400
+
+
+def trend_text(rows: list[dict], regressions: list, width: int = 96) -> str:
+    lines: list[str] = []
+    for regression in regressions:
+        lines.append(f"⚠ regression: {regression.describe()}")
+    if regressions:
+        lines += [
+            "  (specchat metrics --check says the same; the baseline is the 7 days before the last 20 replies)",
+            "",
+        ]
+    recent = [r for r in rows if r["timestamp"] >= time.time() - WINDOW_S]
+    if not recent:
+        return "\n".join([*lines, "no replies in the metrics log in the last 7 days"])
+    lines.append(metrics.format_table(metrics.summarize(recent, "day"), "day"))
+    if len(recent) >= 2:
+        lines += ["", metrics.plot(recent, width=width, height=16)]
+    return "\n".join(lines)
+
+
+class TrendScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q", "dismiss", "close", id="trend.close")]
+
+    def __init__(self, rows: list[dict], regressions: list) -> None:
+        super().__init__()
+        self.rows = rows
+        self.regressions = regressions
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="trend", classes="dialog"):
+            yield Static(Text("Acceptance and speed, last 7 days", style="bold"), classes="title")
+            with VerticalScroll():
+                yield Static(Text(trend_text(self.rows, self.regressions)), id="trend-body")
+            yield Static("esc close · specchat metrics in a shell for --by, --json, --csv", classes="hint")
