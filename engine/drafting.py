@@ -27,7 +27,7 @@ MATCH_BUCKETS = (1, 2, 3, 5, 9, 17, 33, math.inf)
 # before it were. Measured on SmolLM2-135M replies to the public bench prompts (never the held-out ones).
 FIRST_TOKEN_PRIOR = (0.12, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75, 0.85)
 NEXT_TOKEN_PRIOR = 0.7
-PRIOR_WEIGHT = 4.0  # pseudo-observations behind each prior
+PRIOR_WEIGHT = 2.0  # pseudo-observations behind each prior: a few misses outweigh it
 # A draft must beat a plain step by this fraction of its time (noise in the cost estimates).
 MIN_GAIN = 0.03
 

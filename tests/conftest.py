@@ -143,3 +143,70 @@ def isolated_user_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: 
     for name in list(os.environ):
         if name.startswith("SPECCHAT_") and name != "SPECCHAT_CACHE_DIR":
             monkeypatch.delenv(name)
+
+
+# --- a tiny model that repeats itself: n-gram drafts get proposed and accepted ------------------------------
+
+# The successor model's cycle: each token's greedy successor is the next one, and the end-of-sequence id (2)
+# sits inside the cycle, so a drafted copy of the cycle carries a stop token in the middle of a draft.
+COPY_CYCLE = (*range(100, 111), 2, *range(111, 121))
+
+
+def build_successor_llama(folder: Path, vocab_size: int, cycle: tuple[int, ...] = COPY_CYCLE) -> Path:
+    """A tiny Llama whose greedy continuation of token c_i is c_{i+1} (a cycle): a model built to repeat.
+
+    The residual stream carries a one-hot code of the current token and the unembedding maps it to its
+    successor. Attention and the MLP stay (random, scaled down): they move every logit a little, so the KV
+    cache matters (a wrong rollback changes the logits) while the argmax stays the successor's.
+    """
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    hidden = 64
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        tie_word_embeddings=False,
+        initializer_range=0.2,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+        architectures=["LlamaForCausalLM"],
+    )
+    torch.manual_seed(TINY_SEED + 7)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        codes = torch.randn(vocab_size, hidden) * 0.05  # tokens outside the cycle: small random codes
+        for i, token in enumerate(cycle):
+            codes[token] = 0.0
+            codes[token, i % hidden] = 4.0
+        model.model.embed_tokens.weight.copy_(codes)
+        head = torch.randn(vocab_size, hidden) * 0.05
+        for i, token in enumerate(cycle):
+            successor = cycle[(i + 1) % len(cycle)]
+            head[successor, i % hidden] = 6.0
+        model.lm_head.weight.copy_(head)
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.mul_(0.05)
+            layer.mlp.down_proj.weight.mul_(0.05)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder, safe_serialization=True)
+    GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=2).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def copy_model_dir(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The successor model with SmolLM2's tokenizer (ids 100..120 and 2 form the cycle)."""
+    folder = tmp_path_factory.mktemp("tiny-successor")
+    vocab_size = int(json.loads((smol_dir / "config.json").read_text())["vocab_size"])
+    build_successor_llama(folder, vocab_size)
+    for name in TOKENIZER_FILE_NAMES:
+        if (smol_dir / name).is_file():
+            shutil.copy2(smol_dir / name, folder / name)
+    return folder

@@ -1,4 +1,4 @@
-"""The n-gram drafter: what it proposes, and how it backs off where drafting does not pay."""
+"""The n-gram drafter: what it proposes (suffix automaton lookup) and when a draft pays (the cost model)."""
 
 from __future__ import annotations
 
@@ -6,19 +6,29 @@ import random
 
 import pytest
 
-from engine.drafting import DraftPolicy, NgramDrafter, propose_from
+from engine.drafting import (
+    FIRST_TOKEN_PRIOR,
+    MIN_GAIN,
+    NEXT_TOKEN_PRIOR,
+    PRIOR_WEIGHT,
+    AcceptanceModel,
+    NgramDrafter,
+    SuffixIndex,
+    VerifyCostModel,
+    best_draft_length,
+    propose_from,
+)
 
 
-def brute_force_lookup(context: list[int], k: int, max_ngram: int = 4, min_ngram: int = 2) -> list[int]:
-    """The specification, written the slow way: longest n first, most recent earlier occurrence wins."""
-    for n in range(max_ngram, min_ngram - 1, -1):
-        if len(context) <= n:
-            continue
-        suffix = context[-n:]
-        for end in range(len(context) - 1, n - 1, -1):
-            if context[end - n : end] == suffix:
-                return context[end : end + k]
-    return []
+def brute_force_match(context: list[int]) -> tuple[int, set[int]]:
+    """The specification, the slow way: the longest suffix that also ended earlier, and every such end."""
+    n = len(context)
+    for length in range(n - 1, 0, -1):
+        suffix = context[n - length :]
+        ends = {end for end in range(length, n) if context[end - length : end] == suffix}
+        if ends:
+            return length, ends
+    return 0, set()
 
 
 def test_proposes_the_tokens_after_the_most_recent_match() -> None:
@@ -34,17 +44,25 @@ def test_longer_match_wins_over_more_recent_shorter_one() -> None:
     assert propose_from(context, 2) == [9, 9]
 
 
-def test_single_token_matches_are_not_used() -> None:
-    context = [1, 2, 3, 4, 5, 1]
-    assert propose_from(context, 4) == []
-    assert propose_from(context, 4, min_ngram=1) == [2, 3, 4, 5]
+def test_matches_longer_than_any_fixed_n_gram_are_found() -> None:
+    block = list(range(100, 140))
+    context = block + [7, 7] + block[:30]
+    drafter = NgramDrafter()
+    drafter.reset(context)
+    assert drafter.lookup(5) == (block[30:35], 30)
 
 
-def test_the_suffix_is_never_its_own_match_but_overlap_is_fine() -> None:
+def test_the_suffix_is_never_its_own_match_and_a_loop_continues_through_the_draft() -> None:
     assert propose_from([3, 4], 4) == []
-    # "3 4" recurs: the continuation runs into the suffix itself, which is what a loop looks like
-    assert propose_from([3, 4, 3, 4], 4) == [3, 4]
-    assert propose_from([3, 4, 3, 4, 3, 4], 3) == [3, 4]
+    # "3 4" recurs once: what followed it is the suffix itself, and the copy goes on around the loop
+    assert propose_from([3, 4, 3, 4], 5) == [3, 4, 3, 4, 3]
+    assert propose_from([1, 2, 3, 1, 2], 7) == [3, 1, 2, 3, 1, 2, 3]
+
+
+def test_single_token_matches_can_be_excluded() -> None:
+    context = [1, 2, 3, 4, 5, 1]
+    assert propose_from(context, 4) == [2, 3, 4, 5]
+    assert propose_from(context, 4, min_match=2) == []
 
 
 def test_draft_is_capped_at_k() -> None:
@@ -53,121 +71,94 @@ def test_draft_is_capped_at_k() -> None:
     assert propose_from(context, 0) == []
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_incremental_index_matches_brute_force(seed: int) -> None:
+@pytest.mark.parametrize("seed", range(25))
+def test_suffix_automaton_matches_brute_force_as_the_context_grows(seed: int) -> None:
     rng = random.Random(seed)
-    drafter = NgramDrafter()
-    context = [rng.randrange(4) for _ in range(8)]
-    drafter.reset(context)
-    for _ in range(40):
-        k = rng.randrange(1, 6)
-        assert drafter.lookup(k)[0] == brute_force_lookup(context, k)
-        new = [rng.randrange(4) for _ in range(rng.randrange(1, 4))]
-        drafter.extend(new)
-        context = context + new
+    alphabet = rng.choice([2, 3, 5])
+    index = SuffixIndex()
+    context: list[int] = []
+    for _ in range(60):
+        new = [rng.randrange(alphabet) for _ in range(rng.randrange(1, 4))]
+        index.extend(new)
+        context += new
+        length, end = index.longest_match()
+        want_length, ends = brute_force_match(context)
+        assert length == want_length
+        if want_length:
+            assert end in ends
+            # Short contexts stay within the recency walk: the most recent earlier end is the one used.
+            assert end == max(ends)
 
 
-def test_lookup_reports_the_match_length() -> None:
-    drafter = NgramDrafter()
-    drafter.reset([1, 2, 3, 4, 9, 2, 3, 4])
-    assert drafter.lookup(2) == ([9, 2], 3)
+# --- the cost model ----------------------------------------------------------------------------------------
 
 
-def _repetitive_drafter(policy: DraftPolicy | None = None) -> NgramDrafter:
-    drafter = NgramDrafter(policy)
-    drafter.reset([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] * 3)  # every lookup finds a long continuation
+def test_verify_cost_interpolates_and_extrapolates() -> None:
+    costs = VerifyCostModel.from_ratios({1: 1.0, 2: 1.2, 6: 1.6})
+    assert costs.ratio(1) == 1.0
+    assert costs.ratio(4) == pytest.approx(1.4)
+    assert costs.ratio(8) == pytest.approx(1.8)  # last slope, 0.1 per token
+    costs.observe(6, 2.6)  # a slow pass moves the estimate by the EMA weight
+    assert costs.ratio(6) == pytest.approx(1.6 + VerifyCostModel.EMA_WEIGHT * 1.0)
+
+
+def test_acceptance_model_starts_at_the_priors_and_learns() -> None:
+    model = AcceptanceModel()
+    assert model.first(3) == pytest.approx(FIRST_TOKEN_PRIOR[3])
+    assert model.next() == pytest.approx(NEXT_TOKEN_PRIOR)
+    model.record(3, drafted=4, accepted=2)  # position 1 ok, position 2 ok, position 3 tried and rejected
+    assert model.first(3) == pytest.approx((1 + PRIOR_WEIGHT * FIRST_TOKEN_PRIOR[3]) / (1 + PRIOR_WEIGHT))
+    assert model.next() == pytest.approx((1 + PRIOR_WEIGHT * NEXT_TOKEN_PRIOR) / (2 + PRIOR_WEIGHT))
+    model.record(3, drafted=3, accepted=3)  # all accepted: positions 2 and 3 tried and kept
+    assert model.next() == pytest.approx((3 + PRIOR_WEIGHT * NEXT_TOKEN_PRIOR) / (4 + PRIOR_WEIGHT))
+    assert model.expected_tokens(3, 0) == 1.0
+
+
+def test_draft_length_maximises_expected_tokens_per_unit_of_time() -> None:
+    model = AcceptanceModel()
+    flat = VerifyCostModel.from_ratios({1: 1.0, 2: 1.0})
+    # Free verification: every extra draft token adds expected tokens, so the longest draft wins.
+    assert best_draft_length(model, flat, bucket=7, k_max=6)[0] == 6
+    # A draft token that costs a full step never pays (each adds at most one expected token).
+    linear = VerifyCostModel.from_ratios({1: 1.0, 2: 2.0})
+    assert best_draft_length(model, linear, bucket=7, k_max=6) == (0, 1.0)
+    # In between: the chosen k is the argmax of E(k) / r(1 + k) over k, checked by hand.
+    costs = VerifyCostModel.from_ratios({1: 1.0, 2: 1.3, 9: 1.65})
+    bucket = 5
+    rates = {k: model.expected_tokens(bucket, k) / costs.ratio(1 + k) for k in range(1, 9)}
+    k, rate = best_draft_length(model, costs, bucket, 8)
+    assert k == max(rates, key=rates.get) and rate == pytest.approx(rates[k])
+    assert rate >= 1.0 + MIN_GAIN
+
+
+def _loop_drafter(costs: VerifyCostModel) -> NgramDrafter:
+    drafter = NgramDrafter(costs=costs)
+    drafter.reset([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] * 3)  # a long earlier match
     return drafter
 
 
-def test_full_acceptance_keeps_the_full_length() -> None:
-    drafter = _repetitive_drafter()
-    assert len(drafter.propose(6)) == 6
-    drafter.feedback(6, 6)
-    assert drafter.draft_length(6) == 6
+def test_a_drafter_that_keeps_missing_stops_drafting_and_one_that_hits_keeps_going() -> None:
+    costs = VerifyCostModel.from_ratios({1: 1.0, 2: 1.2, 9: 1.6})
+    drafter = _loop_drafter(costs)
+    assert len(drafter.propose(6)) > 0
+    rounds_with_drafts = 0
+    for _ in range(30):
+        draft = drafter.propose(6)
+        if draft:
+            rounds_with_drafts += 1
+            drafter.feedback(len(draft), 0)
+    assert rounds_with_drafts <= 8  # the learnt acceptance falls until no length pays
+
+    hitting = _loop_drafter(costs)
+    for _ in range(30):
+        draft = hitting.propose(6)
+        assert len(draft) == 6
+        hitting.feedback(len(draft), len(draft))
 
 
-def test_length_halves_after_a_miss_and_grows_back_after_full_acceptance() -> None:
-    drafter = _repetitive_drafter(DraftPolicy(min_draft_length=1))
-    drafter.feedback(drafted=6, accepted=0)
-    assert drafter.draft_length(6) == 3
-    assert len(drafter.propose(6)) == 3
-    drafter.feedback(drafted=3, accepted=3)
-    assert drafter.draft_length(6) == 6
-
-
-def test_partial_acceptance_sets_the_length_to_what_was_kept_plus_one() -> None:
-    drafter = _repetitive_drafter(DraftPolicy(min_draft_length=1))
-    drafter.feedback(drafted=6, accepted=2)
-    assert drafter.draft_length(6) == 3
-    drafter.feedback(drafted=3, accepted=1)
-    assert drafter.draft_length(6) == 2
-
-
-def test_the_length_never_drops_below_the_floor() -> None:
-    drafter = _repetitive_drafter()  # default floor: 3
-    drafter.feedback(drafted=6, accepted=1)
-    assert drafter.draft_length(6) == 3
-    drafter.feedback(drafted=3, accepted=0)
-    assert drafter.draft_length(6) == 3
-    assert drafter.draft_length(2) == 2  # K still caps it
-
-
-def test_two_token_matches_need_a_recent_hit() -> None:
-    drafter = NgramDrafter()
-    # The context ends in "7 8", which occurred before; no longer suffix recurs.
-    drafter.reset([7, 8, 1, 2, 3, 9, 7, 8])
-    assert drafter.propose(3) == [1, 2, 3]  # a fresh reply starts hot
-    drafter.feedback(3, 0)
-    drafter.extend([4, 7, 8])
-    assert drafter.lookup(3) == ([4, 7, 8], 2)
-    assert drafter.propose(3) == []  # cold: a weak match is not worth a verify pass
-    drafter.extend([1, 2, 3])
-    assert drafter.lookup(3)[1] >= 3
-    assert drafter.propose(3) != []  # a longer match is drafted even when cold
-
-
-def test_repeated_misses_cool_down_then_probe_and_back_off_longer() -> None:
-    policy = DraftPolicy(
-        misses_before_cooldown=2,
-        cooldown_rounds=3,
-        max_cooldown_rounds=12,
-        probe_length=2,
-        min_draft_length=1,
-    )
-    drafter = _repetitive_drafter(policy)
-    drafter.feedback(6, 0)
-    drafter.feedback(3, 0)  # second miss in a row: cool-down of 3 plain rounds
-    assert [drafter.propose(6) for _ in range(3)] == [[], [], []]
-    probe = drafter.propose(6)
-    assert len(probe) == 2  # the re-probe is short
-    drafter.feedback(2, 0)  # the probe missed too: the next cool-down is twice as long
-    assert all(drafter.propose(6) == [] for _ in range(6))
-    assert len(drafter.propose(6)) == 2
-    drafter.feedback(2, 2)  # a hit ends the back-off; the length grows again
-    assert drafter.draft_length(6) == 4
-    drafter.feedback(4, 4)
-    assert drafter.draft_length(6) == 6
-
-
-def test_cool_down_is_capped() -> None:
-    policy = DraftPolicy(misses_before_cooldown=1, cooldown_rounds=4, max_cooldown_rounds=8, probe_length=1)
-    drafter = _repetitive_drafter(policy)
-    quiet_runs = []
-    for _ in range(5):
-        drafter.feedback(1, 0)
-        quiet = 0
-        while not drafter.propose(6):
-            quiet += 1
-        quiet_runs.append(quiet)
-    assert quiet_runs == [4, 8, 8, 8, 8]
-
-
-def test_a_round_without_a_draft_changes_nothing() -> None:
-    drafter = _repetitive_drafter()
-    drafter.feedback(0, 0)
-    assert drafter.draft_length(5) == 5
-
-
-def test_bad_policy_is_rejected() -> None:
-    with pytest.raises(ValueError):
-        NgramDrafter(DraftPolicy(max_ngram=1, min_ngram=2))
+def test_nothing_to_look_up_means_no_draft() -> None:
+    drafter = NgramDrafter(costs=VerifyCostModel.from_ratios({1: 1.0, 2: 1.0}))
+    drafter.reset([1, 2, 3, 4, 5])
+    assert drafter.propose(5) == []
+    drafter.feedback(0, 0)  # a round without a draft teaches nothing
+    assert drafter.acceptance.first_drafted == [0.0] * len(drafter.acceptance.first_drafted)
