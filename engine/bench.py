@@ -1,13 +1,18 @@
 """`specchat bench`: speculative vs plain decoding vs the transformers peer, side by side in one run.
 
-Every prompt of the public set (bench/prompts.jsonl) is decoded at temperature 0 four ways, in rotating order
-so that machine noise hits all of them alike (each variant's time is the best of its repeats: on a shared
-machine the fastest run is the one least disturbed by others):
-  ours-plain   our loop with drafting off
-  ours-ngram   our loop with n-gram drafting (K from the prompt's preset)
-  hf-plain     transformers' generate(do_sample=False)
-  hf-lookup    transformers' generate(prompt_lookup_num_tokens=K)
-Ratios are computed from the same run; nothing here is compared to a stored number.
+It runs the configuration a user gets: the settings' cache mode (default `auto`: full precision on the
+transformers backend), each prompt's preset K, and for the sampled runs each preset's own sampler (temperature,
+ramp, top-p ...) with a fixed seed. Every prompt is decoded these ways, in rotating order so that machine noise
+hits all of them alike (each variant's time is the best of its repeats: on a shared machine the fastest run is
+the one least disturbed by others):
+  ours-plain    our loop, drafting off, greedy
+  ours-ngram    our loop, n-gram drafting with the preset's K, greedy
+  hf-plain      transformers' generate(do_sample=False), on a stock copy of the model
+  hf-lookup     transformers' generate(prompt_lookup_num_tokens=K), same copy
+  plain-sampled / ngram-sampled   our loop with the preset's sampler and seed, without and with drafting
+Ratios are computed from the same run; nothing here is compared to a stored number. Two prompt sets ship:
+`public` (bench/prompts.jsonl, the one the drafter's priors were measured on) and `heldout`
+(bench/prompts_heldout.jsonl, never used to tune anything): report the held-out figures.
 """
 
 from __future__ import annotations
@@ -21,16 +26,20 @@ from pathlib import Path
 import orjson
 
 from engine.backends.base import GenerationRequest, SamplerSettings
-from engine.events import Chunk
+from engine.events import Chunk, Done
 from engine.speculation import AcceptanceAccounting
 
-VARIANTS = ("ours-plain", "ours-ngram", "hf-plain", "hf-lookup")
+GREEDY_VARIANTS = ("ours-plain", "ours-ngram", "hf-plain", "hf-lookup")
+SAMPLED_VARIANTS = ("plain-sampled", "ngram-sampled")
+VARIANTS = GREEDY_VARIANTS + SAMPLED_VARIANTS
 TARGETS = {
     "ngram_vs_plain_total": 1.15,
     "ngram_vs_plain_each": 0.95,
     "ngram_vs_hf_lookup_total": 1.15,
     "plain_vs_hf_plain_total": 1.0,
 }
+PROMPT_SETS = {"public": "prompts.jsonl", "heldout": "prompts_heldout.jsonl"}
+SAMPLING_SEED = 1234
 
 
 @dataclass
@@ -43,55 +52,69 @@ class PromptResult:
     drafted: int = 0
     accepted: int = 0
     rounds: int = 0
-    identical: bool = True
+    predicted_speedup: float | None = None
+    identical: bool = True  # greedy: ours-plain == ours-ngram == hf-plain == hf-lookup
+    matches_peer: bool = True  # ours-plain == hf-plain
+    sampled_identical: bool = True  # plain-sampled == ngram-sampled
 
     def tps(self, variant: str) -> float:
         return self.tokens[variant] / min(self.seconds[variant])
 
 
-def load_prompt_set(path: Path | None = None) -> list[dict[str, str]]:
-    if path is None:
-        text = (Path(__file__).resolve().parent.parent / "bench" / "prompts.jsonl").read_text(
-            encoding="utf-8"
-        )
-    else:
-        text = path.read_text(encoding="utf-8")
+def load_prompt_set(path: Path | str | None = None) -> list[dict[str, str]]:
+    """A prompt set: None or "public", "heldout", or a JSON Lines file of {"category", "prompt"} objects."""
+    if path is None or str(path) in PROMPT_SETS:
+        name = PROMPT_SETS[str(path or "public")]
+        path = Path(__file__).resolve().parent.parent / "bench" / name
+    text = Path(path).read_text(encoding="utf-8")
     return [orjson.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def _builtin_k() -> dict[str, int]:
+def _builtin_presets() -> dict:
     from engine.presets import load_presets
 
-    presets = load_presets(None)
-    return {name: presets[name].k for name in ("code", "qa", "creative")}
+    return load_presets(None)
+
+
+def _sampler_of(preset) -> SamplerSettings:
+    return SamplerSettings(
+        temperature=preset.temperature,
+        top_p=preset.top_p,
+        top_k=preset.top_k,
+        min_p=preset.min_p,
+        repetition_penalty=preset.repetition_penalty,
+        ramp_tokens=preset.ramp_tokens,
+        ramp_start=preset.ramp_start,
+    )
 
 
 def _ours(
-    backend, prompt_ids: list[int], k: int, max_new: int
-) -> tuple[list[int], float, AcceptanceAccounting]:
+    backend, prompt_ids: list[int], k: int, max_new: int, sampler: SamplerSettings | None = None
+) -> tuple[list[int], float, AcceptanceAccounting, Done]:
     request = GenerationRequest(
         prompt_ids=tuple(prompt_ids),
-        sampler=SamplerSettings(temperature=0.0),
+        sampler=sampler or SamplerSettings(temperature=0.0),
         max_new_tokens=max_new,
         num_draft_tokens=k,
         drafting=k > 0,
-        seed=0,
+        seed=SAMPLING_SEED,
     )
     t0 = time.perf_counter()
     accounting = AcceptanceAccounting(t_start=t0)
     ids: list[int] = []
+    done = None
     for event in backend.generate(request, threading.Event()):
         if isinstance(event, Chunk):
             accounting.add(event)
             ids.extend(event.token_ids)
-    return ids, time.perf_counter() - t0, accounting
+        else:
+            done = event
+    return ids, time.perf_counter() - t0, accounting, done
 
 
-def _peer(backend, prompt_ids: list[int], k: int, max_new: int) -> tuple[list[int], float]:
+def _peer(model, stop_ids: list[int], prompt_ids: list[int], k: int, max_new: int) -> tuple[list[int], float]:
     import torch
 
-    model = backend.model
-    stop_ids = sorted(backend.stop_token_ids)
     input_ids = torch.tensor([prompt_ids], dtype=torch.long)
     kwargs = dict(
         max_new_tokens=max_new,
@@ -113,14 +136,27 @@ def _peer(backend, prompt_ids: list[int], k: int, max_new: int) -> tuple[list[in
     return new, seconds
 
 
+def _predicted(accounting: AcceptanceAccounting, done: Done | None) -> float | None:
+    live = accounting.live
+    if done is None or not done.round_cost or not live.rounds:
+        return None
+    return (live.new_tokens / live.rounds) / done.round_cost
+
+
 def run_bench(
     settings,
     quick: bool = False,
     out=sys.stdout,
     *,
     prompts: list[dict[str, str]] | None = None,
+    prompt_set: str | None = None,
     max_new_tokens: int | None = None,
+    sampled: bool = True,
+    cache_speed: bool = True,
+    cache_context: int | None = None,
 ) -> dict:
+    from transformers import AutoModelForCausalLM
+
     from engine.backends.hf import TransformersBackend
     from engine.models import ensure_embedded_model, print_progress
 
@@ -128,46 +164,106 @@ def run_bench(
     max_new = max_new_tokens or (96 if quick else 192)
     repeats = 2 if quick else 3
     backend = TransformersBackend(
-        model_dir, draft="ngram", cache_mode="fp16", max_context=settings.max_context
+        model_dir,
+        draft="ngram",
+        cache_mode=settings.cache_mode,
+        max_context=settings.max_context,
     )
     backend.load(print_progress)
-    prompts = prompts if prompts is not None else load_prompt_set()
-    k_by_category = _builtin_k()
+    peer = AutoModelForCausalLM.from_pretrained(model_dir, dtype=backend.dtype).eval()  # stock kernels
+    stop_ids = sorted(backend.stop_token_ids)
+    prompts = prompts if prompts is not None else load_prompt_set(prompt_set)
+    presets = _builtin_presets()
+    variants = VARIANTS if sampled else GREEDY_VARIANTS
     print(
-        f"specchat bench: {len(prompts)} prompts, temperature 0, max {max_new} new tokens, {repeats} repeat(s), "
-        f"model {model_dir}",
+        f"specchat bench: {len(prompts)} prompts ({prompt_set or 'given'}), max {max_new} new tokens, "
+        f"{repeats} repeat(s), cache {backend.info.cache_mode}, model {model_dir}",
         file=out,
     )
+    costs = backend.target.costs
+    if costs is not None:
+        curve = " ".join(f"r({w})={r:.2f}" for w, r in costs.as_dict().items())
+        print(f"verify cost at load (plain step = 1): {curve}", file=out)
     results: list[PromptResult] = []
     for idx, item in enumerate(prompts):
-        k = k_by_category.get(item["category"], 5)
+        preset = presets.get(item["category"]) or presets["qa"]
+        k = preset.k
+        sampler = _sampler_of(preset)
         prompt_ids = backend.encode_chat([{"role": "user", "content": item["prompt"]}])
-        res = PromptResult(item["category"], item["prompt"], k, seconds={v: [] for v in VARIANTS})
+        res = PromptResult(item["category"], item["prompt"], k, seconds={v: [] for v in variants})
         _ours(backend, prompt_ids, 0, 8)  # warm-up: allocator, caches
         outputs: dict[str, list[int]] = {}
         for rep in range(repeats):
-            order = VARIANTS[(idx + rep) % 4 :] + VARIANTS[: (idx + rep) % 4]
+            shift = (idx + rep) % len(variants)
+            order = variants[shift:] + variants[:shift]
             for variant in order:
-                if variant.startswith("ours"):
-                    ids, secs, acc = _ours(backend, prompt_ids, k if variant == "ours-ngram" else 0, max_new)
+                if variant in SAMPLED_VARIANTS and rep > 0:
+                    continue  # one sampled run each: they check exactness and give a ratio
+                if variant.startswith("hf-"):
+                    ids, secs = _peer(peer, stop_ids, prompt_ids, k if variant == "hf-lookup" else 0, max_new)
+                else:
+                    drafting = variant in ("ours-ngram", "ngram-sampled")
+                    ids, secs, acc, done = _ours(
+                        backend,
+                        prompt_ids,
+                        k if drafting else 0,
+                        max_new,
+                        sampler if variant in SAMPLED_VARIANTS else None,
+                    )
                     if variant == "ours-ngram" and rep == 0:
                         res.drafted, res.accepted, res.rounds = (
                             acc.live.drafted,
                             acc.live.accepted,
                             acc.live.rounds,
                         )
-                else:
-                    ids, secs = _peer(backend, prompt_ids, k if variant == "hf-lookup" else 0, max_new)
+                        res.predicted_speedup = _predicted(acc, done)
                 outputs[variant] = ids
-                res.tokens[variant] = len(ids)
+                res.tokens[variant] = max(len(ids), 1)
                 res.seconds[variant].append(secs)
-        res.identical = all(outputs[v] == outputs["hf-plain"] for v in VARIANTS)
+        res.identical = all(outputs[v] == outputs["hf-plain"] for v in GREEDY_VARIANTS)
+        res.matches_peer = outputs["ours-plain"] == outputs["hf-plain"]
+        if sampled:
+            res.sampled_identical = outputs["plain-sampled"] == outputs["ngram-sampled"]
         results.append(res)
-        _print_row(out, idx, res)
-    summary = _summarise(results)
+        _print_row(out, idx, res, sampled)
+    summary = _summarise(results, sampled)
+    if costs is not None:
+        summary["verify_cost"] = costs.as_dict()
     summary["kv_cache_bytes"] = _cache_memory(backend, positions=1024 if quick else 2048)
+    if cache_speed:
+        summary["cache_speed"] = _cache_speed(model_dir, backend, context=cache_context or 2048)
     _print_summary(out, summary)
     return summary
+
+
+def _cache_speed(model_dir, reference, context: int, new_tokens: int = 24) -> dict[str, float]:
+    """Plain decode tokens/s after `context` tokens, full-precision cache vs q8, side by side (best of 2)."""
+    from engine.backends.hf import TransformersBackend
+
+    text_ids = reference.encode_chat([{"role": "user", "content": load_prompt_set()[0]["prompt"]}])
+    prompt = (text_ids * (context // len(text_ids) + 1))[:context]
+    backends = {}
+    for mode in ("fp16", "q8"):
+        backends[mode] = TransformersBackend(
+            model_dir, draft="none", cache_mode=mode, max_context=context + new_tokens + 16
+        )
+        backends[mode].load()
+    best: dict[str, float] = {}
+    for _ in range(2):
+        for mode, backend in backends.items():
+            backend.target.new_cache()  # a fresh prefill each time: no prefix reuse between the two
+            _, _, acc, _ = _ours(backend, prompt, 0, new_tokens)
+            span = (acc.t_last or 0.0) - (acc.t_first or 0.0)
+            tps = (acc.live.new_tokens - acc.first_chunk_tokens) / span if span > 0 else 0.0
+            best[mode] = max(best.get(mode, 0.0), tps)
+    for backend in backends.values():
+        backend.close()
+    return {
+        "context": context,
+        "full": best["fp16"],
+        "q8": best["q8"],
+        "q8_vs_full": best["q8"] / best["fp16"],
+    }
 
 
 def _cache_memory(backend, positions: int) -> dict[str, int]:
@@ -197,23 +293,27 @@ def _ratio(res: PromptResult, a: str, b: str) -> float:
     return res.tps(a) / res.tps(b)
 
 
-def _print_row(out, idx: int, r: PromptResult) -> None:
+def _print_row(out, idx: int, r: PromptResult, sampled: bool) -> None:
     if idx == 0:
-        print(
-            f"{'#':>2} {'cat':<8} {'K':>2} {'tok':>4} {'plain':>7} {'ngram':>7} {'hf':>7} {'hf-look':>7} "
-            f"{'ng/pl':>6} {'ng/hfl':>6} {'pl/hf':>6} {'accept':>7} {'tau':>5} same",
-            file=out,
+        header = (
+            f"{'#':>2} {'cat':<8} {'K':>2} {'tok':>4} {'plain':>6} {'ngram':>6} {'hf':>6} {'hf-lk':>6} "
+            f"{'ng/pl':>6} {'pred':>5} {'ng/hfl':>6} {'pl/hf':>6} {'accept':>6} {'tau':>5} same"
         )
+        if sampled:
+            header += "  smp-ng/pl smp-same"
+        print(header, file=out)
     acc = f"{r.accepted / r.drafted:.0%}" if r.drafted else "-"
     tau = (r.tokens["ours-ngram"] / r.rounds) if r.rounds else 0.0
-    print(
-        f"{idx + 1:>2} {r.category:<8} {r.k:>2} {r.tokens['ours-ngram']:>4} {r.tps('ours-plain'):>7.1f} "
-        f"{r.tps('ours-ngram'):>7.1f} {r.tps('hf-plain'):>7.1f} {r.tps('hf-lookup'):>7.1f} "
-        f"{_ratio(r, 'ours-ngram', 'ours-plain'):>6.2f} {_ratio(r, 'ours-ngram', 'hf-lookup'):>6.2f} "
-        f"{_ratio(r, 'ours-plain', 'hf-plain'):>6.2f} {acc:>7} {tau:>5.2f} {'yes' if r.identical else 'NO'}",
-        file=out,
-        flush=True,
+    pred = f"{r.predicted_speedup:.2f}" if r.predicted_speedup is not None else "-"
+    line = (
+        f"{idx + 1:>2} {r.category:<8} {r.k:>2} {r.tokens['ours-ngram']:>4} {r.tps('ours-plain'):>6.1f} "
+        f"{r.tps('ours-ngram'):>6.1f} {r.tps('hf-plain'):>6.1f} {r.tps('hf-lookup'):>6.1f} "
+        f"{_ratio(r, 'ours-ngram', 'ours-plain'):>6.2f} {pred:>5} {_ratio(r, 'ours-ngram', 'hf-lookup'):>6.2f} "
+        f"{_ratio(r, 'ours-plain', 'hf-plain'):>6.2f} {acc:>6} {tau:>5.2f} {'yes' if r.identical else 'NO'}"
     )
+    if sampled:
+        line += f"  {_ratio(r, 'ngram-sampled', 'plain-sampled'):>9.2f} {'yes' if r.sampled_identical else 'NO':>8}"
+    print(line, file=out, flush=True)
 
 
 def _total_tps(results: list[PromptResult], variant: str) -> float:
@@ -222,12 +322,13 @@ def _total_tps(results: list[PromptResult], variant: str) -> float:
     return tokens / seconds
 
 
-def _summarise(results: list[PromptResult]) -> dict:
-    totals = {v: _total_tps(results, v) for v in VARIANTS}
+def _summarise(results: list[PromptResult], sampled: bool) -> dict:
+    variants = VARIANTS if sampled else GREEDY_VARIANTS
+    totals = {v: _total_tps(results, v) for v in variants}
     drafted = sum(r.drafted for r in results)
     accepted = sum(r.accepted for r in results)
     rounds = sum(r.rounds for r in results)
-    return {
+    summary = {
         "tokens_per_s": totals,
         "ngram_vs_plain_total": totals["ours-ngram"] / totals["ours-plain"],
         "ngram_vs_plain_each_min": min(_ratio(r, "ours-ngram", "ours-plain") for r in results),
@@ -236,31 +337,37 @@ def _summarise(results: list[PromptResult]) -> dict:
         "acceptance_rate": accepted / drafted if drafted else None,
         "mean_accepted_length": sum(r.tokens["ours-ngram"] for r in results) / rounds if rounds else None,
         "all_identical": all(r.identical for r in results),
+        "identical_count": sum(r.identical for r in results),
+        "matches_peer_count": sum(r.matches_peer for r in results),
         "prompts": [
             {
                 "category": r.category,
                 "k": r.k,
                 "tokens": r.tokens,
-                "tokens_per_s": {v: r.tps(v) for v in VARIANTS},
+                "tokens_per_s": {v: r.tps(v) for v in variants},
+                "ngram_vs_plain": _ratio(r, "ours-ngram", "ours-plain"),
+                "predicted_speedup": r.predicted_speedup,
                 "acceptance_rate": r.accepted / r.drafted if r.drafted else None,
+                "identical": r.identical,
+                "sampled_identical": r.sampled_identical,
             }
             for r in results
         ],
     }
+    if sampled:
+        summary["sampled_ngram_vs_plain_total"] = totals["ngram-sampled"] / totals["plain-sampled"]
+        summary["sampled_identical_count"] = sum(r.sampled_identical for r in results)
+    return summary
 
 
 def _print_summary(out, s: dict) -> None:
     t = s["tokens_per_s"]
-    print(
-        f"\ntotal tok/s: ours-plain {t['ours-plain']:.1f}  ours-ngram {t['ours-ngram']:.1f}  "
-        f"hf-plain {t['hf-plain']:.1f}  hf-lookup {t['hf-lookup']:.1f}",
-        file=out,
-    )
+    print("\ntotal tok/s: " + "  ".join(f"{v} {tps:.1f}" for v, tps in t.items()), file=out)
     acc = s["acceptance_rate"]
     print(
         f"acceptance {acc:.0%}  mean accepted length {s['mean_accepted_length']:.2f}"
         if acc is not None
-        else "acceptance -",
+        else "acceptance - (nothing drafted)",
         file=out,
     )
     checks = [
@@ -276,7 +383,29 @@ def _print_summary(out, s: dict) -> None:
     for label, value, target in checks:
         verdict = "meets" if value >= target else "MISSES"
         print(f"{label:<40} {value:5.2f}x  (target >= {target:.2f}x: {verdict})", file=out)
-    print(f"greedy outputs identical across all four: {'yes' if s['all_identical'] else 'NO'}", file=out)
+    if "sampled_ngram_vs_plain_total" in s:
+        print(
+            f"{'n-gram vs plain, sampled (presets)':<40} {s['sampled_ngram_vs_plain_total']:5.2f}x", file=out
+        )
+    n = len(s["prompts"])
+    print(
+        f"greedy outputs identical across all four: {s['identical_count']}/{n}; "
+        f"ours == transformers greedy: {s['matches_peer_count']}/{n}"
+        + (
+            f"; sampled identical with and without drafting: {s['sampled_identical_count']}/{n}"
+            if "sampled_identical_count" in s
+            else ""
+        ),
+        file=out,
+    )
+    speed = s.get("cache_speed")
+    if speed:
+        verdict = "meets" if speed["q8_vs_full"] >= 0.9 else "MISSES"
+        print(
+            f"decode at {speed['context']} tokens of context: full precision {speed['full']:.1f} tok/s, "
+            f"q8 {speed['q8']:.1f} tok/s ({speed['q8_vs_full']:.2f}x; target >= 0.90x: {verdict})",
+            file=out,
+        )
     kv = s.get("kv_cache_bytes")
     if kv:
         mib = 2**20

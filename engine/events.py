@@ -43,6 +43,9 @@ class Done:
     # cost ratio c of the speedup model; 0.0 where it was not measured (no drafting, or an n-gram drafter).
     draft_step_s: float = 0.0
     target_step_s: float = 0.0
+    # Mean cost of one round (verify pass of 1 + k tokens, plus drafting) in plain steps, from the backend's
+    # measured cost curve; None where the backend has no such curve (the speedup model then uses c and K).
+    round_cost: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,9 @@ Definitions (DESIGN.md):
 - mean accepted length tau = emitted tokens / verification rounds (includes the target's own token)
 - per-position acceptance r_i = rounds with at least i accepted / rounds that drafted at least i
 - alpha solves alpha + alpha^2 + ... + alpha^K = tau - 1
-- predicted speedup S(K) = (1 - alpha^(K+1)) / ((1 - alpha)(cK + 1)), c = draft step time / target step time
+- predicted speedup S(K) = (1 - alpha^(K+1)) / ((1 - alpha)(cK + 1)), c = draft step time / target step time;
+  where the backend measures what a round costs (`Done.round_cost`, in plain steps, from its verify-cost curve),
+  the prediction is over all rounds instead: tau / round_cost, rounds without a draft included
 
 A round that drafted nothing (drafting off, or an n-gram drafter that backed off) is still one target forward
 pass, so it counts in tau. Alpha and the speedup model look only at rounds that drafted, with K the mean number of
@@ -142,7 +144,13 @@ class AcceptanceAccounting:
         live = self.live
         alpha, k_eff = self.alpha_and_k()
         c = done.draft_step_s / done.target_step_s if done.target_step_s > 0 else None
-        speedup = predicted_speedup(alpha, k_eff, c if c is not None else 0.0) if alpha is not None else None
+        if done.round_cost and live.rounds:
+            # Over all rounds (those without a draft count): tokens per round / cost of a round in plain steps.
+            speedup = (live.new_tokens / live.rounds) / done.round_cost
+        else:
+            speedup = (
+                predicted_speedup(alpha, k_eff, c if c is not None else 0.0) if alpha is not None else None
+            )
         ttft = (self.t_first - self.t_start) if self.t_first is not None else t_end - self.t_start
         prefill_s = done.prefill_s if done.prefill_s > 0 else ttft
         fresh_prompt = max(done.prompt_tokens - done.cached_tokens, 0)

@@ -187,7 +187,7 @@ def build_successor_llama(folder: Path, vocab_size: int, cycle: tuple[int, ...] 
             codes[token, i % hidden] = 4.0
         model.model.embed_tokens.weight.copy_(codes)
         head = torch.randn(vocab_size, hidden) * 0.05
-        for i, token in enumerate(cycle):
+        for i in range(len(cycle)):
             successor = cycle[(i + 1) % len(cycle)]
             head[successor, i % hidden] = 6.0
         model.lm_head.weight.copy_(head)

@@ -10,8 +10,9 @@ from engine.bench import VARIANTS, load_prompt_set, run_bench
 from engine.config import Settings
 
 
-def test_public_prompt_set_covers_every_category():
-    prompts = load_prompt_set()
+@pytest.mark.parametrize("name", ["public", "heldout"])
+def test_prompt_sets_cover_every_category(name: str):
+    prompts = load_prompt_set(name)
     assert len(prompts) >= 12
     categories = [p["category"] for p in prompts]
     assert {c: categories.count(c) >= 4 for c in ("code", "qa", "creative")} == {
@@ -19,6 +20,11 @@ def test_public_prompt_set_covers_every_category():
         "qa": True,
         "creative": True,
     }
+
+
+def test_the_held_out_split_shares_no_prompt_with_the_public_one():
+    public = {p["prompt"] for p in load_prompt_set("public")}
+    assert not public & {p["prompt"] for p in load_prompt_set("heldout")}
 
 
 @pytest.mark.slow
@@ -29,10 +35,20 @@ def test_bench_on_a_tiny_model_prints_the_table_and_ratios(tiny_model_dir):
         {"category": "creative", "prompt": "la la la la la la la la"},
     ]
     summary = run_bench(
-        Settings(model=tiny_model_dir), quick=True, out=out, prompts=prompts, max_new_tokens=24
+        Settings(model=tiny_model_dir),
+        quick=True,
+        out=out,
+        prompts=prompts,
+        max_new_tokens=24,
+        cache_context=256,
     )
     text = out.getvalue()
     assert set(summary["tokens_per_s"]) == set(VARIANTS)
+    assert "cache fp32" in text  # the default cache on this backend: full precision, named as stored
+    assert summary["sampled_identical_count"] == 2  # the presets' samplers, with and without drafting
+    speed = summary["cache_speed"]
+    assert speed["q8_vs_full"] == pytest.approx(speed["q8"] / speed["full"])
+    assert "decode at 256 tokens of context" in text
     assert all(v > 0 for v in summary["tokens_per_s"].values())
     # at temperature 0 our loop (with and without drafting) and transformers' generate agree token for token
     assert summary["all_identical"] is True

@@ -81,7 +81,7 @@ def test_defaults_without_file_or_environment(config_home: Path) -> None:
     assert settings.model is None and settings.uses_embedded_model
     assert settings.draft == "ngram"
     assert settings.backend == "auto"
-    assert settings.cache_mode == "q8" and settings.draft_cache_mode == "q8"
+    assert settings.cache_mode == "auto" and settings.draft_cache_mode == "auto"
     assert settings.max_context == 4096
     assert settings.system_prompt is None
     assert settings.preset == "auto"
@@ -95,8 +95,16 @@ def test_defaults_without_file_or_environment(config_home: Path) -> None:
 def test_cache_modes_match_the_backend_contract() -> None:
     from typing import get_args
 
-    assert get_args(Settings.model_fields["cache_mode"].annotation) == CACHE_MODES
-    assert get_args(Settings.model_fields["draft_cache_mode"].annotation) == CACHE_MODES
+    assert get_args(Settings.model_fields["cache_mode"].annotation) == ("auto", *CACHE_MODES)
+    assert get_args(Settings.model_fields["draft_cache_mode"].annotation) == ("auto", *CACHE_MODES)
+
+
+def test_auto_cache_mode_is_each_backends_default() -> None:
+    from engine.backends.base import resolve_cache_mode
+
+    assert resolve_cache_mode("auto", "exllamav2") == "q8"
+    assert resolve_cache_mode("auto", "transformers") == "fp16"  # full precision: the model's own text
+    assert resolve_cache_mode("q4", "transformers") == "q4"
 
 
 # ------------------------------------------------------------------------------------------ precedence
@@ -124,7 +132,7 @@ def test_none_overrides_are_ignored(config_home: Path, monkeypatch) -> None:
     settings = load_settings(preset=None, seed=None, model=None, cache_mode=None)
     assert settings.preset == "code"
     assert settings.seed == 7
-    assert settings.cache_mode == "q8"
+    assert settings.cache_mode == "auto"
 
 
 def test_structured_values_from_file_and_environment(config_home: Path, monkeypatch) -> None:
@@ -169,7 +177,7 @@ def test_file_error_names_file_and_field(config_home: Path) -> None:
     with pytest.raises(ConfigError) as error:
         load_settings()
     assert assert_one_line(error) == (
-        f"{config_home / 'config.toml'}: cache_mode: must be one of fp16, q8, q6, q4 (got 'q3')"
+        f"{config_home / 'config.toml'}: cache_mode: must be one of auto, fp16, q8, q6, q4 (got 'q3')"
     )
 
 
@@ -181,7 +189,7 @@ def test_file_error_under_home_is_shown_with_tilde(config_home: Path, tmp_path: 
     with pytest.raises(ConfigError) as error:
         load_settings()
     assert assert_one_line(error) == (
-        "~/.config/specchat/config.toml: cache_mode: must be one of fp16, q8, q6, q4 (got 'q3')"
+        "~/.config/specchat/config.toml: cache_mode: must be one of auto, fp16, q8, q6, q4 (got 'q3')"
     )
 
 
@@ -252,7 +260,7 @@ def test_several_problems_stay_on_one_line(config_home: Path, monkeypatch) -> No
     assert (
         "environment: SPECCHAT_BACKEND: must be one of auto, exllamav2, transformers (got 'cuda')" in message
     )
-    assert f"{path}: draft_cache_mode: must be one of fp16, q8, q6, q4 (got 'fp8')" in message
+    assert f"{path}: draft_cache_mode: must be one of auto, fp16, q8, q6, q4 (got 'fp8')" in message
 
 
 def test_missing_explicit_config_file(config_home: Path, tmp_path: Path, monkeypatch) -> None:

@@ -192,7 +192,7 @@ def test_backend_satisfies_the_protocol_and_reports_itself(tiny: TransformersBac
     assert (info.backend, info.device, info.cache_mode, info.draft_mode) == (
         "transformers",
         "cpu",
-        "fp16",
+        "fp32",  # the full-precision cache holds the model's dtype, and says so
         "ngram",
     )
     assert info.max_context == 8192

@@ -25,7 +25,7 @@ async def _shows_error(app: SpecchatApp, fragment: str) -> None:
 
 
 async def test_bad_config_opens_the_app_with_the_message():
-    message = "~/.config/specchat/config.toml: cache_mode: must be one of fp16, q8, q6, q4 (got 'q3')"
+    message = "~/.config/specchat/config.toml: cache_mode: must be one of auto, fp16, q8, q6, q4 (got 'q3')"
     app = SpecchatApp(Settings.model_construct(), startup_error=message)
     await _shows_error(app, "cache_mode: must be one of")
     assert app.session.backend is None  # nothing was loaded on a broken configuration

@@ -115,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_flags(bench)
     bench.add_argument("--quick", action="store_true", help="short replies, fewer repeats")
     bench.add_argument("--ui", action="store_true", help="also run the UI streaming benchmark")
+    bench.add_argument(
+        "--prompts",
+        default="heldout",
+        help="prompt set: heldout (default: never tuned on), public, or a JSON Lines file",
+    )
 
     history = sub.add_parser("history", help="saved chats: list, show, export, delete")
     hsub = history.add_subparsers(dest="history_command", parser_class=OneLineParser, metavar="ACTION")
@@ -461,7 +466,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from engine.bench import run_bench
 
     settings = _settings(args)
-    run_bench(settings, quick=args.quick)
+    prompt_set = args.prompts
+    if prompt_set not in ("heldout", "public") and not Path(prompt_set).is_file():
+        raise CliError(f"--prompts: no such prompt set or file: {prompt_set}")
+    run_bench(settings, quick=args.quick, prompt_set=prompt_set)
     if args.ui:
         from bench.ui_bench import run_ui_bench
 

@@ -491,6 +491,7 @@ class TransformersBackend:
 
         seq = list(prompt)  # prompt + reply; seq[-1] is not in the target's cache yet
         reply: list[int] = []
+        round_costs: list[float] = []
         detok = IncrementalDetokenizer(self.tokenizer)
         stop: StopReason | None = None
         stop_ids = self.stop_token_ids
@@ -517,6 +518,7 @@ class TransformersBackend:
             elif k > 0 and draft_model is not None:
                 drafts = self._draft_with_model(draft_model, seq, k)
 
+            round_costs.append(self._round_cost(len(drafts), draft_model))
             logits = target.forward([seq[-1], *drafts], keep=len(drafts) + 1, timed=True)
             samples = choose_tokens(logits, settings, len(reply), seq, drafts, uniforms)
             accepted = count_accepted(drafts, samples)
@@ -562,7 +564,16 @@ class TransformersBackend:
             prefill_s=prefill_s,
             draft_step_s=draft_step_s,
             target_step_s=_mean(target.step_times),
+            round_cost=_mean(round_costs) if round_costs and target.costs is not None else None,
         )
+
+    def _round_cost(self, drafted: int, draft_model: ModelState | None) -> float:
+        """What a round with `drafted` drafts costs in plain steps: its verify pass, plus draft-model steps."""
+        costs = self.target.costs
+        verify = costs.ratio(1 + drafted) if costs is not None else 1.0
+        if draft_model is not None and drafted and draft_model.step_times and self.target.step_times:
+            verify += drafted * _mean(draft_model.step_times) / _mean(self.target.step_times)
+        return verify
 
     def _draft_with_model(self, state: ModelState, seq: list[int], k: int) -> list[int]:
         """k greedy tokens from the draft model, on its own cache (rolled back to the shared prefix first)."""
