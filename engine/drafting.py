@@ -70,7 +70,12 @@ class VerifyCostModel:
         if width < 1 or seconds <= 0:
             return
         old = self._seconds.get(width)
-        self._seconds[width] = seconds if old is None else old + self.EMA_WEIGHT * (seconds - old)
+        if old is None:
+            self._seconds[width] = seconds
+            return
+        # One pass slowed by another process moves the estimate by at most the EMA weight of a doubling.
+        seconds = min(max(seconds, old / 2), old * 2)
+        self._seconds[width] = old + self.EMA_WEIGHT * (seconds - old)
 
     def seconds(self, width: int) -> float | None:
         known = sorted(self._seconds)

@@ -170,14 +170,14 @@ class ModelState:
         self.new_cache()
         self.forward(filler[:64], keep=1)
         best: dict[int, float] = {}
-        for _ in range(3):
+        for _ in range(4):
             for width in widths:
                 start = time.perf_counter()
                 self.forward(filler[64 : 64 + width], keep=width)
                 best[width] = min(best.get(width, float("inf")), time.perf_counter() - start)
                 self.crop(64)
         self.new_cache()
-        return VerifyCostModel.from_samples(best, max_width)
+        return VerifyCostModel.from_samples(best)
 
 
 def _model_call_options(model: torch.nn.Module) -> tuple[str, bool]:
