@@ -56,10 +56,13 @@ class VerifyCostModel:
         self._seconds: dict[int, float] = dict(seconds_by_width or {})
 
     @classmethod
-    def from_samples(
-        cls, seconds_by_width: dict[int, float], max_width: int | None = None
-    ) -> VerifyCostModel:
-        return cls({w: s for w, s in seconds_by_width.items() if s > 0})
+    def from_samples(cls, seconds_by_width: dict[int, float]) -> VerifyCostModel:
+        """From best-of timings per width; a pass of w tokens is taken to cost between 1 and w plain steps
+        (a calibration disturbed by other processes would otherwise switch drafting off for good)."""
+        one = seconds_by_width.get(1)
+        if not one or one <= 0:
+            return cls()
+        return cls({w: min(max(s, one), w * one) for w, s in seconds_by_width.items() if s > 0})
 
     @classmethod
     def from_ratios(cls, ratios: dict[int, float]) -> VerifyCostModel:

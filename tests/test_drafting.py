@@ -162,3 +162,8 @@ def test_nothing_to_look_up_means_no_draft() -> None:
     assert drafter.propose(5) == []
     drafter.feedback(0, 0)  # a round without a draft teaches nothing
     assert drafter.acceptance.first_drafted == [0.0] * len(drafter.acceptance.first_drafted)
+
+
+def test_a_disturbed_calibration_is_bounded_to_one_to_w_plain_steps() -> None:
+    costs = VerifyCostModel.from_samples({1: 0.07, 2: 0.3, 4: 0.06, 9: 0.25})
+    assert costs.as_dict() == pytest.approx({1: 1.0, 2: 2.0, 4: 1.0, 9: 0.25 / 0.07})
