@@ -43,26 +43,31 @@ def _bucket(match_length: int) -> int:
 
 
 class VerifyCostModel:
-    """Forward-pass time by width (tokens in the pass), relative to a one-token pass.
+    """Forward-pass cost by width (tokens in the pass), relative to a one-token pass.
 
-    Seeded by a calibration at load and refined by every pass the backend times (exponential moving averages
-    per width), so it follows the machine's load. Widths never seen are interpolated linearly between the
-    nearest seen ones, and extrapolated with the last slope.
+    Seeded by a calibration at load and refined by every pass the backend times. Each multi-token pass is
+    compared with the recent one-token passes (a fast-moving average), not with an old figure, so a change
+    in the machine's load moves both sides of the ratio alike. Ratios are bounded to 1..width plain steps, and
+    widths never seen are interpolated linearly between the nearest seen ones, extrapolated with the last slope.
     """
 
-    EMA_WEIGHT = 0.1
+    EMA_WEIGHT = 0.1  # for the ratios
+    ONE_WEIGHT = 0.3  # for the recent one-token time
 
-    def __init__(self, seconds_by_width: dict[int, float] | None = None) -> None:
-        self._seconds: dict[int, float] = dict(seconds_by_width or {})
+    def __init__(self, ratios: dict[int, float] | None = None, one_token_s: float | None = None) -> None:
+        self._ratios: dict[int, float] = {1: 1.0}
+        for width, ratio in (ratios or {}).items():
+            if width > 1:
+                self._ratios[width] = min(max(ratio, 1.0), float(width))
+        self._one = one_token_s
 
     @classmethod
     def from_samples(cls, seconds_by_width: dict[int, float]) -> VerifyCostModel:
-        """From best-of timings per width; a pass of w tokens is taken to cost between 1 and w plain steps
-        (a calibration disturbed by other processes would otherwise switch drafting off for good)."""
+        """From best-of timings per width (a disturbed width is bounded to 1..w plain steps)."""
         one = seconds_by_width.get(1)
         if not one or one <= 0:
             return cls()
-        return cls({w: min(max(s, one), w * one) for w, s in seconds_by_width.items() if s > 0})
+        return cls({w: s / one for w, s in seconds_by_width.items() if s > 0}, one)
 
     @classmethod
     def from_ratios(cls, ratios: dict[int, float]) -> VerifyCostModel:
@@ -72,40 +77,35 @@ class VerifyCostModel:
     def observe(self, width: int, seconds: float) -> None:
         if width < 1 or seconds <= 0:
             return
-        old = self._seconds.get(width)
-        if old is None:
-            self._seconds[width] = seconds
+        if width == 1:
+            self._one = seconds if self._one is None else self._one + self.ONE_WEIGHT * (seconds - self._one)
             return
-        # One pass slowed by another process moves the estimate by at most the EMA weight of a doubling.
-        seconds = min(max(seconds, old / 2), old * 2)
-        self._seconds[width] = old + self.EMA_WEIGHT * (seconds - old)
-
-    def seconds(self, width: int) -> float | None:
-        known = sorted(self._seconds)
-        if not known:
-            return None
-        if width in self._seconds:
-            return self._seconds[width]
-        below = [w for w in known if w < width]
-        above = [w for w in known if w > width]
-        if below and above:
-            a, b = below[-1], above[0]
-            return self._seconds[a] + (self._seconds[b] - self._seconds[a]) * (width - a) / (b - a)
-        if len(known) == 1:
-            return self._seconds[known[0]]
-        a, b = (known[-2], known[-1]) if below else (known[0], known[1])
-        slope = (self._seconds[b] - self._seconds[a]) / (b - a)
-        return max(self._seconds[a] + slope * (width - a), 1e-9)
+        if self._one is None:
+            return
+        sample = min(max(seconds / self._one, 1.0), float(width))
+        old = self._ratios.get(width)
+        self._ratios[width] = sample if old is None else old + self.EMA_WEIGHT * (sample - old)
 
     def ratio(self, width: int) -> float:
-        """t(width) / t(1); 1 + 0.1 per extra token where nothing was measured yet."""
-        one, this = self.seconds(1), self.seconds(width)
-        if one is None or this is None or one <= 0:
+        """t(width) / t(1), at least 1; 1 + 0.1 per extra token where no width above 1 was measured yet."""
+        if width <= 1:
+            return 1.0
+        known = sorted(self._ratios)
+        if width in self._ratios:
+            return self._ratios[width]
+        if len(known) == 1:
             return 1.0 + 0.1 * (width - 1)
-        return max(this / one, 1e-6)
+        below = [w for w in known if w < width]
+        above = [w for w in known if w > width]
+        if above:
+            a, b = below[-1], above[0]
+        else:
+            a, b = known[-2], known[-1]
+        slope = (self._ratios[b] - self._ratios[a]) / (b - a)
+        return max(self._ratios[a] + slope * (width - a), 1.0)
 
     def as_dict(self) -> dict[int, float]:
-        return {w: self.ratio(w) for w in sorted(self._seconds)}
+        return dict(sorted(self._ratios.items()))
 
 
 # --- acceptance estimates ------------------------------------------------------------------------------

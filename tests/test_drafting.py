@@ -98,8 +98,21 @@ def test_verify_cost_interpolates_and_extrapolates() -> None:
     assert costs.ratio(1) == 1.0
     assert costs.ratio(4) == pytest.approx(1.4)
     assert costs.ratio(8) == pytest.approx(1.8)  # last slope, 0.1 per token
-    costs.observe(6, 2.6)  # a slow pass moves the estimate by the EMA weight
+    costs.observe(6, 2.6)  # no one-token time known yet: nothing to compare with
+    assert costs.ratio(6) == pytest.approx(1.6)
+    costs.observe(1, 1.0)
+    costs.observe(6, 2.6)  # 2.6 plain steps: the estimate moves by the EMA weight
     assert costs.ratio(6) == pytest.approx(1.6 + VerifyCostModel.EMA_WEIGHT * 1.0)
+
+
+def test_verify_cost_compares_with_recent_one_token_passes() -> None:
+    costs = VerifyCostModel.from_samples({1: 1.0, 2: 1.2})
+    for _ in range(20):  # the machine gets three times slower: one-token passes show it first
+        costs.observe(1, 3.0)
+    costs.observe(2, 3.6)
+    assert costs.ratio(2) == pytest.approx(1.2, abs=0.01)  # still 1.2 plain steps
+    costs.observe(2, 0.5)  # a pass can never cost less than one token
+    assert costs.ratio(2) >= 1.0
 
 
 def test_acceptance_model_starts_at_the_priors_and_learns() -> None:
@@ -167,3 +180,4 @@ def test_nothing_to_look_up_means_no_draft() -> None:
 def test_a_disturbed_calibration_is_bounded_to_one_to_w_plain_steps() -> None:
     costs = VerifyCostModel.from_samples({1: 0.07, 2: 0.3, 4: 0.06, 9: 0.25})
     assert costs.as_dict() == pytest.approx({1: 1.0, 2: 2.0, 4: 1.0, 9: 0.25 / 0.07})
+    assert costs.ratio(3) == pytest.approx(1.5)
