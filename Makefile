@@ -1,8 +1,8 @@
 # specchat — two commands: `make run` and `make test`.
-# TORCH_SPEC picks the PyTorch build. Plain `torch` is what a user with a GPU wants; on a CPU-only machine pass
-# e.g. TORCH_SPEC=torch==2.13.0 (CI does) or a CPU wheel index to avoid the multi-GB CUDA build.
+# The PyTorch build is picked by scripts/install_torch.py, which says which and why: the CUDA build where
+# `nvidia-smi` lists a GPU, else a CPU build where one is reachable (else plain torch). TORCH_SPEC=... overrides.
 PYTHON ?= python3
-TORCH_SPEC ?= torch
+TORCH_SPEC ?=
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -11,10 +11,10 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile scripts/install_torch.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	TORCH_SPEC="$(TORCH_SPEC)" $(BIN)/python scripts/install_torch.py
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	@command -v tmux >/dev/null 2>&1 || (command -v apt-get >/dev/null 2>&1 && (apt-get update -qq && apt-get install -y -qq tmux) >/dev/null 2>&1) || echo "note: tmux not found; the terminal end-to-end test will be skipped"
 	$(BIN)/specchat fetch

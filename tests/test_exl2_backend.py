@@ -8,6 +8,7 @@ so every number below is known in advance. `scripts/gpu_check.sh` runs the same 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 import threading
@@ -451,6 +452,54 @@ def test_real_exllamav2_is_unusable_here(smol_dir):
             create_backend(settings_for(smol_dir, "exllamav2"))
     finally:
         _forget_exllamav2()
+
+
+@pytest.mark.parametrize(
+    ("raised", "reason"),
+    [
+        # What torch's cpp_extension raises importing exllamav2 with a CUDA build of torch and no GPU.
+        ("IndexError('list index out of range')", "IndexError: list index out of range"),
+        ("OSError('CUDA_HOME environment variable is not set.')", "CUDA_HOME not set"),
+        ("KeyError('sm_90')", "KeyError: 'sm_90'"),
+        ("ValueError()", "ValueError"),
+    ],
+)
+def test_any_import_failure_is_unusable_here_in_one_line(tmp_path, monkeypatch, smol_dir, raised, reason):
+    """Whatever `import exllamav2` raises, the probe says "unusable here" with one line and auto falls back."""
+    import torch
+
+    from engine.backends.select import create_backend
+
+    package = tmp_path / "broken" / "exllamav2"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(f"raise {raised}\n", encoding="utf-8")
+    _forget_exllamav2()
+    monkeypatch.syspath_prepend(str(package.parent))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # get past the GPU check to the import
+    try:
+        with pytest.raises(BackendError) as info:
+            import_exllamav2()
+        assert str(info.value) == f"exllamav2 is unusable here: {reason}; use --backend transformers"
+        assert probe_exllamav2() == (False, reason)
+        with pytest.raises(
+            BackendError, match="^" + re.escape(f"exllamav2 is unusable here: {reason}; use --backend")
+        ):
+            create_backend(settings_for(smol_dir, "exllamav2"))
+        if pytest.importorskip("engine.backends.hf"):
+            _, why = create_backend(settings_for(smol_dir, "auto"))
+            assert why == f"auto: exllamav2 unusable ({reason}) -> transformers"
+    finally:
+        _forget_exllamav2()
+
+
+def test_a_failing_cuda_query_is_unusable_here_too(monkeypatch):
+    import torch
+
+    def broken() -> bool:
+        raise RuntimeError("Found no NVIDIA driver on your system.")
+
+    monkeypatch.setattr(torch.cuda, "is_available", broken)
+    assert probe_exllamav2() == (False, "RuntimeError: Found no NVIDIA driver on your system.")
 
 
 def settings_for(model: Path, backend: str) -> SimpleNamespace:

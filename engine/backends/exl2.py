@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -147,8 +146,8 @@ def short_cause(exc: BaseException) -> str:
     text = str(exc).strip()
     if "CUDA_HOME" in text:
         return "CUDA_HOME not set"
-    first = text.splitlines()[0] if text else type(exc).__name__
-    return first[:160]
+    first = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {first}"[:160] if first else type(exc).__name__
 
 
 # ----------------------------------------------------------------------------------------- the library
@@ -160,7 +159,9 @@ def import_exllamav2() -> SimpleNamespace:
         import exllamav2
         import exllamav2.attn as attn
         from exllamav2.generator import ExLlamaV2DynamicGenerator, ExLlamaV2DynamicJob, ExLlamaV2Sampler
-    except (OSError, ImportError, RuntimeError, subprocess.SubprocessError) as exc:
+    except Exception as exc:
+        # Anything: OSError (no CUDA_HOME), ImportError, a failed build (SubprocessError, RuntimeError), and
+        # whatever torch's cpp_extension raises on a CUDA build of torch with no GPU (IndexError).
         raise BackendError(f"exllamav2 is unusable here: {short_cause(exc)}; {UNUSABLE_HINT}") from exc
     return SimpleNamespace(
         version=getattr(exllamav2, "__version__", "?"),
@@ -181,13 +182,16 @@ def probe_exllamav2() -> tuple[bool, str]:
         import torch
     except ImportError as exc:  # pragma: no cover - torch is a hard dependency
         return False, f"torch is missing ({exc})"
-    if not torch.cuda.is_available():
-        return False, "no CUDA GPU visible to torch"
     try:
+        if not torch.cuda.is_available():
+            return False, "no CUDA GPU visible to torch"
         ex = import_exllamav2()
+        device = torch.cuda.get_device_name(0)
     except BackendError as exc:
-        return False, str(exc).removeprefix("exllamav2 is unusable here: ").split(";")[0]
-    return True, f"exllamav2 {ex.version} on {torch.cuda.get_device_name(0)}"
+        return False, str(exc).removeprefix("exllamav2 is unusable here: ").removesuffix(f"; {UNUSABLE_HINT}")
+    except Exception as exc:  # a broken driver or torch build: still "unusable here", never a traceback
+        return False, short_cause(exc)
+    return True, f"exllamav2 {ex.version} on {device}"
 
 
 def check_model_folder(folder: Path, what: str) -> None:
