@@ -228,15 +228,32 @@ def short_cause(exc: BaseException) -> str:
 # ----------------------------------------------------------------------------------------- the library
 
 
-def import_exllamav2() -> SimpleNamespace:
-    """The exllamav2 names this backend uses; BackendError where the package cannot be imported here."""
+def import_exllamav2(progress: ProgressCallback | None = None) -> SimpleNamespace:
+    """The exllamav2 names this backend uses; BackendError where the package cannot be imported here.
+
+    The first import on a GPU compiles exllamav2's CUDA extension: `progress` hears that it is coming and then
+    files compiled / total and the elapsed time (engine/backends/exl2_build.py); the build uses every core.
+    """
+    from engine.backends import exl2_build
+
+    exl2_build.use_all_cores()
+    folder = exl2_build.build_coming() if progress is not None else None
     try:
+        if folder is not None and progress is not None:
+            with exl2_build.BuildWatcher(folder, progress):
+                import exllamav2
         import exllamav2
         import exllamav2.attn as attn
         from exllamav2.generator import ExLlamaV2DynamicGenerator, ExLlamaV2DynamicJob, ExLlamaV2Sampler
     except Exception as exc:
-        # Anything: OSError (no CUDA_HOME), ImportError, a failed build (SubprocessError, RuntimeError), and
-        # whatever torch's cpp_extension raises on a CUDA build of torch with no GPU (IndexError).
+        if exl2_build.is_build_failure(exc):
+            log = exl2_build.write_build_log(folder or _build_folder_or_none(), exc)
+            raise BackendError(
+                f"exllamav2 is unusable here: its CUDA extension failed to build (compiler output: {log}); "
+                f"{UNUSABLE_HINT}"
+            ) from exc
+        # Anything else: OSError (no CUDA_HOME), ImportError, and whatever torch's cpp_extension raises on a CUDA
+        # build of torch with no GPU (IndexError).
         raise BackendError(f"exllamav2 is unusable here: {short_cause(exc)}; {UNUSABLE_HINT}") from exc
     return SimpleNamespace(
         version=getattr(exllamav2, "__version__", "?"),
@@ -251,7 +268,16 @@ def import_exllamav2() -> SimpleNamespace:
     )
 
 
-def probe_exllamav2() -> tuple[bool, str]:
+def _build_folder_or_none() -> Path | None:
+    from engine.backends import exl2_build
+
+    try:
+        return exl2_build.build_directory()
+    except Exception:
+        return None
+
+
+def probe_exllamav2(progress: ProgressCallback | None = None) -> tuple[bool, str]:
     """Whether exllamav2 can run here (a CUDA GPU and an importable, built package), with the reason."""
     try:
         import torch
@@ -260,7 +286,7 @@ def probe_exllamav2() -> tuple[bool, str]:
     try:
         if not torch.cuda.is_available():
             return False, "no CUDA GPU visible to torch"
-        ex = import_exllamav2()
+        ex = import_exllamav2(progress)
         device = torch.cuda.get_device_name(0)
     except BackendError as exc:
         return False, str(exc).removeprefix("exllamav2 is unusable here: ").removesuffix(f"; {UNUSABLE_HINT}")
@@ -427,7 +453,7 @@ class ExLlamaV2Backend:
         except ChatTemplateError as exc:
             raise BackendError(str(exc)) from exc
         report("importing exllamav2", None)
-        ex = self._ex = import_exllamav2()
+        ex = self._ex = import_exllamav2(report)
         loading = "model"
         try:
             loading = "model config"
