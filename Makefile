@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast bench lint format fetch gpu-check clean
+.PHONY: install run test test-fast bench lint format fetch gpu-check gpu-bundle clean
 
 install: $(STAMP)
 
@@ -48,5 +48,9 @@ format: install
 gpu-check:
 	bash scripts/gpu_check.sh
 
+# An offline GPU check's bundle (<= 64 MiB): run `scripts/gpu_check.sh --offline gpu-bundle` on the CUDA machine.
+gpu-bundle: install
+	$(BIN)/python scripts/gpu_bundle.py gpu-bundle
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info gpu-bundle
