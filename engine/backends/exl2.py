@@ -1,7 +1,8 @@
 """ExLlamaV2 (0.3.2) backend: the dynamic generator with a draft model or n-gram drafting and a quantized KV cache.
 
 `import exllamav2` compiles a CUDA extension and fails without CUDA, so the package is imported lazily, only
-inside this module's functions, and every failure becomes a one-line `BackendError`.
+inside this module's functions, and every failure becomes a one-line `BackendError`. The first import's build
+is announced and followed file by file through the load's progress callback (engine/backends/exl2_build.py).
 
 How the generator is driven (see DESIGN.md "ExLlamaV2 facts"):
 
