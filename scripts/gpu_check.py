@@ -266,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = summary["runs"]
     base_tps = runs.get("a_none", {}).get("decode_tokens_per_s") or 0.0
     summary["tokens_per_s_side_by_side"] = {name: run["decode_tokens_per_s"] for name, run in runs.items()}
+    summary["acceptance_side_by_side"] = {name: run["acceptance_rate"] for name, run in runs.items()}
     summary["speedup_vs_no_drafting"] = {
         name: round(run["decode_tokens_per_s"] / base_tps, 3) if base_tps else None
         for name, run in runs.items()
