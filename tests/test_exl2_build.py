@@ -215,3 +215,42 @@ def test_build_progress_reaches_the_session_s_progress_callback(tmp_path, monkey
         _forget_exllamav2()
     assert any(s.startswith(f"{exl2_build.BUILD_STAGE}: 12/47 files") for s in stages)
     assert session.backend_reason.startswith("auto: exllamav2 unusable (")
+
+
+async def test_the_chat_s_loading_banner_shows_the_build(tmp_path, monkeypatch, tiny_model_dir):
+    """The real app under Pilot: while exllamav2 'builds', the banner says so with files and elapsed time."""
+    import torch
+    from torch.utils import cpp_extension
+    from tui_helpers import SIZE, plain, wait_until
+
+    from engine.config import Settings
+    from tui.app import SpecchatApp
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", "/usr/local/cuda", raising=False)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    recorded_build(tmp_path / "ext" / "exllamav2_ext")
+    release = tmp_path / "release"
+    body = (  # a build that takes until the test has seen the banner, then fails: auto falls back
+        "import pathlib, time\n"
+        f"flag = pathlib.Path({str(release)!r})\n"
+        "deadline = time.monotonic() + 30\n"
+        "while not flag.exists() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
+        "raise RuntimeError(\"Error building extension 'exllamav2_ext': nvcc fatal\")\n"
+    )
+    monkeypatch.syspath_prepend(str(fake_exllamav2(tmp_path / "pkg", body)))
+    _forget_exllamav2()
+    app = SpecchatApp(Settings(model=tiny_model_dir, backend="auto"))
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_until(pilot, lambda: "12/47 files" in plain(app.chat_log.banner), timeout=30)
+            banner = plain(app.chat_log.banner)
+            assert "building exllamav2's CUDA extension" in banner and "first start only" in banner
+            release.write_text("", encoding="utf-8")
+            await wait_until(pilot, lambda: app.state == "ready", timeout=120)
+            assert "failed to build" in app.session.backend_reason
+            assert app.session.backend_reason.endswith("-> transformers")
+    finally:
+        release.write_text("", encoding="utf-8")
+        _forget_exllamav2()
