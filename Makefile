@@ -1,20 +1,20 @@
 # specchat — two commands: `make run` and `make test`.
-# TORCH_SPEC picks the PyTorch build. Plain `torch` is what a user with a GPU wants; on a CPU-only machine pass
-# e.g. TORCH_SPEC=torch==2.13.0 (CI does) or a CPU wheel index to avoid the multi-GB CUDA build.
+# The PyTorch build is picked by scripts/install_torch.py, which says which and why: the CUDA build where
+# `nvidia-smi` lists a GPU, else a CPU build where one is reachable (else plain torch). TORCH_SPEC=... overrides.
 PYTHON ?= python3
-TORCH_SPEC ?= torch
+TORCH_SPEC ?=
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast bench lint format fetch gpu-check clean
+.PHONY: install run test test-fast bench lint format fetch gpu-check gpu-bundle clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile scripts/install_torch.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	TORCH_SPEC="$(TORCH_SPEC)" $(BIN)/python scripts/install_torch.py
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	@command -v tmux >/dev/null 2>&1 || (command -v apt-get >/dev/null 2>&1 && (apt-get update -qq && apt-get install -y -qq tmux) >/dev/null 2>&1) || echo "note: tmux not found; the terminal end-to-end test will be skipped"
 	$(BIN)/specchat fetch
@@ -48,5 +48,9 @@ format: install
 gpu-check:
 	bash scripts/gpu_check.sh
 
+# An offline GPU check's bundle (<= 64 MiB): run `scripts/gpu_check.sh --offline gpu-bundle` on the CUDA machine.
+gpu-bundle: install
+	$(BIN)/python scripts/gpu_bundle.py gpu-bundle
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info gpu-bundle

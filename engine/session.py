@@ -136,7 +136,7 @@ class ChatSession(SessionHistory):
 
                     settings = settings.model_copy(update={"model": ensure_embedded_model(progress)})
                 self.model_dir = str(settings.model)
-                self.backend, self.backend_reason = create_backend(settings)
+                self.backend, self.backend_reason = create_backend(settings, progress)
             self.backend.load(progress)
             self._info = self.backend.info
             self.check_regressions()

@@ -2,7 +2,9 @@
 
 Loads the model with a Q8 cache three ways and asks each for the same greedy reply:
   (a) no drafting, (b) n-gram drafting, (c) a draft model (the same folder; its linear layers in Q4 when the
-  installed exllamav2 supports `load_in_q4`, so the draft is cheaper and not a perfect copy).
+  installed exllamav2 supports `load_in_q4`, so the draft is cheaper and not a perfect copy), and (d) no drafting
+  with an FP16 cache, for the Q8 cache's cost side by side.
+With --random-from FOLDER (the offline check) the model is a random-weight one of FOLDER's shape.
 Checks: the three replies are token-identical; live and final acceptance are reported where drafting is on;
 K switches between two replies without rebuilding the generator (and the second reply reuses the prefix cache);
 a cancel ends a reply with "cancelled" and leaves the generator idle. Prints one JSON summary with tokens/s of
@@ -40,7 +42,46 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--k2", type=int, default=2, help="draft length after the switch")
     parser.add_argument("--max-context", type=int, default=2048)
     parser.add_argument("--draft-fp16", action="store_true", help="load the draft model in FP16, not Q4")
+    parser.add_argument(
+        "--random-from",
+        type=Path,
+        default=None,
+        help="build a random-weight model from this folder's config.json and tokenizer files (offline check)",
+    )
     return parser.parse_args(argv)
+
+
+RANDOM_MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+)
+
+
+def random_model(source: Path, out: Path) -> Path:
+    """A model of `source`'s shape with random FP16 weights (seed 0): speed does not depend on weight values."""
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if (out / "model.safetensors").is_file():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    config = AutoConfig.from_pretrained(source)
+    import transformers
+
+    dtype_key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    model = AutoModelForCausalLM.from_config(config, **{dtype_key: torch.float16})
+    model.save_pretrained(out, safe_serialization=True)
+    for name in RANDOM_MODEL_FILES[1:]:
+        if (source / name).is_file():
+            shutil.copy(source / name, out / name)
+    return out
 
 
 def reply(
@@ -127,7 +168,17 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"ok": False, "error": f"exllamav2 unusable: {reason}"}))
         return 2
     model_dir = args.model
-    if model_dir is None:
+    not_verified: list[str] = []
+    if args.random_from is not None:
+        model_dir = random_model(
+            args.random_from, Path(args.model or args.random_from.parent / "random-model")
+        )
+        not_verified.append(
+            "acceptance and speedup on real text: the weights are random (n-gram acceptance depends on the text; "
+            "the model as its own draft should accept nearly everything)"
+        )
+        args.draft_fp16 = True  # Q4 of random weights says nothing; the draft is the same model in FP16
+    elif model_dir is None:
         from engine.models import ensure_embedded_model, print_progress
 
         model_dir = ensure_embedded_model(print_progress)
@@ -143,16 +194,13 @@ def main(argv: list[str] | None = None) -> int:
         "a_none": {"draft": "none"},
         "b_ngram": {"draft": "ngram"},
         "c_draft_model": {"draft": str(model_dir), "draft_load_in_q4": not args.draft_fp16},
+        "d_none_fp16_cache": {"draft": "none", "cache_mode": "fp16"},  # the Q8 cache's cost, side by side
     }
     outputs: dict[str, list[int]] = {}
     for name, extra in setups.items():
+        options = {"cache_mode": "q8", "draft_cache_mode": "q8", **extra}
         backend = ExLlamaV2Backend(
-            model_dir,
-            cache_mode="q8",
-            draft_cache_mode="q8",
-            max_context=args.max_context,
-            num_draft_tokens=args.k,
-            **extra,
+            model_dir, max_context=args.max_context, num_draft_tokens=args.k, **options
         )
         t0 = time.monotonic()
         try:
@@ -162,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         load_s = time.monotonic() - t0
         try:
-            k = 0 if name == "a_none" else args.k
+            k = 0 if extra.get("draft") == "none" else args.k
             first = reply(backend, k, args.max_new_tokens)
             outputs[name] = first["tokens"]
             run = summary_of(first, load_s)
@@ -170,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
             run["paged"] = backend._m.paged if backend._m else None
             summary["runs"][name] = run
             check(first["stats"].new_tokens > 0, f"{name}: empty reply")
-            if name != "a_none":
+            run["cache_mode"] = backend.cache_mode
+            if k:
                 check(first["stats"].drafted_tokens > 0, f"{name}: nothing was drafted")
                 check(bool(first["live_rates"]), f"{name}: no live acceptance while streaming")
                 check(first["stats"].acceptance_rate is not None, f"{name}: no final acceptance rate")
@@ -181,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{name}: no step timing",
                 )
 
-            if name != "a_none":
+            if k:
                 # K switch between two replies: same generator object, resized draft buffer, prefix reused.
                 generator = backend._m.generator
                 second = reply(backend, args.k2, args.max_new_tokens)
@@ -217,10 +266,18 @@ def main(argv: list[str] | None = None) -> int:
     runs = summary["runs"]
     base_tps = runs.get("a_none", {}).get("decode_tokens_per_s") or 0.0
     summary["tokens_per_s_side_by_side"] = {name: run["decode_tokens_per_s"] for name, run in runs.items()}
+    summary["acceptance_side_by_side"] = {name: run["acceptance_rate"] for name, run in runs.items()}
     summary["speedup_vs_no_drafting"] = {
         name: round(run["decode_tokens_per_s"] / base_tps, 3) if base_tps else None
         for name, run in runs.items()
     }
+    if baseline is not None and "d_none_fp16_cache" in outputs:
+        diff = first_difference(baseline, outputs["d_none_fp16_cache"])
+        summary["q8_vs_fp16_cache_same_tokens_until"] = diff  # None: identical; not required to be
+    if not any(run.get("paged") for run in runs.values()):
+        not_verified.append("paged attention (flash-attn not installed): the unpaged generator was checked")
+    not_verified.append("a prebuilt exllamav2 extension wheel: the check uses the one built on this machine")
+    summary["not_verified"] = not_verified
     summary["failures"] = failures
     summary["ok"] = not failures
     print(json.dumps(summary, indent=2))

@@ -8,6 +8,7 @@ so every number below is known in advance. `scripts/gpu_check.sh` runs the same 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 import threading
@@ -453,6 +454,54 @@ def test_real_exllamav2_is_unusable_here(smol_dir):
         _forget_exllamav2()
 
 
+@pytest.mark.parametrize(
+    ("raised", "reason"),
+    [
+        # What torch's cpp_extension raises importing exllamav2 with a CUDA build of torch and no GPU.
+        ("IndexError('list index out of range')", "IndexError: list index out of range"),
+        ("OSError('CUDA_HOME environment variable is not set.')", "CUDA_HOME not set"),
+        ("KeyError('sm_90')", "KeyError: 'sm_90'"),
+        ("ValueError()", "ValueError"),
+    ],
+)
+def test_any_import_failure_is_unusable_here_in_one_line(tmp_path, monkeypatch, smol_dir, raised, reason):
+    """Whatever `import exllamav2` raises, the probe says "unusable here" with one line and auto falls back."""
+    import torch
+
+    from engine.backends.select import create_backend
+
+    package = tmp_path / "broken" / "exllamav2"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(f"raise {raised}\n", encoding="utf-8")
+    _forget_exllamav2()
+    monkeypatch.syspath_prepend(str(package.parent))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # get past the GPU check to the import
+    try:
+        with pytest.raises(BackendError) as info:
+            import_exllamav2()
+        assert str(info.value) == f"exllamav2 is unusable here: {reason}; use --backend transformers"
+        assert probe_exllamav2() == (False, reason)
+        with pytest.raises(
+            BackendError, match="^" + re.escape(f"exllamav2 is unusable here: {reason}; use --backend")
+        ):
+            create_backend(settings_for(smol_dir, "exllamav2"))
+        if pytest.importorskip("engine.backends.hf"):
+            _, why = create_backend(settings_for(smol_dir, "auto"))
+            assert why == f"auto: exllamav2 unusable ({reason}) -> transformers"
+    finally:
+        _forget_exllamav2()
+
+
+def test_a_failing_cuda_query_is_unusable_here_too(monkeypatch):
+    import torch
+
+    def broken() -> bool:
+        raise RuntimeError("Found no NVIDIA driver on your system.")
+
+    monkeypatch.setattr(torch.cuda, "is_available", broken)
+    assert probe_exllamav2() == (False, "RuntimeError: Found no NVIDIA driver on your system.")
+
+
 def settings_for(model: Path, backend: str) -> SimpleNamespace:
     return SimpleNamespace(
         model=model, draft="ngram", backend=backend, cache_mode="q8", draft_cache_mode="q8", max_context=1024,
@@ -562,3 +611,158 @@ def test_same_rounds_give_the_same_stats_as_the_transformers_backend(standin, ma
     # when nothing matches) while the transformers backend's drafter may propose fewer; the rounds are the same.
     for name in ("new_tokens", "accepted_tokens", "rounds", "mean_accepted_length"):
         assert getattr(ours, name) == pytest.approx(getattr(theirs, name)), name
+
+
+# ------------------------------------------------------------------------------ held text (dynamic.py)
+
+# Byte-level BPE splits "日" and "語" into three tokens each; the generator holds the first two back.
+HELD_TEXT = "Caches 🙂 warm 日本語 done."
+GEMMA_STYLE_TEMPLATE = (
+    "{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def held_ids(smol_dir: Path) -> list[int]:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(smol_dir / "tokenizer.json"))
+    ids = tok.encode(HELD_TEXT, add_special_tokens=False).ids
+    assert "\ufffd" in tok.decode([ids[4]]) and "\ufffd" in tok.decode([ids[8]])  # split characters
+    return ids
+
+
+def stream_of(generator, job) -> list[dict]:
+    generator.enqueue(job)
+    results: list[dict] = []
+    while generator.num_remaining_jobs():
+        results += [r for r in generator.iterate() if r["stage"] == "streaming"]
+    return results
+
+
+def test_partial_strings_match_is_the_extension_s(standin):
+    from exllamav2.generator.dynamic import partial_strings_match
+
+    assert partial_strings_match("Fine.<", ["<end_of_turn>"]) == -2
+    assert partial_strings_match("Fine.<end_of_turn>\n", ["<end_of_turn>"]) == 5
+    assert partial_strings_match("Fine.", ["<end_of_turn>"]) == -1
+    assert partial_strings_match("", ["<end_of_turn>"]) == -1
+    # String by string: a partial overlap with the first wins over a full match of the second.
+    assert partial_strings_match("ab STOP <e", ["<end>", "STOP"]) == -2
+    assert partial_strings_match("ab STOP <e", ["STOP", "<end>"]) == 3
+
+
+def test_standin_holds_incomplete_characters_like_the_real_generator(standin, make_model, held_ids):
+    import torch
+
+    backend = loaded(make_model("target", {"reply": held_ids, "end": "end_of_turn"}), draft="none")
+    job = standin.generator.ExLlamaV2DynamicJob(
+        input_ids=torch.tensor([[1, 2, 3]]), max_new_tokens=64, stop_conditions=[IM_END]
+    )
+    results = stream_of(backend._m.generator, job)
+    assert len(results) == len(held_ids) + 1  # one per sampled token, the stop token included
+    # The first two tokens of 日 and of 語 are held: results with neither text nor token ids.
+    assert [i for i, r in enumerate(results[:-1]) if "token_ids" not in r] == [4, 5, 8, 9]
+    assert all("text" not in results[i] for i in (4, 5, 8, 9))
+    assert results[6]["token_ids"].tolist() == [held_ids[4:7]] and results[6]["text"] == " 日"
+    assert "".join(r.get("text", "") for r in results) == HELD_TEXT
+    end = results[-1]
+    assert end["eos"] and "token_ids" not in end and end["held"]["token_ids"].tolist() == [[IM_END]]
+
+
+def test_standin_ends_on_a_stop_token_after_an_incomplete_character_with_both_held(
+    standin, make_model, held_ids
+):
+    import torch
+
+    backend = loaded(make_model("target", {"reply": held_ids[:6], "end": "end_of_turn"}), draft="none")
+    job = standin.generator.ExLlamaV2DynamicJob(
+        input_ids=torch.tensor([[1, 2, 3]]), max_new_tokens=64, stop_conditions=[IM_END]
+    )
+    end = stream_of(backend._m.generator, job)[-1]
+    assert end["eos_reason"] == "stop_token" and end["eos_triggering_token_id"] == IM_END
+    assert "token_ids" not in end and "text" not in end
+    assert end["held"]["token_ids"].tolist() == [held_ids[4:6] + [IM_END]]
+    assert "\ufffd" in end["held"]["text"]
+
+
+def test_standin_holds_a_possible_stop_string_and_ends_on_it(standin, make_model, smol_dir):
+    import torch
+    from tokenizers import Tokenizer
+
+    ids = Tokenizer.from_file(str(smol_dir / "tokenizer.json")).encode("Fine.<end_of_turn>\nmore").ids
+    backend = loaded(make_model("target", {"reply": ids, "end": "none"}), draft="none")
+    job = standin.generator.ExLlamaV2DynamicJob(
+        input_ids=torch.tensor([[1, 2, 3]]), max_new_tokens=64, stop_conditions=[IM_END, "<end_of_turn>"]
+    )
+    results = stream_of(backend._m.generator, job)
+    assert len(results) == 8  # "Fine", ".<", "end", "_", "of", "_", "turn", ">"
+    assert results[0]["text"] == "Fine" and all(
+        "text" not in r and "token_ids" not in r for r in results[1:7]
+    )
+    end = results[-1]
+    assert (end["eos_reason"], end["eos_triggering_string"]) == ("stop_string", "<end_of_turn>")
+    assert end["text"] == "." and end["token_ids"].tolist() == [ids[1:8]]  # every held token, the text before
+    assert end["held"] == {"text": "<end_of_turn>"}
+
+
+def chunk_rules_hold(chunks: list[Chunk]) -> None:
+    for c in chunks:
+        assert c.token_ids, f"a Chunk without tokens: {c}"
+        assert c.accepted <= len(c.token_ids) and c.accepted <= c.drafted
+        assert c.origins == round_origins(len(c.token_ids), c.accepted)
+
+
+def test_held_characters_stay_with_their_rounds(standin, make_model, held_ids):
+    schedule = [3, 0, 4, 1, 2]
+    target = make_model("target", {"reply": held_ids, "end": "eos"})
+    backend = loaded(target, draft=str(make_model("draft", {"draft_acceptance": schedule})))
+    chunks, done = run(backend, request_for(backend, 4))
+    job = backend._m.generator.standin_jobs[-1]
+    chunk_rules_hold(chunks)
+    assert [(len(c.token_ids), c.drafted, c.accepted) for c in chunks] == expected_rounds(
+        len(held_ids), 4, schedule
+    )
+    assert [t for c in chunks for t in c.token_ids] == held_ids
+    assert "".join(c.text for c in chunks) == HELD_TEXT
+    assert sum(c.accepted for c in chunks) == job.accepted_draft_tokens
+    assert done.stop_reason == "eos"
+
+
+@pytest.mark.parametrize("draft", ["none", "ngram"])
+def test_a_stop_token_right_after_an_incomplete_character_keeps_its_tokens(
+    standin, make_model, held_ids, draft
+):
+    reply = held_ids[:6]  # ends in two of the three tokens of 日
+    script = {"reply": reply, "end": "end_of_turn", "ngram_acceptance": [2]}
+    backend = loaded(make_model("target", script, eos_token_id=ENDOFTEXT), draft=draft)
+    chunks, done = run(backend, request_for(backend, 3))
+    chunk_rules_hold(chunks)
+    assert [t for c in chunks for t in c.token_ids] == reply
+    assert "".join(c.text for c in chunks) == backend.decode(reply)
+    assert done.stop_reason == "end_of_turn"  # from the stop token's id
+
+
+def test_an_end_of_turn_string_is_a_stop_string_held_until_it_is_sure(standin, make_model, smol_dir):
+    from tokenizers import Tokenizer
+
+    ids = Tokenizer.from_file(str(smol_dir / "tokenizer.json")).encode("Fine.<end_of_turn>\nmore").ids
+    folder = make_model("gemma_style", {"reply": ids, "end": "none", "ngram_acceptance": [2, 0, 1]})
+    config = {
+        "chat_template": GEMMA_STYLE_TEMPLATE,
+        "eos_token": "<|endoftext|>",
+        "bos_token": "<|im_start|>",
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    backend = loaded(folder)
+    chunks, done = run(backend, request_for(backend, 2))
+    job = backend._m.generator.standin_jobs[-1]
+    assert "<end_of_turn>" in job.stop_strings
+    chunk_rules_hold(chunks)
+    assert done.stop_reason == "end_of_turn"
+    assert "".join(c.text for c in chunks) == "Fine."
+    assert [t for c in chunks for t in c.token_ids] == ids[:8]  # the stop string's tokens were generated
+    assert sum(c.accepted for c in chunks) == job.accepted_draft_tokens
+    assert sum(c.drafted for c in chunks) == job.accepted_draft_tokens + job.rejected_draft_tokens

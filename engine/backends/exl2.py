@@ -1,7 +1,8 @@
 """ExLlamaV2 (0.3.2) backend: the dynamic generator with a draft model or n-gram drafting and a quantized KV cache.
 
 `import exllamav2` compiles a CUDA extension and fails without CUDA, so the package is imported lazily, only
-inside this module's functions, and every failure becomes a one-line `BackendError`.
+inside this module's functions, and every failure becomes a one-line `BackendError`. The first import's build
+is announced and followed file by file through the load's progress callback (engine/backends/exl2_build.py).
 
 How the generator is driven (see DESIGN.md "ExLlamaV2 facts"):
 
@@ -19,7 +20,7 @@ What exllamav2 cannot tell us exactly, and what the MessageStats built from our 
 |---|---|---|
 | drafted_tokens (Chunk.drafted) | exact except the last round | a round that ends on a stop token or the token limit stops verifying there; the drafts after that point are neither accepted nor rejected, so they are not counted |
 | accepted_tokens, acceptance_histogram, per_position_acceptance | exact | Δaccepted per `iterate()`; the generator accepts a prefix, so "first a positions" is exact |
-| origins (per token) | exact except around held text | of the n tokens emitted in a round the first Δaccepted are the draft's; text the generator holds back (an incomplete UTF-8 character) is released a round later and is attributed to that round |
+| origins (per token) | exact | of the n tokens a round samples the first Δaccepted are the draft's; tokens the generator holds back (an incomplete UTF-8 character, a possible stop string) stay with their round, whose Chunk waits until they are released (`HeldRounds`); a reply cancelled while tokens are held loses those tokens and their round |
 | cost_ratio, predicted_speedup | estimated | exllamav2 does not time draft and target passes separately; the ratio c comes from a timed warm-up forward of each model at load (1 token through the draft, K+1 through the target), and `draft_step_s` / `target_step_s` are that ratio scaled to the reply's measured time per round |
 | prefill_tokens_per_s, ttft | exact | `time_prefill` and `cached_tokens` from the end result |
 | temperature ramp | per round, not per token | the job reads `gen_settings` once per sampled token but it can only be changed between `iterate()` calls, so all tokens of one round share the temperature of the round's first token |
@@ -30,11 +31,11 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -85,9 +86,83 @@ def round_origins(emitted: int, accepted: int) -> tuple[bool, ...]:
     return (True,) * drafted + (False,) * (emitted - drafted)
 
 
-def stop_reason_of(end: dict[str, Any], eos_id: int | None, end_of_turn_id: int | None) -> StopReason:
+@dataclass(slots=True)
+class _Round:
+    """One verification round whose tokens the generator may still be holding back."""
+
+    sampled: int  # reply tokens the job sampled in this round (a stop token is not one)
+    drafted: int
+    accepted: int
+    temperature: float
+    ids: list[int] = field(default_factory=list)
+
+
+class HeldRounds:
+    """Turns exllamav2's streaming results into one Chunk per round, whatever text the generator holds back.
+
+    The dynamic generator holds back the tokens of an incomplete UTF-8 character and of a possible stop string
+    (`held_text` / `held_tokens` in dynamic.py) and releases them in a later round, or at the end in
+    `result["held"]`. Counting per round comes from the job's counters, tokens come when released, so:
+    a round is remembered when sampled (`add_round`), released ids fill the rounds in order (`release`), and a
+    round becomes a Chunk only once all its tokens are out. A Chunk therefore never carries accepted counts without
+    tokens, and its origins line up with its own round's accepted count. Released text is not split by token: it
+    goes on the last Chunk completed with it (or waits for the next one), so the texts still add up exactly.
+    """
+
+    def __init__(self) -> None:
+        self.rounds: deque[_Round] = deque()
+        self.text = ""  # released, not yet on a Chunk
+
+    def add_round(self, sampled: int, drafted: int, accepted: int, temperature: float) -> None:
+        if sampled > 0:  # a round whose only sample was the stop token drafted nothing and emits nothing
+            self.rounds.append(_Round(sampled, drafted, min(accepted, sampled), temperature))
+
+    @property
+    def held_tokens(self) -> int:
+        return sum(r.sampled - len(r.ids) for r in self.rounds)
+
+    def release(self, ids: list[int], text: str, t: float) -> list[Chunk]:
+        """Chunks for the rounds that `ids` (released in order) complete; extra ids beyond the rounds are dropped."""
+        self.text += text
+        chunks: list[Chunk] = []
+        for token in ids:
+            open_round = next((r for r in self.rounds if len(r.ids) < r.sampled), None)
+            if open_round is None:
+                break
+            open_round.ids.append(token)
+        while self.rounds and len(self.rounds[0].ids) == self.rounds[0].sampled:
+            done = self.rounds.popleft()
+            chunks.append(
+                Chunk(
+                    text="",
+                    token_ids=tuple(done.ids),
+                    drafted=done.drafted,
+                    accepted=done.accepted,
+                    origins=round_origins(done.sampled, done.accepted),
+                    t=t,
+                    temperature=done.temperature,
+                )
+            )
+        if chunks:
+            last = chunks[-1]
+            chunks[-1] = Chunk(last.text + self.text, last.token_ids, last.drafted, last.accepted, last.origins,
+                               last.t, last.temperature)  # fmt: skip
+            self.text = ""
+        return chunks
+
+
+def _ids_of(value: Any) -> list[int]:
+    """Token ids from a result's `token_ids` tensor (shape (1, n))."""
+    return [int(t) for t in value.view(-1).tolist()] if value is not None else []
+
+
+def stop_reason_of(
+    end: dict[str, Any], eos_id: int | None, end_of_turn_id: int | None, end_of_turn_text: str | None = None
+) -> StopReason:
     """Our stop reason for an exllamav2 end-of-job result."""
     reason = end.get("eos_reason")
+    if reason == "stop_string" and end_of_turn_text and end.get("eos_triggering_string") == end_of_turn_text:
+        return "end_of_turn"
     if reason == "stop_token":
         token = end.get("eos_triggering_token_id")
         if token is not None and token == eos_id:
@@ -147,20 +222,39 @@ def short_cause(exc: BaseException) -> str:
     text = str(exc).strip()
     if "CUDA_HOME" in text:
         return "CUDA_HOME not set"
-    first = text.splitlines()[0] if text else type(exc).__name__
-    return first[:160]
+    first = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {first}"[:160] if first else type(exc).__name__
 
 
 # ----------------------------------------------------------------------------------------- the library
 
 
-def import_exllamav2() -> SimpleNamespace:
-    """The exllamav2 names this backend uses; BackendError where the package cannot be imported here."""
+def import_exllamav2(progress: ProgressCallback | None = None) -> SimpleNamespace:
+    """The exllamav2 names this backend uses; BackendError where the package cannot be imported here.
+
+    The first import on a GPU compiles exllamav2's CUDA extension: `progress` hears that it is coming and then
+    files compiled / total and the elapsed time (engine/backends/exl2_build.py); the build uses every core.
+    """
+    from engine.backends import exl2_build
+
+    exl2_build.use_all_cores()
+    folder = exl2_build.build_coming() if progress is not None else None
     try:
+        if folder is not None and progress is not None:
+            with exl2_build.BuildWatcher(folder, progress):
+                import exllamav2
         import exllamav2
         import exllamav2.attn as attn
         from exllamav2.generator import ExLlamaV2DynamicGenerator, ExLlamaV2DynamicJob, ExLlamaV2Sampler
-    except (OSError, ImportError, RuntimeError, subprocess.SubprocessError) as exc:
+    except Exception as exc:
+        if exl2_build.is_build_failure(exc):
+            log = exl2_build.write_build_log(folder or _build_folder_or_none(), exc)
+            raise BackendError(
+                f"exllamav2 is unusable here: its CUDA extension failed to build (compiler output: {log}); "
+                f"{UNUSABLE_HINT}"
+            ) from exc
+        # Anything else: OSError (no CUDA_HOME), ImportError, and whatever torch's cpp_extension raises on a CUDA
+        # build of torch with no GPU (IndexError).
         raise BackendError(f"exllamav2 is unusable here: {short_cause(exc)}; {UNUSABLE_HINT}") from exc
     return SimpleNamespace(
         version=getattr(exllamav2, "__version__", "?"),
@@ -175,19 +269,31 @@ def import_exllamav2() -> SimpleNamespace:
     )
 
 
-def probe_exllamav2() -> tuple[bool, str]:
+def _build_folder_or_none() -> Path | None:
+    from engine.backends import exl2_build
+
+    try:
+        return exl2_build.build_directory()
+    except Exception:
+        return None
+
+
+def probe_exllamav2(progress: ProgressCallback | None = None) -> tuple[bool, str]:
     """Whether exllamav2 can run here (a CUDA GPU and an importable, built package), with the reason."""
     try:
         import torch
     except ImportError as exc:  # pragma: no cover - torch is a hard dependency
         return False, f"torch is missing ({exc})"
-    if not torch.cuda.is_available():
-        return False, "no CUDA GPU visible to torch"
     try:
-        ex = import_exllamav2()
+        if not torch.cuda.is_available():
+            return False, "no CUDA GPU visible to torch"
+        ex = import_exllamav2(progress)
+        device = torch.cuda.get_device_name(0)
     except BackendError as exc:
-        return False, str(exc).removeprefix("exllamav2 is unusable here: ").split(";")[0]
-    return True, f"exllamav2 {ex.version} on {torch.cuda.get_device_name(0)}"
+        return False, str(exc).removeprefix("exllamav2 is unusable here: ").removesuffix(f"; {UNUSABLE_HINT}")
+    except Exception as exc:  # a broken driver or torch build: still "unusable here", never a traceback
+        return False, short_cause(exc)
+    return True, f"exllamav2 {ex.version} on {device}"
 
 
 def check_model_folder(folder: Path, what: str) -> None:
@@ -348,7 +454,7 @@ class ExLlamaV2Backend:
         except ChatTemplateError as exc:
             raise BackendError(str(exc)) from exc
         report("importing exllamav2", None)
-        ex = self._ex = import_exllamav2()
+        ex = self._ex = import_exllamav2(report)
         loading = "model"
         try:
             loading = "model config"
@@ -499,7 +605,13 @@ class ExLlamaV2Backend:
         limited_by_context = wanted < request.max_new_tokens
         sampler = request.sampler
         temperature = sampler.temperature_at(0)
-        stop_ids = [t for t in dict.fromkeys((m.eos_id, m.end_of_turn_id)) if t is not None]
+        stop_ids: list[int | str] = [t for t in dict.fromkeys((m.eos_id, m.end_of_turn_id)) if t is not None]
+        end_of_turn_text = self._template.end_of_turn if self._template else None
+        if end_of_turn_text and m.end_of_turn_id is None:
+            # The template's end-of-turn marker is no single token of this vocabulary: stop on it as text. The
+            # generator then holds back text that could be its start; its tokens stay in the reply's token ids
+            # (they were generated), its text does not.
+            stop_ids.append(end_of_turn_text)
         job = ex.Job(
             input_ids=torch.tensor([request.prompt_ids], dtype=torch.long),
             max_new_tokens=wanted + k,
@@ -513,9 +625,11 @@ class ExLlamaV2Backend:
         except AssertionError as exc:  # the job cannot fit the cache
             raise BackendError(f"exllamav2 refused the reply: {exc}") from exc
 
-        emitted = 0
+        emitted = 0  # reply tokens on Chunks
+        sampled = 0  # reply tokens the job sampled (released or still held by the generator)
         rounds = 0
-        seen_accepted = seen_rejected = 0
+        seen_accepted = seen_rejected = seen_new = 0
+        held = HeldRounds()
         finished = False
         try:
             while True:
@@ -530,41 +644,52 @@ class ExLlamaV2Backend:
                 end = next((r for r in ours if r.get("eos")), None)
                 accepted = job.accepted_draft_tokens - seen_accepted
                 rejected = job.rejected_draft_tokens - seen_rejected
+                new = job.new_tokens - seen_new
                 seen_accepted, seen_rejected = job.accepted_draft_tokens, job.rejected_draft_tokens
-
-                if streaming:
+                seen_new = job.new_tokens
+                on_stop_token = end is not None and end.get("eos_reason") == "stop_token"
+                if new > 0:
                     rounds += 1
-                    text = "".join(r.get("text", "") for r in streaming)
-                    ids: list[int] = []
-                    for r in streaming:
-                        if "token_ids" in r:
-                            ids.extend(int(t) for t in r["token_ids"].view(-1).tolist())
-                    overflow = emitted + len(ids) > wanted
-                    if overflow:  # a safety net: the job's own limit already stops at `wanted`
-                        ids = ids[: wanted - emitted]
-                        text = self.decode(ids)
-                    emitted += len(ids)
-                    if (
-                        ids or accepted or rejected
-                    ):  # not the bare round whose first sample was the stop token
-                        yield Chunk(
-                            text=text,
-                            token_ids=tuple(ids),
-                            drafted=accepted + rejected,
-                            accepted=accepted,
-                            origins=round_origins(len(ids), accepted),
-                            t=time.monotonic(),
-                            temperature=temperature,
-                        )
-                    if overflow and end is None:
-                        generator.cancel(job)
-                        finished = True
-                        yield self._done(job, None, request, m, rounds, k, "max_new_tokens")
-                        return
+                if on_stop_token:
+                    new -= 1  # the stop token is sampled but is no part of the reply
+                overflow = (
+                    sampled + new > wanted
+                )  # a safety net: the job's own limit already stops at `wanted`
+                if overflow:
+                    new = wanted - sampled
+                sampled += new
+                held.add_round(new, accepted + rejected, accepted, temperature)
+
+                ids: list[int] = []
+                text = ""
+                for r in streaming:
+                    ids.extend(_ids_of(r.get("token_ids")))
+                    text += r.get("text", "")
+                if on_stop_token:
+                    # The generator ends on a stop token without releasing what it held: the tokens of an
+                    # incomplete character before it, then the stop token itself, are in result["held"].
+                    tail = _ids_of(end.get("held", {}).get("token_ids"))
+                    stop_id = end.get("eos_triggering_token_id")
+                    if tail and (stop_id is None or tail[-1] == stop_id):
+                        tail = tail[:-1]
+                    if tail:
+                        ids.extend(tail)
+                        text += self.decode(tail)
+                if overflow:
+                    ids = ids[: held.held_tokens]
+                    text = self.decode(ids)
+                for chunk in held.release(ids, text, time.monotonic()):
+                    emitted += len(chunk.token_ids)
+                    yield chunk
+                if overflow and end is None:
+                    generator.cancel(job)
+                    finished = True
+                    yield self._done(job, None, request, m, rounds, k, "max_new_tokens")
+                    return
 
                 if end is not None:
                     finished = True
-                    reason = stop_reason_of(end, m.eos_id, m.end_of_turn_id)
+                    reason = stop_reason_of(end, m.eos_id, m.end_of_turn_id, end_of_turn_text)
                     if reason == "max_new_tokens" and limited_by_context:
                         reason = "context"
                     yield self._done(job, end, request, m, rounds, k, reason)

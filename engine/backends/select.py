@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.backends.base import Backend, BackendError, resolve_cache_mode
+from engine.backends.base import Backend, BackendError, ProgressCallback, resolve_cache_mode
 
 
 def _model_dir(settings: Any) -> Path:
@@ -50,11 +50,12 @@ def _transformers(settings: Any, model_dir: Path) -> Backend:
     )
 
 
-def create_backend(settings: Any) -> tuple[Backend, str]:
+def create_backend(settings: Any, progress: ProgressCallback | None = None) -> tuple[Backend, str]:
     """The backend `settings.backend` asks for ("auto", "exllamav2" or "transformers"), and why it was chosen.
 
     `settings` needs: model (Path | None: the embedded model), draft, backend, cache_mode, draft_cache_mode,
     max_context, gpu_split. BackendError (one line) where exllamav2 is asked for by name and cannot run here.
+    `progress` hears about the first start's build of exllamav2's CUDA extension, which the probe may trigger.
     """
     from engine.backends.exl2 import probe_exllamav2
 
@@ -63,7 +64,7 @@ def create_backend(settings: Any) -> tuple[Backend, str]:
         raise BackendError(f"unknown backend {choice!r}: use auto, exllamav2 or transformers")
     if choice == "transformers":
         return _transformers(settings, _model_dir(settings)), "transformers: chosen in settings"
-    usable, reason = probe_exllamav2()
+    usable, reason = probe_exllamav2(progress)
     if choice == "exllamav2":
         if not usable:
             raise BackendError(f"exllamav2 is unusable here: {reason}; use --backend transformers")

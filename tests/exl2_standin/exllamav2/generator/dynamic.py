@@ -4,6 +4,13 @@ Follows the real file where the backend can observe it: constructor arguments an
 of shape (max_batch_size, num_draft_tokens), one streaming result per sampled token with the same keys, live
 `accepted_draft_tokens` / `rejected_draft_tokens`, the stop at `max_new_tokens - num_draft_tokens`, stop tokens
 that are not emitted, `cancel(job)`, and prefix reuse (`cached_tokens`) across jobs.
+
+Held text, as `ExLlamaV2DynamicJob.receive_sample` in 0.3.2 (lines ~2005-2241): every sampled token goes into
+`held_text` / `held_tokens` first; a stop token ends the job with both still held (`result["held"]`, the stop token
+last); an incomplete UTF-8 character (1 to 4 U+FFFD in the held text that a decode of the held tokens does not
+resolve) and text ending in the start of a stop string are held (a streaming result with neither "text" nor
+"token_ids"); a full stop string ends the job with every held token in "token_ids", the text before it in "text"
+and the stop string onwards in `result["held"]["text"]`. `partial_strings_match` is the extension's C function.
 """
 
 from __future__ import annotations
@@ -329,6 +336,7 @@ class ExLlamaV2DynamicJob:
             f"Job requires {total_pages} pages (only {generator.max_pages} available) and cannot be enqueued."
         )
         self.held_text = ""
+        self.held_tokens = []
         self.full_completion = ""
 
     def is_prefill_done(self):
@@ -382,13 +390,16 @@ class ExLlamaV2DynamicJob:
         gen = self.generator
         page_size = gen.page_size
 
-        def emit(emit_eos=False, eos_reason=None, emit_held=False, stop_token=None):
+        def emit(emit_eos=False, eos_reason=None, emit_held=False, stop_token=None, stop_string=None,
+                 rem_held_text=None):  # fmt: skip
             r = {"job": self, "stage": "streaming", "eos": emit_eos, "serial": self.serial_number}
             if eos_reason is not None:
                 r["eos_reason"] = eos_reason
                 if eos_reason == "stop_token":
                     r["eos_triggering_token_id"] = stop_token
                     r["eos_triggering_token_str"] = gen.tokenizer.get_id_to_piece_list(True)[stop_token]
+                if eos_reason == "stop_string":
+                    r["eos_triggering_string"] = stop_string
             if emit_held:
                 if self.held_text != "":
                     self.full_completion += self.held_text
@@ -419,6 +430,8 @@ class ExLlamaV2DynamicJob:
                             "rejected_draft_tokens": self.rejected_draft_tokens,
                         }
                     )
+                if eos_reason == "stop_string":
+                    self.held_text = rem_held_text
                 rh = {}
                 if self.held_text:
                     rh["text"] = self.held_text
@@ -429,13 +442,70 @@ class ExLlamaV2DynamicJob:
             results.append(r)
             return emit_eos
 
-        if not hasattr(self, "held_tokens"):
-            self.held_tokens = []
-        self.held_text += gen.tokenizer.get_id_to_piece_list(self.decode_special_tokens)[token]
+        # Decode and buffer output (as the real file: every token is held first, then released or kept).
+        new_text = gen.tokenizer.get_id_to_piece_list(self.decode_special_tokens)[token]
+        self.held_text += new_text
         self.held_tokens.append(token)
 
         if token in self.stop_tokens:
             return emit(emit_eos=True, eos_reason="stop_token", stop_token=token)
         if self.new_tokens >= self.max_new_tokens - gen.num_draft_tokens:
             return emit(emit_eos=True, emit_held=True, eos_reason="max_new_tokens")
+
+        # Hold text if it contains an incomplete character.
+        if 1 <= self.held_text.count("\ufffd") < 5:
+            test_decode = gen.tokenizer.decode(
+                torch.tensor([self.held_tokens], dtype=torch.long),
+                decode_special_tokens=self.decode_special_tokens,
+            )[0]
+            if "\ufffd" not in test_decode:
+                self.held_text = test_decode
+            else:
+                return emit()
+
+        # End on stop strings; hold text while it ends in the start of one.
+        if self.stop_strings:
+            match = partial_strings_match(self.held_text, list(self.stop_strings))
+            if match >= 0:
+                held = self.held_text[match:]
+                self.held_text = self.held_text[:match]
+                for s in self.stop_strings:
+                    if held.startswith(s):
+                        return emit(
+                            emit_eos=True,
+                            emit_held=True,
+                            eos_reason="stop_string",
+                            stop_string=s,
+                            rem_held_text=held,
+                        )
+                raise AssertionError("Detected stop string but couldn't identify it (logic error)")
+            if match == -2:
+                return emit()
+
         return emit(emit_held=True)
+
+
+def partial_strings_match(held_text: str, strings: list[str]) -> int:
+    """exllamav2_ext's `partial_strings_match` (cpp/generator.cpp), step for step on code points.
+
+    -1: no match; -2: some string overlaps the end of `held_text` partly (checked string by string, so a partial
+    overlap with an earlier string wins over a full match of a later one); >= 0: index of a full match.
+    """
+    q = held_text
+    for s in strings:
+        a = 0
+        while a < len(q):
+            a0 = a
+            b = 0
+            while True:
+                same = q[a] == s[b]
+                a += 1
+                b += 1
+                if not same:
+                    break
+                if b == len(s):
+                    return a0
+                if a == len(q):
+                    return -2
+            a = a0 + 1
+    return -1

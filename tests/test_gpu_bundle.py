@@ -1,0 +1,167 @@
+"""`make gpu-bundle` and `scripts/gpu_check.sh --offline BUNDLE` (the offline GPU check), as far as a CPU runs them.
+
+The bundle is built for real (pip resolves and downloads wheels for CPython 3.12 manylinux x86_64), then resolved
+offline with the command from the issue, and every hard dependency of every bundled wheel is checked to be either
+in the bundle or in what the bundle assumes the GPU machine has. The check script's own run needs CUDA: here only
+its refusals are run (no GPU, torch without CUDA, not a bundle), each one JSON line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "gpu_check.sh"
+sys.path.insert(0, str(ROOT / "scripts"))
+import gpu_bundle  # noqa: E402
+
+
+def pip_env() -> dict[str, str]:
+    """This machine's pip config (local indexes, a torch cap) must not help the offline resolution."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("gpu") / "gpu-bundle"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gpu_bundle.py"), str(out)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+@pytest.mark.slow
+def test_bundle_fits_and_resolves_offline_for_python_3_12(bundle, tmp_path):
+    size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
+    assert size <= 64 * 1024 * 1024
+    pins = [line for line in (bundle / "requirements.txt").read_text().splitlines() if line]
+    names = {gpu_bundle.canonical(p.split("==")[0]) for p in pins}
+    assert {
+        "exllamav2",
+        "textual",
+        "pydantic-settings",
+        "orjson",
+        "platformdirs",
+        "gguf",
+        "specchat",
+    } <= names
+    assert "exllamav2==0.3.2" in pins
+    assert not names & {
+        "torch",
+        "transformers",
+        "tokenizers",
+        "safetensors",
+        "ninja",
+    }  # on the machine already
+
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--find-links", str(bundle / "wheels"),
+            "--python-version", "3.12", "--only-binary=:all:", "--target", str(tmp_path / "target"),
+            "--no-deps", "--report", str(report), "-r", str(bundle / "requirements.txt"),
+        ],
+        capture_output=True, text=True, timeout=300, env=pip_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    resolved = {
+        gpu_bundle.canonical(item["metadata"]["name"]): item
+        for item in json.loads(report.read_text())["install"]
+    }
+    assert set(resolved) == names  # every requirement found, in the bundle alone
+    for item in resolved.values():
+        assert item["download_info"]["url"].startswith("file://")
+
+    # Nothing is missing on the GPU machine: each hard dependency is bundled or assumed to be there.
+    box = {
+        gpu_bundle.canonical(line.split("==")[0])
+        for line in (bundle / "box.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+    for name, item in resolved.items():
+        for dep in gpu_bundle.hard_dependencies(item["metadata"].get("requires_dist") or []):
+            assert dep in names or dep in box, (
+                f"{name} needs {dep}, which is neither bundled nor on the machine"
+            )
+
+
+@pytest.mark.slow
+def test_bundle_carries_the_model_s_shape_and_tokenizer_not_its_weights(bundle):
+    config = json.loads((bundle / "model" / "config.json").read_text())
+    assert (config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]) == (576, 30, 49152)
+    assert (bundle / "model" / "tokenizer.json").is_file() and (
+        bundle / "model" / "tokenizer_config.json"
+    ).is_file()
+    assert not list(bundle.rglob("*.safetensors"))
+    assert (bundle / "gpu_check.sh").read_text() == SCRIPT.read_text()
+
+
+def test_gpu_check_script_parses():
+    assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True).returncode == 0
+
+
+def fake_bundle(folder: Path) -> Path:
+    (folder / "wheels").mkdir(parents=True)
+    (folder / "model").mkdir()
+    for name in ("requirements.txt", "model/config.json", "model/tokenizer.json", "gpu_check.py"):
+        (folder / name).write_text("", encoding="utf-8")
+    return folder
+
+
+def offline(bundle: Path, path: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": path, "PYTHON": sys.executable}
+    return subprocess.run(
+        ["bash", str(SCRIPT), "--offline", str(bundle), *extra],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def one_json_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 1, done.stdout
+    answer = json.loads(lines[0])
+    assert answer["ok"] is False
+    return answer["error"]
+
+
+def without_nvidia_smi() -> str:
+    return ":".join(p for p in os.environ["PATH"].split(":") if not (Path(p) / "nvidia-smi").exists())
+
+
+def test_offline_check_on_a_machine_without_cuda_exits_2_with_one_line(tmp_path):
+    bundle = fake_bundle(tmp_path / "bundle")
+    assert one_json_line(offline(bundle, without_nvidia_smi())) == (
+        "no CUDA here: nvidia-smi not found; this check needs an NVIDIA GPU"
+    )
+    # A GPU listed, but torch sees none (a CPU build of torch, or a broken driver): still 2, one line.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-1)'\n", encoding="utf-8")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    error = one_json_line(offline(bundle, f"{bin_dir}:{without_nvidia_smi()}"))
+    assert re.fullmatch(r"no CUDA here: torch on .+ sees no CUDA GPU", error)
+
+
+def test_offline_check_refuses_what_is_not_a_bundle(tmp_path):
+    assert one_json_line(offline(tmp_path / "missing", without_nvidia_smi())).startswith("bundle not found: ")
+    (tmp_path / "empty").mkdir()
+    error = one_json_line(offline(tmp_path / "empty", without_nvidia_smi()))
+    assert error.startswith("not a GPU-check bundle: ") and "has no requirements.txt" in error
+    usage = subprocess.run(["bash", str(SCRIPT), "--offline"], capture_output=True, text=True)
+    assert usage.returncode == 2 and json.loads(usage.stdout)["error"].startswith("usage: ")
