@@ -76,18 +76,6 @@ def _builtin_presets() -> dict:
     return load_presets(None)
 
 
-def _sampler_of(preset) -> SamplerSettings:
-    return SamplerSettings(
-        temperature=preset.temperature,
-        top_p=preset.top_p,
-        top_k=preset.top_k,
-        min_p=preset.min_p,
-        repetition_penalty=preset.repetition_penalty,
-        ramp_tokens=preset.ramp_tokens,
-        ramp_start=preset.ramp_start,
-    )
-
-
 def _ours(
     backend, prompt_ids: list[int], k: int, max_new: int, sampler: SamplerSettings | None = None
 ) -> tuple[list[int], float, AcceptanceAccounting, Done]:
@@ -188,7 +176,7 @@ def run_bench(
     for idx, item in enumerate(prompts):
         preset = presets.get(item["category"]) or presets["qa"]
         k = preset.k
-        sampler = _sampler_of(preset)
+        sampler = preset.sampler()
         prompt_ids = backend.encode_chat([{"role": "user", "content": item["prompt"]}])
         res = PromptResult(item["category"], item["prompt"], k, seconds={v: [] for v in variants})
         _ours(backend, prompt_ids, 0, 8)  # warm-up: allocator, caches

@@ -7,56 +7,32 @@ them. Each rule below was checked by breaking it in engine/backends/hf.py once a
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import torch
 
-from engine.backends.base import GenerationRequest, SamplerSettings
 from engine.backends.hf import TransformersBackend
 from engine.drafting import VerifyCostModel
 from tests.conftest import COPY_CYCLE
+from tests.test_hf_backend import Reply, generate
 
 pytestmark = pytest.mark.slow
 
-# Free verification: the drafter drafts the full K wherever it finds a match (what the rules need to see).
-FREE_VERIFY = {1: 1.0, 2: 1.0}
 
+class FreeVerify(VerifyCostModel):
+    """Verification that costs nothing and stays so: the drafter drafts the full K wherever it finds a match
+    (what the rules need to see), whatever the machine's load makes the real passes cost."""
 
-@dataclass
-class Reply:
-    tokens: list[int] = field(default_factory=list)
-    chunks: list = field(default_factory=list)
-    done: object = None
+    def __init__(self) -> None:
+        super().__init__({2: 1.0})
 
-    @property
-    def drafted(self) -> int:
-        return sum(c.drafted for c in self.chunks)
-
-    @property
-    def accepted(self) -> int:
-        return sum(c.accepted for c in self.chunks)
+    def observe(self, width: int, seconds: float) -> None:
+        pass
 
 
 def run(backend: TransformersBackend, prompt: list[int], k: int, max_new: int, **sampler) -> Reply:
-    request = GenerationRequest(
-        prompt_ids=tuple(prompt),
-        sampler=SamplerSettings(**sampler),
-        max_new_tokens=max_new,
-        num_draft_tokens=k,
-        drafting=k > 0,
-        seed=11,
-    )
-    reply = Reply()
-    for event in backend.generate(request, threading.Event()):
-        if hasattr(event, "token_ids"):
-            reply.chunks.append(event)
-            reply.tokens.extend(event.token_ids)
-        else:
-            reply.done = event
-    return reply
+    return generate(backend, prompt, k=k, max_new=max_new, seed=11, **sampler)
 
 
 def cycle_after(token: int, count: int) -> list[int]:
@@ -68,7 +44,7 @@ def cycle_after(token: int, count: int) -> list[int]:
 def copier(request, copy_model_dir: Path) -> TransformersBackend:
     backend = TransformersBackend(copy_model_dir, draft="ngram", cache_mode=request.param)
     backend.load()
-    backend.target.costs = VerifyCostModel.from_ratios(FREE_VERIFY)
+    backend.target.costs = FreeVerify()
     yield backend
     backend.close()
 
