@@ -24,9 +24,11 @@ MAX_DRAFT_LENGTH = 16
 # Match-length buckets: a suffix match of length L falls in the first bucket whose bound is >= L.
 MATCH_BUCKETS = (1, 2, 3, 5, 9, 17, 33, math.inf)
 # Prior chance that the first draft token is accepted, per bucket, and that a later one is, given the ones
-# before it were. Measured on SmolLM2-135M replies to the public bench prompts (never the held-out ones).
-FIRST_TOKEN_PRIOR = (0.12, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75, 0.85)
-NEXT_TOKEN_PRIOR = 0.7
+# before it were. Measured with SmolLM2-135M, greedy, K 4, drafting every match, on the public bench prompts
+# (never the held-out ones): 264 one-token matches accepted 15%, 35 two-token ones 34%, 40 of 6+ tokens
+# 78-100%, later positions 78% (205 tried); the sparse middle buckets are interpolated.
+FIRST_TOKEN_PRIOR = (0.15, 0.34, 0.5, 0.65, 0.8, 0.8, 0.9, 0.95)
+NEXT_TOKEN_PRIOR = 0.78
 PRIOR_WEIGHT = 2.0  # pseudo-observations behind each prior: a few misses outweigh it
 # A draft must beat a plain step by this fraction of its time (noise in the cost estimates).
 MIN_GAIN = 0.03
