@@ -160,7 +160,7 @@ def test_a_drafter_that_keeps_missing_stops_drafting_and_one_that_hits_keeps_goi
         if draft:
             rounds_with_drafts += 1
             drafter.feedback(len(draft), 0)
-    assert rounds_with_drafts <= 8  # the learnt acceptance falls until no length pays
+    assert rounds_with_drafts <= 12  # the learnt acceptance falls until no length pays (from a 0.95 prior)
 
     hitting = _loop_drafter(costs)
     for _ in range(30):
