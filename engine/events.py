@@ -146,6 +146,9 @@ class ReplyFinished:
 class ReplyFailed:
     message: str
     partial_text: str = ""
+    # True when the session took the turn back (nothing was generated): the message returns to the prompt,
+    # or a regenerated reply's old text stays.
+    undone: bool = False
 
 
 @dataclass(slots=True)
@@ -156,7 +159,9 @@ class LiveStats:
     accepted: int = 0
     rounds: int = 0
     new_tokens: int = 0
-    tokens_per_s: float = 0.0
+    # Decode speed and time to first token, as engine.rates defines them (None until measurable).
+    tokens_per_s: float | None = None
+    ttft_s: float | None = None
     temperature: float = 0.0
     ema_acceptance: float | None = None
     recent_round_acceptance: list[float] = field(default_factory=list)

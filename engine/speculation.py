@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.events import Chunk, Done, LiveStats, MessageStats
+from engine.rates import decode_tokens_per_s, time_to_first_token
 
 EMA_WEIGHT = 0.2  # weight of the newest round in the live acceptance EMA
 SPARKLINE_ROUNDS = 32  # rounds kept for the status bar's sparkline
@@ -107,8 +108,10 @@ class AcceptanceAccounting:
             )
             live.recent_round_acceptance.append(rate)
             del live.recent_round_acceptance[:-SPARKLINE_ROUNDS]
-        elapsed = chunk.t - self.t_start
-        live.tokens_per_s = live.new_tokens / elapsed if elapsed > 0 else 0.0
+        live.ttft_s = time_to_first_token(self.t_start, self.t_first)
+        live.tokens_per_s = decode_tokens_per_s(
+            live.new_tokens - self.first_chunk_tokens, self.t_first, self.t_last
+        )
 
     def per_position_acceptance(self) -> list[float]:
         return [
@@ -154,10 +157,6 @@ class AcceptanceAccounting:
         ttft = (self.t_first - self.t_start) if self.t_first is not None else t_end - self.t_start
         prefill_s = done.prefill_s if done.prefill_s > 0 else ttft
         fresh_prompt = max(done.prompt_tokens - done.cached_tokens, 0)
-        decode_s = (
-            (self.t_last - self.t_first) if self.t_first is not None and self.t_last is not None else 0.0
-        )
-        decode_tokens = live.new_tokens - self.first_chunk_tokens
         return MessageStats(
             prompt_tokens=done.prompt_tokens,
             new_tokens=live.new_tokens,
@@ -172,7 +171,9 @@ class AcceptanceAccounting:
             predicted_speedup=speedup,
             ttft_s=ttft,
             prefill_tokens_per_s=fresh_prompt / prefill_s if prefill_s > 0 and fresh_prompt else None,
-            decode_tokens_per_s=decode_tokens / decode_s if decode_s > 0 and decode_tokens > 0 else None,
+            decode_tokens_per_s=decode_tokens_per_s(
+                live.new_tokens - self.first_chunk_tokens, self.t_first, self.t_last
+            ),
             total_s=t_end - self.t_start,
             preset=preset,
             num_draft_tokens=num_draft_tokens,
