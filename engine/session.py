@@ -6,14 +6,16 @@ The TUI polls the plain attributes (`live`, `active`, `last_stats`) for its stat
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from engine.backends.base import Backend, GenerationRequest
-from engine.config import Settings, data_dir, presets_dir
+from engine.config import Settings, data_dir, env_name, presets_dir
 from engine.errors import SpecchatError, user_error_types
 from engine.events import (
     BackendInfo,
@@ -141,12 +143,20 @@ class ChatSession(SessionHistory):
             self._info = self.backend.info
             self.check_regressions()
         except user_error_types() as exc:
-            raise SpecchatError(str(exc)) from exc
+            raise SpecchatError(self._where_model_came_from() + str(exc)) from exc
         except MemoryError as exc:
             raise SpecchatError(
                 "out of memory loading the model: lower max_context or use a smaller model"
             ) from exc
         return self._info
+
+    def _where_model_came_from(self) -> str:
+        """'SPECCHAT_MODEL: ' when the model folder was set through that variable, so a bad path names its source."""
+        value = os.environ.get(env_name("model"))
+        model = self.settings.model
+        if value and model is not None and Path(value).expanduser() == Path(model):
+            return f"{env_name('model')}: "
+        return ""
 
     def set_mode(self, name: str) -> None:
         if name != "auto" and name not in self.presets:
@@ -190,7 +200,19 @@ class ChatSession(SessionHistory):
             self.turns.pop()
         if not self.turns:
             return None
-        return self.turns.pop().content
+        text = self.turns.pop().content
+        self._recount_context()
+        return text
+
+    def _recount_context(self) -> None:
+        """`context_used` for the conversation as it stands now (after turns were taken away)."""
+        if not self.turns or self.backend is None or self._info is None:
+            self.context_used = 0
+            return
+        try:
+            self.context_used = len(self.backend.encode_chat(self._messages(self.turns)))
+        except user_error_types():
+            pass  # the figure stays as it was; the next reply measures it again
 
     def send(
         self, text: str, on_event: EventCallback, cancel: threading.Event
@@ -209,11 +231,27 @@ class ChatSession(SessionHistory):
         return ReplyHandle(lambda cancel: self.send(text, on_event, cancel))
 
     def regenerate(self, on_event: EventCallback, cancel: threading.Event) -> ReplyFinished | ReplyFailed:
+        """Generate the last reply again. Stopped (or failed) before its first token, the old reply stays."""
+        replaced: list[Turn] = []
         while self.turns and self.turns[-1].role == "assistant":
-            self.turns.pop()
+            replaced.insert(0, self.turns.pop())
         if not self.turns:
+            self.turns.extend(replaced)
             raise SpecchatError("nothing to regenerate yet")
-        return self._reply(self.turns[-1].content, on_event, cancel)
+        return self._reply(self.turns[-1].content, on_event, cancel, replaced=replaced)
+
+    def _discard_user(self, turn: Turn | None) -> None:
+        """A message taken back from the conversation leaves the store too (it is in the prompt again)."""
+        if turn is not None and self.recorder is not None:
+            self.recorder.discard(turn.message_id)
+
+    def _undo_turn(self, replaced: list[Turn] | None) -> Turn | None:
+        """A reply that produced nothing: a new message goes back to the user (returned, so its record can go too),
+        a regenerated reply comes back."""
+        if replaced is None:
+            return self.turns.pop()
+        self.turns.extend(replaced)
+        return None
 
     # --- one reply -------------------------------------------------------------------------------------------
 
@@ -247,8 +285,13 @@ class ChatSession(SessionHistory):
         return ids
 
     def _reply(
-        self, text: str, on_event: EventCallback, cancel: threading.Event
+        self,
+        text: str,
+        on_event: EventCallback,
+        cancel: threading.Event,
+        replaced: list[Turn] | None = None,
     ) -> ReplyFinished | ReplyFailed:
+        """One reply to the conversation as it stands. `replaced`: the turns a regenerate took away."""
         if self.backend is None or self._info is None:
             raise SpecchatError("the model is not loaded yet")
         info = self._info
@@ -256,14 +299,15 @@ class ChatSession(SessionHistory):
         try:
             prompt_ids = self._fit_context(preset, on_event)
         except user_error_types() as exc:
-            self.turns.pop()
-            return self._failed(str(exc), "", on_event)
+            self._discard_user(self._undo_turn(replaced))
+            return self._failed(str(exc), "", on_event, undone=True)
         if prompt_ids is None:
-            self.turns.pop()
+            self._discard_user(self._undo_turn(replaced))
             return self._failed(
                 f"message too long for the context ({self.max_context} tokens): shorten it or raise max_context",
                 "",
                 on_event,
+                undone=True,
             )
         drafting = preset.drafting and preset.k > 0 and info.draft_mode != "none"
         request = GenerationRequest(
@@ -295,7 +339,9 @@ class ChatSession(SessionHistory):
         pieces: list[str] = []
         done: Done | None = None
         try:
-            for event in self.backend.generate(request, cancel):
+            # Stopped before it began (esc right after enter): the backend is not asked at all.
+            events = self.backend.generate(request, cancel) if not cancel.is_set() else iter(())
+            for event in events:
                 if isinstance(event, Chunk):
                     accounting.add(event)
                     token_ids.extend(event.token_ids)
@@ -336,9 +382,10 @@ class ChatSession(SessionHistory):
         cancelled = done.stop_reason == "cancelled"
         self.last_stats = stats
         if cancelled and not token_ids:
-            popped = self.turns.pop()  # nothing came: the prompt goes back to the user untouched
+            # Nothing came: a new message goes back to the user untouched, a regenerated reply's old one stays.
+            self._discard_user(self._undo_turn(replaced))
             if self.recorder is not None:
-                self.recorder.discard(reply_id, popped.message_id if popped.role == "user" else None)
+                self.recorder.discard(reply_id)
         else:
             self.turns.append(Turn("assistant", reply_text, stats, tuple(origins), cancelled, reply_id))
             self._record_reply_end(reply_id, reply_text, stats)
@@ -347,7 +394,12 @@ class ChatSession(SessionHistory):
         return finished
 
     def _failed(
-        self, message: str, partial: str, on_event: EventCallback, reply_id: int | None = None
+        self,
+        message: str,
+        partial: str,
+        on_event: EventCallback,
+        reply_id: int | None = None,
+        undone: bool = False,
     ) -> ReplyFailed:
         message = " ".join(message.split())
         if partial:
@@ -356,6 +408,6 @@ class ChatSession(SessionHistory):
                 self.recorder.reply_ended(reply_id, partial, "error", error=message)
         elif self.recorder is not None:
             self.recorder.discard(reply_id)
-        failed = ReplyFailed(message, partial)
+        failed = ReplyFailed(message, partial, undone=undone)
         on_event(failed)
         return failed

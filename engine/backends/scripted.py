@@ -154,11 +154,13 @@ class ScriptedBackend:
         token_ids = self.encode(reply)[: request.max_new_tokens]
         k = request.effective_k
         start = self.clock()
-        if self.prefill_s:
-            time.sleep(self.prefill_s)
+        # The prefill honours cancel at once, as a backend that prefills in slices does between slices.
+        prefill_cancelled = bool(self.prefill_s) and cancel.wait(self.prefill_s)
         emitted = 0
         round_index = 0
         stop_reason = "end_of_turn" if len(token_ids) < request.max_new_tokens else "max_new_tokens"
+        if prefill_cancelled:
+            stop_reason, token_ids = "cancelled", []
         while emitted < len(token_ids):
             if cancel.is_set():
                 stop_reason = "cancelled"
