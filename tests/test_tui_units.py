@@ -68,14 +68,18 @@ def make_stats(**changes):
 
 def test_stats_line_shows_preset_choice_and_draft_off():
     assert (
-        stats_line(make_stats()) == "100 tok · 42.0 tok/s · accept 75% · τ 3.33 · K 4 · T 0.20 · auto → code"
+        stats_line(make_stats())
+        == "100 tok · 42.0 tok/s · ttft 100 ms · accept 75% · τ 3.33 · K 4 · T 0.20 · auto → code"
     )
     off = make_stats(
         draft_mode="none", drafted_tokens=0, accepted_tokens=0, acceptance_rate=None, router_reason=""
     )
-    assert stats_line(off, cancelled=True) == "100 tok · 42.0 tok/s · draft off · T 0.20 · code · cancelled"
+    assert (
+        stats_line(off, cancelled=True)
+        == "100 tok · 42.0 tok/s · ttft 100 ms · draft off · T 0.20 · code · cancelled"
+    )
     backed_off = make_stats(drafted_tokens=0, accepted_tokens=0, acceptance_rate=None, router_reason="")
-    assert stats_line(backed_off) == "100 tok · 42.0 tok/s · no drafts · K 4 · T 0.20 · code"
+    assert stats_line(backed_off) == "100 tok · 42.0 tok/s · ttft 100 ms · no drafts · K 4 · T 0.20 · code"
 
 
 def test_render_status_idle_and_draft_off():
@@ -101,7 +105,7 @@ def test_last_code_block():
 
 def test_keymap_check_and_lookup():
     assert check_keymap({"preset.code": "f9"}) == []
-    assert check_keymap({"preset.cod": "f9"}) == [
+    assert [p.message for p in check_keymap({"preset.cod": "f9"})] == [
         "keymap: unknown binding id 'preset.cod' (did you mean 'preset.code'?)"
     ]
     assert key_for("preset.code", {}) == "f2" and key_for("preset.code", {"preset.code": "f9"}) == "f9"
@@ -134,3 +138,63 @@ def test_scripted_backend_cancel_and_words():
     events = list(backend.generate(request, cancel))
     assert len(events) == 1 and events[0].stop_reason == "cancelled"
     assert len(backend.encode(scripted_words(50))) == 50
+
+
+def _wide_figures(**changes) -> StatusFigures:
+    base = dict(
+        state="idle", preset="auto → creative", k=3, temperature=0.9, acceptance=0.45, measured_drafting=True,
+        spark=(0.5, 1.0), tau=2.1, tokens_per_s=12.3, ttft_s=0.41, context_used=1234, max_context=4096,
+        cache_mode="q8", backend="transformers", device="cpu",
+    )  # fmt: skip
+    base.update(changes)
+    return StatusFigures(**base)
+
+
+def test_status_bar_drops_whole_fields_by_priority():
+    fig = _wide_figures()
+    full = render_status(fig).plain
+    assert full == (
+        "○ auto → creative │ K 3 │ T 0.90 │ accept 45% ▅█ │ τ 2.10 │ 12.3 tok/s │ ttft 410 ms │ ctx 1234/4096 │ kv q8"
+        " │ transformers·cpu"
+    )
+    assert render_status(fig, width=len(full)).plain == full
+    assert render_status(fig, width=len(full) - 1).plain == full[: full.index(" │ transformers")]
+    at_78 = render_status(fig, width=78).plain
+    assert at_78 == "○ auto → creative │ K 3 │ T 0.90 │ accept 45% │ 12.3 tok/s │ ctx 1234/4096"
+    narrow = render_status(fig, width=44).plain
+    assert narrow == "○ auto → creative │ accept 45% │ 12.3 tok/s"
+    for width in range(30, len(full) + 1):
+        text = render_status(fig, width=width).plain
+        assert len(text) <= width and "…" not in text
+
+
+def test_draft_spans_follow_the_source_through_markdown():
+    from tui.widgets.message import align_to_source, draft_spans
+
+    source = "Some **bold** text"
+    rendered = "Some bold text"
+    assert align_to_source(rendered, source) == [0, 1, 2, 3, 4, 7, 8, 9, 10, 13, 14, 15, 16, 17]
+    mask = [False] * 5 + [True] * 8 + [False] * 5  # "**bold**" came from the draft
+    spans = draft_spans(rendered, source, mask, 0)
+    assert [(s.start, s.end) for s in spans] == [(5, 9)]
+    # Offsets: the block's source starts 3 characters into the reply.
+    assert [(s.start, s.end) for s in draft_spans("ab", "ab", [False, False, False, True, False], 3)] == [
+        (0, 1)
+    ]
+
+
+def test_keymap_errors_name_the_bindings():
+    problems = check_keymap({"preset.qa": "ctrl+q", "preset.code": "banana key"})
+    errors = [p.message for p in problems if p.severity == "error"]
+    assert any("preset.qa" in m and "app.quit" in m and "ctrl+q" in m for m in errors)
+    assert any("preset.code" in m and "'banana key'" in m for m in errors)
+    assert [p.severity for p in check_keymap({"reply.cancel": "ctrl+g"})] == []
+    assert any("ctrl+p" in p.message for p in check_keymap({"chat.new": "ctrl+p"}))
+
+
+def test_key_display_reads_like_keys():
+    from tui.keymap import key_display
+
+    assert key_display("question_mark") == "?"
+    assert key_display("i,enter") == "i / enter"
+    assert key_display("ctrl+r") == "ctrl+r"

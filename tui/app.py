@@ -20,7 +20,6 @@ from textual.app import App, ComposeResult
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
 from engine.backends.base import Backend
@@ -37,6 +36,7 @@ from tui.screens.inspector import InspectorScreen
 from tui.screens.presets import PresetPickerScreen
 from tui.streaming import ReplyBuffer
 from tui.widgets.chat_log import ChatLog
+from tui.widgets.footer import FittingFooter
 from tui.widgets.message import ReplyMessage, UserMessage, last_code_block
 from tui.widgets.prompt import PromptInput
 from tui.widgets.status_bar import StatusBar, collect_status
@@ -161,10 +161,18 @@ class SpecchatApp(App[None]):
         self.load_error: str | None = None
         self.highlight_drafts = False
         self.keymap_problems = check_keymap(settings.keymap)
+        # A keymap with errors (a stolen key, a key name that is no key) is not applied at all: defaults instead.
+        self.keymap = (
+            {} if any(p.severity == "error" for p in self.keymap_problems) else dict(settings.keymap)
+        )
         self._cancel: threading.Event | None = None
         self._buffer: ReplyBuffer | None = None
         self._reply: ReplyMessage | None = None
         self._pending_prompt = ""
+        # A message sent while the model loads: shown as waiting and sent once the model is ready.
+        self._queued: tuple[str, UserMessage] | None = None
+        # The reply a regenerate is replacing: hidden while the new one streams, shown again if that one ends empty.
+        self._replaced: ReplyMessage | None = None
         # Timestamps for the UI benchmark: when the final text of the last reply was on screen.
         self.last_reply_rendered_at: float | None = None
         self.last_reply_last_chunk_t: float | None = None
@@ -173,24 +181,31 @@ class SpecchatApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield ChatLog(id="chat-log")
-        help_key = key_for("help.show", self.settings.keymap)
+        help_key = key_for("help.show", self.keymap)
         yield PromptInput(
             id="prompt", placeholder=f"Ask anything · enter sends · ctrl+j new line · {help_key} help"
         )
         yield StatusBar(id="status-bar")
-        yield Footer(compact=True)
+        yield FittingFooter()
 
     def on_mount(self) -> None:
-        self.set_keymap(dict(self.settings.keymap))
+        self.set_keymap(dict(self.keymap))
         for problem in self.keymap_problems:
-            self.notify(problem, severity="warning", timeout=8)
+            self.notify(problem.message, severity=problem.severity, timeout=12)
         self.query_one(PromptInput).focus()
         self.set_interval(STATUS_INTERVAL_S, self._tick)
         self.refresh_status()
         if self.startup_error:
-            self._load_failed(self.startup_error, title="The configuration has a problem")
-        elif self.load_on_mount:
+            # A broken config file: say so, and load the model on the defaults all the same.
+            self.push_screen(
+                ErrorScreen(
+                    "The configuration has a problem", f"{self.startup_error} (opened on the defaults)"
+                )
+            )
+        if self.load_on_mount:
             self.start_loading()
+        elif self.startup_error:
+            self._set_banner(self._config_banner(), error=True)
         if self.open_chat_id is not None:
             self.call_later(self.show_chat, self.open_chat_id)
 
@@ -260,16 +275,30 @@ class SpecchatApp(App[None]):
         self._set_banner(Text.assemble(("◌ Loading the model: ", "bold"), self.state_message))
         self.refresh_status()
 
-    def _loaded(self, info: Any) -> None:
+    def _config_banner(self) -> Text:
+        return Text.assemble(
+            ("✖ The configuration has a problem: ", "bold red"),
+            self.startup_error or "",
+            " (opened on the defaults)",
+        )
+
+    async def _loaded(self, info: Any) -> None:
         self.state = "ready"
         self.state_message = ""
-        self._set_banner(None)
+        self._set_banner(
+            self._config_banner() if self.startup_error else None, error=bool(self.startup_error)
+        )
         notes = f" ({'; '.join(info.notes)})" if getattr(info, "notes", ()) else ""
         reason = (
             f" · {self.session.backend_reason}" if self.session.backend_reason not in ("", "given") else ""
         )
         self.notify(f"{info.model} on {info.backend}·{info.device}{reason}{notes}", title="Model loaded")
         self.refresh_status()
+        if self._queued is not None:
+            text, message = self._queued
+            self._queued = None
+            message.set_waiting(False)
+            await self._start_reply(text)
 
     def _load_failed(self, message: str, title: str = "The model did not load") -> None:
         self.state = "failed"
@@ -278,6 +307,17 @@ class SpecchatApp(App[None]):
         self._set_banner(Text.assemble((f"✖ {title}: ", "bold red"), message), error=True)
         self.push_screen(ErrorScreen(title, message))
         self.refresh_status()
+        if self._queued is not None:  # the waiting message goes back to the prompt: nothing typed is lost
+            text, waiting = self._queued
+            self._queued = None
+            waiting.remove()
+            self._give_back(text)
+
+    def _give_back(self, text: str) -> None:
+        """Put a message that was not answered back in the prompt, before anything typed since."""
+        typed = self.prompt.text.strip()
+        self.prompt.set_text(text if not typed else f"{text}\n{typed}")
+        self.prompt.focus()
 
     def _set_banner(self, text: Text | None, error: bool = False) -> None:
         banner = self.chat_log.banner
@@ -296,9 +336,19 @@ class SpecchatApp(App[None]):
         if self.generating:
             self.notify("A reply is still streaming: esc stops it.", severity="warning")
             return
+        if self.state == "loading":
+            if self._queued is not None:
+                self.notify("A message is already waiting for the model.", severity="warning")
+                return
+            self.prompt.clear()
+            waiting = UserMessage(text, waiting=True)
+            await self.chat_log.mount(waiting)
+            self.chat_log.anchor()
+            self._queued = (text, waiting)
+            return
         if self.state != "ready":
             why = self.load_error or "it is still loading"
-            self.notify(f"The model is not ready: {why}", severity="error" if self.load_error else "warning")
+            self.notify(f"The model is not ready: {why}", severity="error")
             return
         self.prompt.clear()
         await self.chat_log.mount(UserMessage(text))
@@ -367,12 +417,17 @@ class SpecchatApp(App[None]):
                 await self._restore_prompt(reply)
             else:
                 await reply.finish(event.text, event.stats, cancelled=event.cancelled)
+                await self._drop_replaced()
                 self.call_after_refresh(self._mark_rendered)
                 self._label_variant(reply)
             self._end_reply()
         elif isinstance(event, ReplyFailed):
             await self._drain(message.buffer)
-            await reply.finish(event.partial_text, None, error=event.message)
+            if event.undone:
+                await self._restore_prompt(reply)
+            else:
+                await reply.finish(event.partial_text, None, error=event.message)
+                await self._drop_replaced()
             self._end_reply()
             self.notify(event.message, title="Reply failed", severity="error", timeout=10)
 
@@ -380,16 +435,27 @@ class SpecchatApp(App[None]):
         self.last_reply_rendered_at = time.perf_counter()
 
     async def _restore_prompt(self, reply: ReplyMessage) -> None:
-        """Cancelled before any text: remove the exchange from the log and give the prompt back."""
+        """Nothing came (stopped before the first token): undo on screen what the session undid.
+
+        A new message leaves the log and goes back to the prompt; a regenerate shows the old reply again.
+        """
         messages = self.chat_log.messages()
         to_remove: list[Any] = [reply]
         index = messages.index(reply) if reply in messages else -1
         if index > 0 and isinstance(messages[index - 1], UserMessage) and self._pending_prompt:
             to_remove.append(messages[index - 1])
         await self.chat_log.remove_children(to_remove)
-        if self._pending_prompt and not self.prompt.text.strip():
-            self.prompt.set_text(self._pending_prompt)
+        if self._replaced is not None:
+            self._replaced.display = True
+            self._replaced = None
+        if self._pending_prompt:
+            self._give_back(self._pending_prompt)
         self.prompt.focus()
+
+    async def _drop_replaced(self) -> None:
+        if self._replaced is not None:
+            replaced, self._replaced = self._replaced, None
+            await replaced.remove()
 
     def _end_reply(self) -> None:
         self._reply = None
@@ -404,6 +470,7 @@ class SpecchatApp(App[None]):
         message = str(error) if isinstance(error, SpecchatError) else f"{type(error).__name__}: {error}"
         if event.worker.group == "generate" and self._reply is not None:
             reply = self._reply
+            self.run_worker(self._drop_replaced(), exclusive=False)
             self._end_reply()
             self.run_worker(reply.finish(reply.text, None, error=message), exclusive=False)
         elif event.worker.group == "load":
@@ -440,7 +507,7 @@ class SpecchatApp(App[None]):
         self.push_screen(PresetPickerScreen(self.session.presets, self.session.mode), chosen)
 
     def action_show_help(self) -> None:
-        self.push_screen(HelpScreen(dict(self.settings.keymap)))
+        self.push_screen(HelpScreen(dict(self.keymap)))
 
     def action_cancel_reply(self) -> None:
         if self._cancel is not None:
@@ -452,12 +519,14 @@ class SpecchatApp(App[None]):
             return
         if self.state != "ready":
             return
-        if not self.session.turns or self.session.turns[-1].role != "assistant":
+        if not self.session.turns:
             self.notify("Nothing to regenerate yet.", severity="warning")
             return
-        replies = self.chat_log.replies()
-        if replies:
-            await replies[-1].remove()
+        messages = self.chat_log.messages()
+        if messages and isinstance(messages[-1], ReplyMessage):
+            # Hidden, not removed: if the new reply is stopped before its first token, this one comes back.
+            self._replaced = messages[-1]
+            self._replaced.display = False
         await self._start_reply(None)
 
     async def action_edit_last(self) -> None:
@@ -475,6 +544,7 @@ class SpecchatApp(App[None]):
             await self.chat_log.remove_children(messages[last_user:])
         self.prompt.set_text(text)
         self.prompt.focus()
+        self.refresh_status()
 
     def _selected_reply(self) -> ReplyMessage | None:
         focused = self.focused
@@ -600,8 +670,8 @@ class SpecchatApp(App[None]):
         if count > 1:
             base = reply.header.split(" · variant ")[0]
             older, newer = (
-                key_for("reply.older_variant", self.settings.keymap),
-                key_for("reply.newer_variant", self.settings.keymap),
+                key_for("reply.older_variant", self.keymap),
+                key_for("reply.newer_variant", self.keymap),
             )
             reply.set_header(f"{base} · variant {position}/{count} ({older} / {newer})")
 

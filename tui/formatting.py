@@ -31,6 +31,13 @@ def number(value: float | None, digits: int = 1) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def seconds(value: float | None) -> str:
+    """A duration as people read it: '420 ms' under a second, '2.35 s' above."""
+    if value is None:
+        return "–"
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
 def preset_label(preset: str, auto: bool) -> str:
     return f"auto → {preset}" if auto else preset
 
@@ -41,7 +48,11 @@ def stats_drafted(stats: MessageStats) -> bool:
 
 def stats_line(stats: MessageStats, cancelled: bool = False) -> str:
     """The compact line under a reply: tokens, speed, acceptance, τ, K, T, preset."""
-    parts = [f"{stats.new_tokens} tok", f"{number(stats.decode_tokens_per_s)} tok/s"]
+    parts = [
+        f"{stats.new_tokens} tok",
+        f"{number(stats.decode_tokens_per_s)} tok/s",
+        f"ttft {seconds(stats.ttft_s)}",
+    ]
     if stats_drafted(stats):
         parts += [f"accept {percent(stats.acceptance_rate)}", f"τ {number(stats.mean_accepted_length, 2)}"]
         parts.append(f"K {stats.num_draft_tokens}")
@@ -53,6 +64,8 @@ def stats_line(stats: MessageStats, cancelled: bool = False) -> str:
     parts.append(preset_label(stats.preset, bool(stats.router_reason)))
     if cancelled:
         parts.append("cancelled")
+    elif stats.stop_reason == "max_new_tokens":
+        parts.append("truncated (max_new_tokens)")
     return " · ".join(parts)
 
 

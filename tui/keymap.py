@@ -7,7 +7,11 @@
     "reply.cancel" = "ctrl+g"
 
 The defaults avoid keys the prompt (a TextArea) already uses for editing, or take them with `priority=True`
-where the app's meaning matters more (F6: the prompt would select a line).
+where the app's meaning matters more (F6: the prompt would select a line). ctrl+e and ctrl+y stay the prompt's
+(end of line, redo) while it holds text and act on the last reply when it is empty.
+
+`check_keymap` reports ids that name no binding (a warning: the rest applies), and keys that are no key or that
+two bindings would share (errors: the app then opens on the default keys and names the binding ids).
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ APP_KEYS: tuple[KeySpec, ...] = (
     KeySpec("view.draft_highlight", "f6", "toggle_highlight", "draft colours", priority=True),
     KeySpec("reply.cancel", "escape", "cancel_reply", "stop"),
     KeySpec("reply.regenerate", "ctrl+r", "regenerate", "regenerate", priority=True),
-    KeySpec("reply.edit_last", "ctrl+e", "edit_last", "edit last", show=False, priority=True),
-    KeySpec("reply.copy", "ctrl+y", "copy_reply", "copy", show=False, priority=True),
+    # Not priority: while the prompt holds text, ctrl+e / ctrl+y are its end-of-line and redo (see PromptInput).
+    KeySpec("reply.edit_last", "ctrl+e", "edit_last", "edit last", show=False),
+    KeySpec("reply.copy", "ctrl+y", "copy_reply", "copy", show=False),
     KeySpec("reply.copy_code", "ctrl+b", "copy_code", "copy code", show=False, priority=True),
     KeySpec("reply.inspect", "ctrl+s", "inspect_reply", "stats", priority=True),
     KeySpec(
@@ -73,19 +78,98 @@ def bindings(specs: tuple[KeySpec, ...]) -> list[Binding]:
 
 
 KNOWN_IDS: frozenset[str] = frozenset(spec.id for spec in APP_KEYS + MESSAGE_KEYS)
+MODIFIERS = frozenset({"ctrl", "shift", "alt", "meta", "super", "hyper"})
+# Keys the app has without a KeySpec: the command palette.
+RESERVED_KEYS = {"ctrl+p": "the command palette"}
 
 
-def check_keymap(keymap: Mapping[str, str]) -> list[str]:
-    """One message per entry that names no binding, so a typo in the config file is reported, not ignored."""
+@dataclass(frozen=True, slots=True)
+class KeymapProblem:
+    message: str
+    severity: str  # "warning" (the rest of the keymap applies) or "error" (the defaults are used)
+
+
+def is_key_name(key: str) -> bool:
+    """True for a key Textual can report: modifiers joined by '+' to one key name ('ctrl+g', 'f8', 'question_mark')."""
+    from textual.keys import Keys, key_to_character
+
+    *modifiers, base = key.strip().split("+")
+    if not base or any(m not in MODIFIERS for m in modifiers):
+        return False
+    if len(base) == 1:
+        return base.isprintable() and not base.isspace()
+    if base != base.lower() or " " in base:
+        return False
+    named = {k.value.rpartition("+")[2] for k in Keys}
+    return base in named or key_to_character(base) is not None
+
+
+def _keys_of(binding: str) -> list[str]:
+    from textual.keys import _character_to_key
+
+    keys = [k.strip() for k in binding.split(",")]
+    return [_character_to_key(k) if len(k) == 1 else k for k in keys]
+
+
+def check_keymap(keymap: Mapping[str, str]) -> list[KeymapProblem]:
+    """Problems with a user keymap, one line each, naming the binding ids (see module doc)."""
     import difflib
 
-    problems = []
-    for binding_id in keymap:
+    problems: list[KeymapProblem] = []
+    for binding_id, keys in keymap.items():
         if binding_id not in KNOWN_IDS:
             close = difflib.get_close_matches(binding_id, sorted(KNOWN_IDS), n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
-            problems.append(f"keymap: unknown binding id '{binding_id}'{hint}")
+            problems.append(KeymapProblem(f"keymap: unknown binding id '{binding_id}'{hint}", "warning"))
+            continue
+        bad = [k for k in str(keys).split(",") if not is_key_name(k)]
+        if bad:
+            problems.append(
+                KeymapProblem(
+                    f"keymap: '{binding_id}' = '{keys}': '{bad[0].strip()}' is not a key name "
+                    "(e.g. ctrl+g, f8, escape); using the default keys",
+                    "error",
+                )
+            )
+    # Two bindings of one scope on the same key: one would silently steal the other.
+    for scope in (APP_KEYS, MESSAGE_KEYS):
+        owners: dict[str, list[str]] = {}
+        for spec in scope:
+            for key in _keys_of(keymap.get(spec.id, spec.key)):
+                if is_key_name(key):
+                    owners.setdefault(key, []).append(spec.id)
+        for key, ids in owners.items():
+            if len(ids) > 1:
+                problems.append(
+                    KeymapProblem(
+                        f"keymap: {key} is bound to both {' and '.join(ids)}; using the default keys", "error"
+                    )
+                )
+        if scope is APP_KEYS:
+            for key, what in RESERVED_KEYS.items():
+                if key in owners:
+                    problems.append(
+                        KeymapProblem(
+                            f"keymap: {key} is {what}, not free for {' and '.join(owners[key])}; "
+                            "using the default keys",
+                            "error",
+                        )
+                    )
     return problems
+
+
+WORD_KEYS = frozenset({"enter", "tab", "backspace", "delete", "space"})  # clearer as words than as glyphs
+
+
+def key_display(keys: str) -> str:
+    """Keys as people read them: 'question_mark' -> '?', 'i,enter' -> 'i / enter', 'ctrl+r' stays 'ctrl+r'."""
+    from textual.keys import format_key
+
+    shown = []
+    for key in keys.split(","):
+        *modifiers, base = key.strip().split("+")
+        shown.append("+".join([*modifiers, base if base in WORD_KEYS else format_key(base)]))
+    return " / ".join(shown)
 
 
 def key_for(binding_id: str, keymap: Mapping[str, str]) -> str:

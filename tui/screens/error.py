@@ -9,6 +9,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from tui.widgets.footer import FittingFooter
+
 
 class ErrorScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,enter", "dismiss", "close", id="error.close")]
@@ -23,6 +25,7 @@ class ErrorScreen(ModalScreen[None]):
             yield Static(Text("✖ " + self.title_text, style="bold red"), classes="title")
             yield Static(self.message, id="error-message")
             yield Button("OK", variant="error", id="error-ok")
+        yield FittingFooter()
 
     def on_mount(self) -> None:
         self.query_one(Button).focus()

@@ -12,7 +12,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tui.keymap import APP_KEYS, MESSAGE_KEYS, key_for
+from tui.keymap import APP_KEYS, MESSAGE_KEYS, key_display, key_for
+from tui.widgets.footer import FittingFooter
 
 PROMPT_KEYS = (
     ("enter", "send the message"),
@@ -54,7 +55,9 @@ def keys_table(keymap: Mapping[str, str]) -> Table:
     for key, what in PROMPT_KEYS:
         table.add_row(key, what, "")
     for spec in APP_KEYS + MESSAGE_KEYS:
-        table.add_row(key_for(spec.id, keymap), LONG_NAMES.get(spec.id, spec.description), spec.id)
+        table.add_row(
+            key_display(key_for(spec.id, keymap)), LONG_NAMES.get(spec.id, spec.description), spec.id
+        )
     return table
 
 
@@ -77,4 +80,5 @@ class HelpScreen(ModalScreen[None]):
                         style="dim",
                     )
                 )
-            yield Static("esc close", classes="hint")
+            yield Static("esc close · ↑↓ pgup pgdn home end scroll", classes="hint")
+        yield FittingFooter()

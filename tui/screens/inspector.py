@@ -12,11 +12,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from engine.events import MessageStats
-from tui.formatting import bar, number, percent, preset_label
-
-
-def _seconds(value: float) -> str:
-    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+from tui.formatting import bar, number, percent, preset_label, seconds
+from tui.widgets.footer import FittingFooter
 
 
 def stats_table(stats: MessageStats, cancelled: bool = False) -> Table:
@@ -39,10 +36,10 @@ def stats_table(stats: MessageStats, cancelled: bool = False) -> Table:
         ("α (per-token acceptance)", number(stats.alpha, 3)),
         ("cost ratio c", number(stats.cost_ratio, 3)),
         ("predicted speedup", "–" if stats.predicted_speedup is None else f"{stats.predicted_speedup:.2f}×"),
-        ("time to first token", _seconds(stats.ttft_s)),
+        ("time to first token", seconds(stats.ttft_s)),
         ("prefill", f"{number(stats.prefill_tokens_per_s)} tok/s"),
         ("decode", f"{number(stats.decode_tokens_per_s)} tok/s"),
-        ("total", _seconds(stats.total_s)),
+        ("total", seconds(stats.total_s)),
         ("stopped by", stats.stop_reason + ("  (cancelled by you)" if cancelled else "")),
     ]
     for label, value in rows:
@@ -89,8 +86,8 @@ def recent_comparison(stats: MessageStats, recent) -> Table | Text:
     table.add_row("tok/s", number(stats.decode_tokens_per_s), number(recent.tokens_per_s))
     table.add_row(
         "time to first token",
-        _seconds(stats.ttft_s),
-        "–" if recent.ttft_s is None else _seconds(recent.ttft_s),
+        seconds(stats.ttft_s),
+        "–" if recent.ttft_s is None else seconds(recent.ttft_s),
     )
     return table
 
@@ -127,4 +124,5 @@ class InspectorScreen(ModalScreen[None]):
                     Group(Text("\naccepted drafts per round", style="bold"), histogram_bars(self.stats)),
                     id="inspector-histogram",
                 )
-            yield Static("esc close", classes="hint")
+            yield Static("esc close · ↑↓ pgup pgdn home end scroll", classes="hint")
+        yield FittingFooter()

@@ -10,6 +10,8 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from tui.widgets.footer import FittingFooter
+
 
 def preset_option_text(name: str, preset: object | None) -> Text:
     if preset is None:
@@ -38,6 +40,7 @@ class PresetPickerScreen(ModalScreen[str | None]):
             yield Static(Text("Preset for the next replies", style="bold"), classes="title")
             yield OptionList(*options)
             yield Static("enter choose · esc close", classes="hint")
+        yield FittingFooter()
 
     def on_mount(self) -> None:
         option_list = self.query_one(OptionList)

@@ -4,18 +4,24 @@ A reply streams through `MarkdownStream` (it re-parses only the last block per a
 stream is flushed and the final text is rendered in full with `Markdown.update()` unless the streamed document
 already is that render: same source and the same top-level blocks as a full parse (checked by parsing, which is
 cheap; re-mounting every block of a long reply is what is slow). Streamed and full renders were compared block by
-block, fences included, on random chunkings with Textual 8: equal. While draft
-highlighting is on, the reply shows a Rich `Text` built from (text, from_draft) runs instead of Markdown.
+block, fences included, on random chunkings with Textual 8: equal.
+
+Draft highlighting (F6) keeps the Markdown: each rendered block's text is aligned with its source lines (the
+rendered text is a subsequence of the source: markup and fence markers are what it leaves out), and the characters
+that came from accepted drafts get DRAFT_STYLE on top of the block's own styles (code highlighting included).
 """
 
 from __future__ import annotations
 
 import re
+import weakref
 from typing import TYPE_CHECKING
 
 from markdown_it import MarkdownIt
+from markdown_it.rules_core import StateCore
 from rich.text import Text
 from textual.containers import Vertical
+from textual.content import Content, Span
 from textual.message import Message
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownBlock
@@ -34,27 +40,97 @@ TARGET_STYLE = ""
 _CODE_BLOCK_RE = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 
+def _soft_breaks_to_hard(state: StateCore) -> None:
+    for token in state.tokens:
+        if token.type == "inline" and token.children:
+            for child in token.children:
+                if child.type == "softbreak":
+                    child.type = "hardbreak"
+
+
+def chat_markdown_parser() -> MarkdownIt:
+    """GitHub-flavoured Markdown where a single newline is a line break, as in every chat UI (poems, lists of
+    lines, addresses keep their shape). Code blocks are unaffected: their text never had soft breaks."""
+    parser = MarkdownIt("gfm-like")
+    parser.core.ruler.push("chat_hard_breaks", _soft_breaks_to_hard)
+    return parser
+
+
 def last_code_block(markdown: str) -> str | None:
     """The body of the last fenced code block (an unclosed fence at the end counts), or None."""
     blocks = _CODE_BLOCK_RE.findall(markdown)
     return blocks[-1].rstrip("\n") if blocks else None
 
 
-def highlighted_text(runs: list[OriginRun]) -> Text:
-    text = Text()
-    for chunk, from_draft in runs:
-        text.append(chunk, DRAFT_STYLE if from_draft else TARGET_STYLE)
-    return text
+def drafted_mask(runs: list[OriginRun]) -> list[bool]:
+    """One flag per character of the reply: True where it came from an accepted draft."""
+    mask: list[bool] = []
+    for text, from_draft in runs:
+        mask.extend([from_draft] * len(text))
+    return mask
+
+
+ALIGN_WINDOW = (
+    256  # how far ahead in the source a rendered character is looked for (link targets are skipped)
+)
+
+
+def align_to_source(rendered: str, source: str) -> list[int | None]:
+    """For each rendered character, the index of the source character it shows (None where none is found).
+
+    Greedy subsequence match: Markdown rendering drops markup and collapses whitespace, it does not reorder, so
+    walking both left to right finds each rendered character at or after the previous one.
+    """
+    positions: list[int | None] = []
+    cursor = 0
+    for char in rendered:
+        end = min(len(source), cursor + ALIGN_WINDOW)
+        found = None
+        for index in range(cursor, end):
+            candidate = source[index]
+            if candidate == char or (char.isspace() and candidate.isspace()):
+                found = index
+                break
+        positions.append(found)
+        if found is not None:
+            cursor = found + 1
+    return positions
+
+
+def draft_spans(rendered: str, source: str, mask: list[bool], offset: int) -> list[Span]:
+    """Spans of `rendered` whose source characters (at `offset` in the reply) came from accepted drafts."""
+    spans: list[Span] = []
+    start = None
+    for index, position in enumerate(align_to_source(rendered, source)):
+        drafted = position is not None and offset + position < len(mask) and mask[offset + position]
+        if drafted and start is None:
+            start = index
+        elif not drafted and start is not None:
+            spans.append(Span(start, index, DRAFT_STYLE))
+            start = None
+    if start is not None:
+        spans.append(Span(start, len(rendered), DRAFT_STYLE))
+    return spans
 
 
 class UserMessage(Vertical):
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, waiting: bool = False) -> None:
         super().__init__(classes="message user")
         self.text = text
+        self.waiting = waiting
 
     def compose(self):
-        yield Static("you", classes="role")
-        yield Markdown(self.text, classes="body")
+        yield Static(self._role(), classes="role")
+        yield Markdown(self.text, classes="body", parser_factory=chat_markdown_parser)
+
+    def _role(self) -> Text:
+        return Text.assemble("you", ("  ◌ waiting for the model to load" if self.waiting else "", "dim"))
+
+    def set_waiting(self, waiting: bool) -> None:
+        """A message sent while the model loads is shown as waiting until it is sent."""
+        self.waiting = waiting
+        self.set_class(waiting, "waiting")
+        self.query_one(".role", Static).update(self._role())
 
 
 class ReplyMessage(Vertical, can_focus=True):
@@ -84,18 +160,15 @@ class ReplyMessage(Vertical, can_focus=True):
         self.header = ""
         self.highlight = highlight
         self._stream: MarkdownStream | None = None
-        # Text that arrived while the coloured view was shown has not been written to the Markdown view.
-        self._markdown_stale = False
+        # Blocks coloured for draft highlighting: block -> (its own content, the coloured one we set).
+        self._painted: weakref.WeakKeyDictionary[MarkdownBlock, tuple[Content, Content]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def compose(self):
         yield Static("assistant", classes="role")
-        yield Markdown("", classes="body")
-        yield Static("", classes="highlighted")
+        yield Markdown("", classes="body", parser_factory=chat_markdown_parser)
         yield Static("…", classes="stats")
-
-    def on_mount(self) -> None:
-        self.query_one(".highlighted", Static).display = self.highlight
-        self.query_one(Markdown).display = not self.highlight
 
     @property
     def markdown(self) -> Markdown:
@@ -112,13 +185,12 @@ class ReplyMessage(Vertical, can_focus=True):
         merge_runs(self.runs, runs)
         fragment = "".join(text for text, _ in runs)
         self.text += fragment
+        if self._stream is None:
+            self._stream = Markdown.get_stream(self.markdown)
+        await self._stream.write(fragment)
         if self.highlight:
-            self._markdown_stale = True
-            self.query_one(".highlighted", Static).update(highlighted_text(self.runs))
-        else:
-            if self._stream is None:
-                self._stream = Markdown.get_stream(self.markdown)
-            await self._stream.write(fragment)
+            # The stream renders in its own task: colour what it has rendered once this batch is on screen.
+            self.call_after_refresh(self.paint_drafts)
 
     async def finish(
         self, text: str, stats: MessageStats | None, *, cancelled: bool = False, error: str = ""
@@ -138,11 +210,10 @@ class ReplyMessage(Vertical, can_focus=True):
         self.stats = stats
         self.cancelled = cancelled
         self.failed = bool(error)
-        if self._markdown_stale or not self._streamed_render_is_final():
+        if not self._streamed_render_is_final():
             await self.markdown.update(self.text)
-        self._markdown_stale = False
         if self.highlight:
-            self.query_one(".highlighted", Static).update(highlighted_text(self.runs))
+            self.paint_drafts()
         line = stats_line(stats, cancelled) if stats is not None else ""
         if error:
             line = Text.assemble(("✖ " + error, "bold red"), ("  " + line if line else "", "dim"))
@@ -156,28 +227,43 @@ class ReplyMessage(Vertical, can_focus=True):
         markdown = self.markdown
         if markdown.source != self.text:
             return False
-        tokens = MarkdownIt("gfm-like").parse(self.text)
+        tokens = chat_markdown_parser().parse(self.text)
         top_level = sum(1 for t in tokens if t.level == 0 and t.nesting >= 0)
         blocks = sum(1 for child in markdown.children if isinstance(child, MarkdownBlock))
         return top_level == blocks
 
     def set_highlight(self, on: bool) -> None:
         self.highlight = on
-        highlighted = self.query_one(".highlighted", Static)
-        if on:
-            highlighted.update(highlighted_text(self.runs))
-        highlighted.display = on
-        self.markdown.display = not on
-        if not on and self._markdown_stale:
-            self.run_worker(self._resync_markdown(), group="markdown-resync", exclusive=True)
+        self.paint_drafts()
 
-    async def _resync_markdown(self) -> None:
-        """Back to Markdown mid-reply: render everything so far once, then stream on from there."""
-        if self._stream is not None:
-            await self._stream.stop()
-            self._stream = None
-        self._markdown_stale = False
-        await self.markdown.update(self.text)
+    def paint_drafts(self) -> None:
+        """Colour (or, with highlighting off, uncolour) the accepted draft text in every rendered block."""
+        markdown = self.markdown
+        source = markdown.source
+        line_starts = [0]
+        for line in source.splitlines(keepends=True):
+            line_starts.append(line_starts[-1] + len(line))
+        mask = drafted_mask(self.runs) if self.highlight else []
+        for block in markdown.query(MarkdownBlock):
+            current = block._content
+            painted = self._painted.get(block)
+            # A block the stream re-rendered since it was painted holds its own content again.
+            original = painted[0] if painted is not None and painted[1] is current else current
+            if not original.plain:
+                continue
+            if not self.highlight:
+                if painted is not None and painted[1] is current:
+                    block.set_content(original)
+                self._painted.pop(block, None)
+                continue
+            first, last = block.source_range
+            first, last = min(first, len(line_starts) - 1), min(last, len(line_starts) - 1)
+            offset = line_starts[first]
+            spans = draft_spans(original.plain, source[offset : line_starts[last]], mask, offset)
+            coloured = original.add_spans(spans) if spans else original
+            if coloured is not current:
+                block.set_content(coloured)
+            self._painted[block] = (original, coloured)
 
     def action_inspect(self) -> None:
         self.post_message(self.InspectRequested(self))

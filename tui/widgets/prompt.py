@@ -32,6 +32,15 @@ class PromptInput(TextArea):
             return
         await super()._on_key(event)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # ctrl+e / ctrl+y are the prompt's (end of line, redo) while it holds text (or, for redo, has something
+        # to redo); otherwise they fall through to the app's non-priority bindings (edit last, copy reply).
+        if action == "cursor_line_end" and not self.text:
+            return False
+        if action == "redo" and not self.text and not self.history.redo_stack:
+            return False
+        return super().check_action(action, parameters)
+
     def set_text(self, text: str) -> None:
         self.text = text
         self.move_cursor(self.document.end)

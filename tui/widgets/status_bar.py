@@ -14,7 +14,7 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import Static
 
-from tui.formatting import number, percent, preset_label, sparkline
+from tui.formatting import number, percent, preset_label, seconds, sparkline
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +30,7 @@ class StatusFigures:
     spark: tuple[float, ...] = field(default_factory=tuple)
     tau: float | None = None
     tokens_per_s: float | None = None
+    ttft_s: float | None = None
     context_used: int = 0
     max_context: int = 0
     cache_mode: str = ""
@@ -64,17 +65,16 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
             measured_drafting=active.drafting and active.num_draft_tokens > 0,
             spark=tuple(live.recent_round_acceptance),
             tau=live.mean_accepted_length,
-            tokens_per_s=live.tokens_per_s if live.new_tokens else None,
+            tokens_per_s=live.tokens_per_s,
+            ttft_s=live.ttft_s,
             **base,
         )
     # Between replies: the settings the next reply will use, the figures of the last one.
     last = session.last_stats
     mode = session.mode
     if mode == "auto":
-        preset = preset_label(last.preset, True) if last is not None and last.router_reason else "auto"
-        k = last.num_draft_tokens if last is not None else None
-        temperature = last.temperature if last is not None else None
-        drafting = last is None or (last.draft_mode != "none" and last.num_draft_tokens > 0)
+        # The router picks per message: nothing is chosen until one is sent (the last reply's choice is history).
+        preset, k, temperature, drafting = "auto", None, None, True
     else:
         chosen = session.presets.get(mode)
         preset = mode
@@ -96,6 +96,7 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
         spark=tuple(live.recent_round_acceptance) if last is not None else (),
         tau=last.mean_accepted_length if last is not None else None,
         tokens_per_s=last.decode_tokens_per_s if last is not None else None,
+        ttft_s=last.ttft_s if last is not None else None,
         **base,
     )
 
@@ -113,36 +114,83 @@ def regression_warning(regressions: Any) -> str:
     return f"{drop} ({first.preset}){more}"
 
 
-def render_status(fig: StatusFigures) -> Text:
+# Fields in the order shown, each with its priority: when the bar is too narrow the lowest priority goes first
+# (backend, then cache mode, ...), whole fields at a time; the preset, acceptance and tok/s stay to the last.
+PRIORITY = {
+    "backend": 1,
+    "kv": 2,
+    "spark": 3,
+    "ttft": 4,
+    "tau": 5,
+    "temperature": 6,
+    "k": 7,
+    "ctx": 8,
+    "warning": 9,
+    "accept": 10,
+    "speed": 11,
+}
+
+
+def status_fields(fig: StatusFigures) -> list[tuple[str, list[Any]]]:
+    """(name, Text.assemble parts) per field of a ready bar, in display order."""
+    fields: list[tuple[str, list[Any]]] = []
+    k_text = "off" if not fig.drafting else "–" if fig.k is None else str(fig.k)
+    fields.append(("k", [("K ", "dim"), k_text]))
+    fields.append(("temperature", [("T ", "dim"), number(fig.temperature, 2)]))
+    if fig.measured_drafting is False:
+        fields.append(("accept", [("draft off", "dim")]))
+    else:
+        fields.append(("accept", [("accept ", "dim"), (percent(fig.acceptance), "bold")]))
+        if fig.spark:
+            fields.append(("spark", [(sparkline(fig.spark), "green")]))
+        fields.append(("tau", [("τ ", "dim"), number(fig.tau, 2)]))
+    fields.append(("speed", [number(fig.tokens_per_s), (" tok/s", "dim")]))
+    if fig.ttft_s is not None:
+        fields.append(("ttft", [("ttft ", "dim"), seconds(fig.ttft_s)]))
+    if fig.max_context:
+        fields.append(("ctx", [("ctx ", "dim"), f"{fig.context_used}/{fig.max_context}"]))
+    if fig.cache_mode:
+        fields.append(("kv", [("kv ", "dim"), fig.cache_mode]))
+    if fig.backend:
+        fields.append(("backend", [f"{fig.backend}·{fig.device}"]))
+    if fig.warning:
+        fields.append(("warning", [("⚠ " + fig.warning, "bold yellow")]))
+    return fields
+
+
+def render_status(fig: StatusFigures, width: int | None = None) -> Text:
+    """The bar's text; with `width`, fields are dropped by PRIORITY (never cut mid-word) until it fits."""
     sep = (" │ ", "dim")
     if fig.state == "loading":
-        return Text.assemble(("◌ ", "bold yellow"), ("loading model", "bold"), "  ", (fig.message, "dim"))
+        text = Text.assemble(("◌ ", "bold yellow"), ("loading model", "bold"), "  ", (fig.message, "dim"))
+        return _truncate(text, width)
     if fig.state == "failed":
-        return Text.assemble(("✖ ", "bold red"), ("model not loaded", "bold red"), "  ", fig.message)
-    parts: list[Any] = []
+        text = Text.assemble(("✖ ", "bold red"), ("model not loaded", "bold red"), "  ", fig.message)
+        return _truncate(text, width)
     marker = ("● ", "bold green") if fig.state == "streaming" else ("○ ", "dim")
-    parts += [marker, (fig.preset, "bold")]
-    k_text = "off" if not fig.drafting else "–" if fig.k is None else str(fig.k)
-    parts += [sep, ("K ", "dim"), k_text]
-    parts += [sep, ("T ", "dim"), number(fig.temperature, 2)]
-    parts.append(sep)
-    if fig.measured_drafting is False:
-        parts.append(("draft off", "dim"))
-    else:
-        parts += [("accept ", "dim"), (percent(fig.acceptance), "bold")]
-        if fig.spark:
-            parts += [" ", (sparkline(fig.spark), "green")]
-        parts += [sep, ("τ ", "dim"), number(fig.tau, 2)]
-    parts += [sep, number(fig.tokens_per_s), (" tok/s", "dim")]
-    if fig.max_context:
-        parts += [sep, ("ctx ", "dim"), f"{fig.context_used}/{fig.max_context}"]
-    if fig.cache_mode:
-        parts += [sep, ("kv ", "dim"), fig.cache_mode]
-    if fig.backend:
-        parts += [sep, f"{fig.backend}·{fig.device}"]
-    if fig.warning:
-        parts += [sep, ("⚠ " + fig.warning, "bold yellow")]
-    return Text.assemble(*parts)
+    head: list[Any] = [marker, (fig.preset, "bold")]
+    fields = status_fields(fig)
+
+    def assemble(kept: list[tuple[str, list[Any]]]) -> Text:
+        parts = list(head)
+        for name, field_parts in kept:
+            # The sparkline sits right after the acceptance figure, without a separator.
+            parts += [" "] if name == "spark" else [sep]
+            parts += field_parts
+        return Text.assemble(*parts)
+
+    text = assemble(fields)
+    while width is not None and text.cell_len > width and fields:
+        lowest = min(fields, key=lambda field: PRIORITY[field[0]])
+        fields.remove(lowest)
+        text = assemble(fields)
+    return _truncate(text, width)
+
+
+def _truncate(text: Text, width: int | None) -> Text:
+    if width is not None and text.cell_len > width:
+        text.truncate(width, overflow="ellipsis")
+    return text
 
 
 class StatusBar(Static):
@@ -155,13 +203,16 @@ class StatusBar(Static):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("", **kwargs)
         self.figures: StatusFigures | None = None
+        self._width: int | None = None
         self.plain = ""
 
     def show(self, fig: StatusFigures) -> None:
-        if fig == self.figures:
+        width = self.content_size.width or None
+        if fig == self.figures and width == self._width:
             return
         self.figures = fig
-        text = render_status(fig)
+        self._width = width
+        text = render_status(fig, width)
         if text.plain != self.plain:
             self.plain = text.plain
             self.update(text)
@@ -169,3 +220,7 @@ class StatusBar(Static):
     def on_click(self) -> None:
         if self.figures is not None and self.figures.warning:
             self.post_message(self.TrendRequested())
+
+    def on_resize(self) -> None:
+        if self.figures is not None:
+            self.show(self.figures)
