@@ -1,4 +1,4 @@
-"""Snapshots of the main screen mid-reply and of the inspector (scripted backend, frozen timings).
+"""Snapshots of the main screen, help and the inspector, at 110x34 and at 80x24 (scripted backend, frozen timings).
 
 Regenerate after an intended visual change with `pytest tests/test_tui_snapshots.py --snapshot-update`
 and look at the report before committing.
@@ -49,7 +49,8 @@ def test_main_screen_mid_reply(snap_compare):
         await wait_until(pilot, lambda: app.session.live.rounds == 4)
         reply = app.chat_log.replies()[-1]
         await wait_until(pilot, lambda: not app._buffer.has_pending and len(reply.text) > 20)
-        app.session.live.tokens_per_s = 250.0  # the only wall-clock figure on screen
+        app.session.live.tokens_per_s = 250.0  # the wall-clock figures on screen
+        app.session.live.ttft_s = 0.125
         await settle(pilot)
 
     try:
@@ -74,3 +75,66 @@ def test_inspector(snap_compare):
         await pilot.pause(0.2)
 
     assert snap_compare(app, terminal_size=SNAPSHOT_SIZE, run_before=run_before)
+
+
+# --- the smallest supported terminal: 80x24 -------------------------------------------------------------------
+
+SMALL_SIZE = (80, 24)
+
+
+async def _answered_with_frozen_stats(pilot, text: str = "Write a python function that greets someone"):
+    app = pilot.app
+    await wait_ready(pilot)
+    await send(pilot, text)
+    reply: ReplyMessage = app.chat_log.replies()[-1]
+    stats = frozen(reply.stats)
+    await reply.finish(reply.text, stats)
+    app.session.last_stats = stats
+    app.refresh_status()
+    await settle(pilot)
+    return reply
+
+
+def test_main_screen_80x24(snap_compare):
+    app = SpecchatApp(Settings(), backend=ScriptedBackend(clock=SteppingClock(step=0.02)))
+
+    async def run_before(pilot) -> None:
+        await _answered_with_frozen_stats(pilot)
+
+    assert snap_compare(app, terminal_size=SMALL_SIZE, run_before=run_before)
+
+
+def test_help_80x24(snap_compare):
+    app = SpecchatApp(Settings(), backend=ScriptedBackend(clock=SteppingClock(step=0.02)))
+
+    async def run_before(pilot) -> None:
+        await wait_ready(pilot)
+        await settle(pilot)
+        await pilot.press("f5")
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, terminal_size=SMALL_SIZE, run_before=run_before)
+
+
+def test_inspector_80x24(snap_compare):
+    app = SpecchatApp(Settings(), backend=ScriptedBackend(clock=SteppingClock(step=0.02)))
+
+    async def run_before(pilot) -> None:
+        await _answered_with_frozen_stats(pilot)
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, terminal_size=SMALL_SIZE, run_before=run_before)
+
+
+def test_inspector_80x24_scrolled_to_the_histogram(snap_compare):
+    app = SpecchatApp(Settings(), backend=ScriptedBackend(clock=SteppingClock(step=0.02)))
+
+    async def run_before(pilot) -> None:
+        await _answered_with_frozen_stats(pilot)
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.2)
+        await pilot.press("end")
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, terminal_size=SMALL_SIZE, run_before=run_before)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from tui_helpers import SIZE, plain, status, wait_until
 
+from engine.backends.scripted import ScriptedBackend
 from engine.config import Settings
 from tui.app import SpecchatApp
 from tui.screens.error import ErrorScreen
@@ -24,11 +25,18 @@ async def _shows_error(app: SpecchatApp, fragment: str) -> None:
         assert app.is_running
 
 
-async def test_bad_config_opens_the_app_with_the_message():
+async def test_bad_config_opens_the_app_with_the_message_and_loads_on_defaults():
     message = "~/.config/specchat/config.toml: cache_mode: must be one of auto, fp16, q8, q6, q4 (got 'q3')"
-    app = SpecchatApp(Settings.model_construct(), startup_error=message)
-    await _shows_error(app, "cache_mode: must be one of")
-    assert app.session.backend is None  # nothing was loaded on a broken configuration
+    app = SpecchatApp(Settings.model_construct(), backend=ScriptedBackend(), startup_error=message)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(
+            pilot, lambda: isinstance(app.screen, ErrorScreen) and app.screen.query("#error-message")
+        )
+        assert "cache_mode: must be one of" in plain(app.screen.query_one("#error-message"))
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.state == "ready")
+        assert "cache_mode: must be one of" in plain(app.chat_log.banner)
+        assert "model not loaded" not in status(app)
 
 
 async def test_missing_model_folder_fails_the_load_in_app(tmp_path: Path):

@@ -366,6 +366,7 @@ class SpecchatApp(App[None]):
         self._pending_prompt = text or ""
         self.generate(text, self._buffer, self._cancel)
         self.refresh_status()
+        self.refresh_bindings()  # esc (stop) shows in the footer while a reply runs
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="generate")
     def generate(self, text: str | None, buffer: ReplyBuffer, cancel: threading.Event) -> None:
@@ -461,6 +462,7 @@ class SpecchatApp(App[None]):
         self._reply = None
         self._cancel = None
         self.refresh_status()
+        self.refresh_bindings()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """Failures nobody caught become a modal with the message; the app stays open."""
