@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# End-to-end check of the real terminal UI: start `specchat` (no arguments: the TUI on the embedded model) in a
-# detached tmux session of fixed size, ask a question, wait for the reply, press F4, and check with capture-pane
-# that the status bar shows the creative preset and an `accept NN%` figure. Exits non-zero on failure and prints
-# the captured screen.
+# End-to-end check of the real terminal UI at the smallest supported size (80x24): start `specchat` (no arguments:
+# the TUI on the embedded model) in a detached tmux session, type a question and press Enter 1 s after the start
+# (while the model still loads: the message must wait and then be answered), wait for the reply, check that the
+# status bar shows `ctx`, open the inspector (ctrl+s), press End and check that the acceptance histogram and the
+# close hint are on screen, close it, press F4, and check that the status bar shows the creative preset and an
+# `accept NN%` figure. Exits non-zero on failure and prints the captured screen.
 #
 #   tests/tmux_e2e.sh                 # uses .venv/bin/specchat
 #   SPECCHAT=/path/to/specchat tests/tmux_e2e.sh
@@ -31,7 +33,7 @@ status_line() { screen | grep -E '^ [○●◌✖] ' | tail -n 1; }
 
 fail() {
     echo "tmux_e2e: FAIL: $*" >&2
-    echo "----- screen (120x40) -----" >&2
+    echo "----- screen (80x24) -----" >&2
     screen >&2
     echo "----- end of screen -----" >&2
     exit 1
@@ -53,22 +55,34 @@ wait_for() {
 # A private config and data folder (no user keymap or presets); the model cache stays shared so the
 # embedded model is fetched and converted at most once per machine. A fixed seed keeps the reply stable.
 mkdir -p "$WORK/config" "$WORK/data"
-tmux new-session -d -s "$SESSION" -x 120 -y 40 \
+tmux new-session -d -s "$SESSION" -x 80 -y 24 \
     "env XDG_CONFIG_HOME='$WORK/config' XDG_DATA_HOME='$WORK/data' TERM=xterm-256color '$SPECCHAT' --seed 7; echo \"specchat exited with status \$?\"; sleep 600"
 
 ready() { status_line | grep -q '^ ○ '; }
 failed() { status_line | grep -q '^ ✖ '; }
-loaded() { ready || failed; }
-wait_for "$LOAD_TIMEOUT" "the model to load" loaded
-failed && fail "the model did not load"
 
+# Enter 1 s after the start: the model is still loading, so the message waits and is sent once it is ready.
+sleep 1
 tmux send-keys -t "$SESSION" -l "$QUESTION"
 tmux send-keys -t "$SESSION" Enter
+finished() { failed || (screen | grep -qE '[0-9]+ tok · ' && ready); }
+wait_for "$((LOAD_TIMEOUT + REPLY_TIMEOUT))" "the model to load and the waiting message to be answered" finished
+failed && fail "the model did not load"
+status_line | grep -qE '│ ctx [0-9]+/[0-9]+' || fail "status bar shows no ctx at 80 columns: $(status_line)"
 
-started() { status_line | grep -q '^ ● ' || screen | grep -qE ' tok · '; }
-wait_for 30 "the reply to start" started
-finished() { screen | grep -qE '[0-9]+ tok · ' && ready; }
-wait_for "$REPLY_TIMEOUT" "the reply to finish" finished
+# The inspector fits 80x24: End scrolls to the acceptance histogram, and the close hint stays on screen.
+tmux send-keys -t "$SESSION" C-s
+inspector() { screen | grep -q 'Reply statistics'; }
+wait_for 5 "the inspector to open" inspector
+tmux send-keys -t "$SESSION" End
+histogram() { screen | grep -q 'accepted drafts per round' && screen | grep -qE '[0-9]+ accepted [█░]+ [0-9]+|no drafting rounds'; }
+wait_for 5 "the histogram to be on screen after End" histogram
+screen | grep -q 'esc close' || fail "the inspector's close hint is cut off"
+echo "----- inspector after End (80x24) -----"
+screen
+tmux send-keys -t "$SESSION" Escape
+closed() { ! inspector; }
+wait_for 5 "the inspector to close" closed
 
 tmux send-keys -t "$SESSION" F4
 creative() { status_line | grep -q 'creative'; }
@@ -79,6 +93,6 @@ echo "$line" | grep -qE '^ ○ creative │ K 3 │ T 0\.90 │' || fail "status
 echo "$line" | grep -qE 'accept [0-9]+%' || fail "status bar shows no 'accept NN%' figure: $line"
 
 echo "tmux_e2e: OK: $line"
-echo "----- screen (120x40) -----"
+echo "----- screen (80x24) -----"
 screen
 tmux send-keys -t "$SESSION" C-q
