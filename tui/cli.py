@@ -6,6 +6,7 @@ Every user mistake ends as one line on stderr and exit code 2, never a traceback
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import threading
 from pathlib import Path
@@ -519,11 +520,48 @@ COMMANDS = {
 }
 
 
+class TypeAheadEnter:
+    """Keep an Enter typed before the app takes the terminal an Enter.
+
+    Until Textual puts the terminal in raw mode (after a second or two of imports), the terminal driver turns
+    Enter (CR) into a newline (LF, which the prompt reads as ctrl+j: a new line instead of sending). Turning off
+    that translation first thing keeps a question typed at once, Enter included, a question sent. The original
+    settings come back on exit.
+    """
+
+    def __init__(self) -> None:
+        self._saved: list | None = None
+
+    def __enter__(self) -> TypeAheadEnter:
+        try:
+            import termios
+
+            if sys.stdin.isatty():
+                fd = sys.stdin.fileno()
+                self._saved = termios.tcgetattr(fd)
+                attrs = termios.tcgetattr(fd)
+                attrs[0] &= ~termios.ICRNL  # iflag: CR stays CR
+                termios.tcsetattr(fd, termios.TCSANOW, attrs)
+        except (ImportError, OSError, ValueError):  # no termios (Windows), or not a real terminal
+            self._saved = None
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._saved is not None:
+            import termios
+
+            with contextlib.suppress(OSError, ValueError):
+                termios.tcsetattr(sys.stdin.fileno(), termios.TCSANOW, self._saved)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from engine.errors import user_error_types
 
     try:
+        if args.command is None:  # the chat: take Enter as Enter from the first moment
+            with TypeAheadEnter():
+                return COMMANDS[args.command](args)
         return COMMANDS[args.command](args)
     except (CliError, *user_error_types()) as exc:
         message = " ".join(str(exc).split())
