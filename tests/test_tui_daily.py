@@ -71,6 +71,18 @@ async def test_1_a_waiting_message_goes_back_to_the_prompt_if_the_load_fails():
         assert app.prompt.text == "Are you there?"
 
 
+async def test_1_escape_takes_a_waiting_message_back_to_the_prompt():
+    app = make_app(ScriptedBackend(load_delay_s=1.0))
+    async with app.run_test(size=SMALL) as pilot:
+        await send(pilot, "never mind", wait=False)
+        assert app.chat_log.messages()
+        await pilot.press("escape")
+        assert not app.chat_log.messages() and app.prompt.text == "never mind"
+        await wait_ready(pilot)
+        await pilot.pause(0.2)
+        assert app.session.turns == [] and not app.generating
+
+
 # 2 ---------------------------------------------------------------------------------------------------------
 
 

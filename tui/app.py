@@ -366,7 +366,6 @@ class SpecchatApp(App[None]):
         self._pending_prompt = text or ""
         self.generate(text, self._buffer, self._cancel)
         self.refresh_status()
-        self.refresh_bindings()  # esc (stop) shows in the footer while a reply runs
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="generate")
     def generate(self, text: str | None, buffer: ReplyBuffer, cancel: threading.Event) -> None:
@@ -462,7 +461,6 @@ class SpecchatApp(App[None]):
         self._reply = None
         self._cancel = None
         self.refresh_status()
-        self.refresh_bindings()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """Failures nobody caught become a modal with the message; the app stays open."""
@@ -487,7 +485,7 @@ class SpecchatApp(App[None]):
         if action != "quit" and isinstance(self.screen, ModalScreen):
             return False
         if action == "cancel_reply":
-            return self.generating
+            return self.generating or self._queued is not None
         return True
 
     def action_use_preset(self, name: str) -> None:
@@ -514,6 +512,11 @@ class SpecchatApp(App[None]):
     def action_cancel_reply(self) -> None:
         if self._cancel is not None:
             self._cancel.set()
+        elif self._queued is not None:  # a message waiting for the model: back to the prompt
+            text, waiting = self._queued
+            self._queued = None
+            waiting.remove()
+            self._give_back(text)
 
     async def action_regenerate(self) -> None:
         if self.generating:
@@ -569,16 +572,17 @@ class SpecchatApp(App[None]):
         if reply is None or not reply.text:
             self.notify("No reply to copy yet.", severity="warning")
             return
+        text = reply.answer_text  # a thinking reply's reasoning stays out of the clipboard
         if code_only:
-            code = last_code_block(reply.text)
+            code = last_code_block(text)
             if code is None:
                 self.notify("That reply has no code block.", severity="warning")
                 return
             self.copy_to_clipboard(code)
             self.notify(f"Copied the code block ({len(code.splitlines())} lines).", timeout=2)
         else:
-            self.copy_to_clipboard(reply.text)
-            self.notify(f"Copied the reply ({len(reply.text)} characters).", timeout=2)
+            self.copy_to_clipboard(text)
+            self.notify(f"Copied the reply ({len(text)} characters).", timeout=2)
 
     def action_inspect_reply(self) -> None:
         self._inspect(self._selected_reply())

@@ -44,17 +44,19 @@ class FittingFooter(Footer):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(compact=True, **kwargs)
-        self._width = 0
+        self._composed_for = 0
 
     def compose(self) -> ComposeResult:
         widgets = list(super().compose())
         keys = [w for w in widgets if isinstance(w, FooterKey)]
-        width = self.size.width or self.app.size.width
-        kept = fit_keys(keys, width)
+        # The footer spans the terminal: its width is the app's (known before the footer's own first layout).
+        self._composed_for = self.app.size.width
+        kept = fit_keys(keys, self._composed_for)
         self.styles.grid_size_columns = max(1, len(kept))
         yield from kept
 
     def on_resize(self) -> None:
-        if self.size.width != self._width:
-            self._width = self.size.width
+        # Only a terminal resize changes what fits; recomposing on every layout pass would churn the keys.
+        if self._composed_for and self.app.size.width != self._composed_for:
+            self._composed_for = self.app.size.width
             self.call_after_refresh(self.recompose)
