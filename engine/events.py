@@ -76,6 +76,20 @@ class MessageStats:
     cost_ratio: float | None = None
     router_reason: str = ""
     cache_mode: str = ""
+    # A thinking reply's reasoning (<think>…</think>), counted apart: acceptance there is usually different.
+    thinking_tokens: int = 0
+    thinking_drafted_tokens: int = 0
+    thinking_accepted_tokens: int = 0
+
+    @property
+    def thinking_acceptance_rate(self) -> float | None:
+        drafted = self.thinking_drafted_tokens
+        return self.thinking_accepted_tokens / drafted if drafted else None
+
+    @property
+    def answer_acceptance_rate(self) -> float | None:
+        drafted = self.drafted_tokens - self.thinking_drafted_tokens
+        return (self.accepted_tokens - self.thinking_accepted_tokens) / drafted if drafted else None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -6,6 +6,7 @@ The TUI polls the plain attributes (`live`, `active`, `last_stats`) for its stat
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -30,6 +31,7 @@ from engine.events import (
 )
 from engine.metrics import Regression
 from engine.presets import Preset, load_presets
+from engine.reasoning import split_reasoning, thinking_end
 from engine.recording import ChatRecorder
 from engine.router import route
 from engine.session_history import SessionHistory
@@ -40,6 +42,28 @@ ProgressCallback = Callable[[str, float | None], None]
 
 # Preset fields the command line may override for every message (`--k`, `--temperature`, ...).
 OVERRIDABLE = ("k", "temperature", "max_new_tokens", "drafting", "ramp_tokens")
+
+
+def without_reasoning(text: str) -> str:
+    """A reply as it goes back into the context: a finished reasoning block is left out (as chat templates do)."""
+    split = split_reasoning(text)
+    return split.answer if split.has_thinking and split.closed else text
+
+
+def with_thinking_counts(
+    stats: MessageStats, reply_text: str, marks: list[tuple[int, int, int, int]]
+) -> MessageStats:
+    """`stats` with the reasoning's tokens, drafts and accepted drafts counted apart (chunks that start in it)."""
+    end = thinking_end(reply_text)
+    if not end:
+        return stats
+    inside = [m for m in marks if m[0] < end]
+    return dataclasses.replace(
+        stats,
+        thinking_tokens=sum(m[1] for m in inside),
+        thinking_drafted_tokens=sum(m[2] for m in inside),
+        thinking_accepted_tokens=sum(m[3] for m in inside),
+    )
 
 
 class ReplyHandle:
@@ -261,7 +285,11 @@ class ChatSession(SessionHistory):
             if self.settings.system_prompt
             else []
         )
-        messages += [{"role": t.role, "content": t.content} for t in turns if t.content or t.role == "user"]
+        messages += [
+            {"role": t.role, "content": t.content if t.role == "user" else without_reasoning(t.content)}
+            for t in turns
+            if t.content or t.role == "user"
+        ]
         return messages
 
     def _fit_context(self, preset: Preset, on_event: EventCallback) -> list[int] | None:
@@ -337,6 +365,9 @@ class ChatSession(SessionHistory):
         token_ids: list[int] = []
         origins: list[bool] = []
         pieces: list[str] = []
+        # Per chunk: (where its text starts in the reply, tokens, drafted, accepted), to count reasoning apart.
+        marks: list[tuple[int, int, int, int]] = []
+        chars = 0
         done: Done | None = None
         try:
             # Stopped before it began (esc right after enter): the backend is not asked at all.
@@ -347,6 +378,8 @@ class ChatSession(SessionHistory):
                     token_ids.extend(event.token_ids)
                     origins.extend(event.origins)
                     pieces.append(event.text)
+                    marks.append((chars, len(event.token_ids), event.drafted, event.accepted))
+                    chars += len(event.text)
                     self.context_used = len(prompt_ids) + len(token_ids)
                     on_event(event)
                     if self.recorder is not None:
@@ -379,6 +412,7 @@ class ChatSession(SessionHistory):
             router_reason=reason if auto else "",
             cache_mode=info.cache_mode,
         )
+        stats = with_thinking_counts(stats, reply_text, marks)
         cancelled = done.stop_reason == "cancelled"
         self.last_stats = stats
         if cancelled and not token_ids:

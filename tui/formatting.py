@@ -48,8 +48,11 @@ def stats_drafted(stats: MessageStats) -> bool:
 
 def stats_line(stats: MessageStats, cancelled: bool = False) -> str:
     """The compact line under a reply: tokens, speed, acceptance, τ, K, T, preset."""
+    tokens = f"{stats.new_tokens} tok"
+    if stats.thinking_tokens:
+        tokens += f" (thinking {stats.thinking_tokens})"
     parts = [
-        f"{stats.new_tokens} tok",
+        tokens,
         f"{number(stats.decode_tokens_per_s)} tok/s",
         f"ttft {seconds(stats.ttft_s)}",
     ]

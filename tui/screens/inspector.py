@@ -42,6 +42,13 @@ def stats_table(stats: MessageStats, cancelled: bool = False) -> Table:
         ("total", seconds(stats.total_s)),
         ("stopped by", stats.stop_reason + ("  (cancelled by you)" if cancelled else "")),
     ]
+    if stats.thinking_tokens:
+        at = rows.index(("new tokens", str(stats.new_tokens))) + 1
+        rows[at:at] = [
+            ("thinking tokens", str(stats.thinking_tokens)),
+            ("acceptance thinking / answer", f"{percent(stats.thinking_acceptance_rate)} / "
+             f"{percent(stats.answer_acceptance_rate)}"),
+        ]  # fmt: skip
     for label, value in rows:
         table.add_row(label, value)
     return table

@@ -23,10 +23,11 @@ from rich.text import Text
 from textual.containers import Vertical
 from textual.content import Content, Span
 from textual.message import Message
-from textual.widgets import Markdown, Static
+from textual.widgets import Collapsible, Markdown, Static
 from textual.widgets.markdown import MarkdownBlock
 
 from engine.events import MessageStats
+from engine.reasoning import split_reasoning
 from tui.formatting import stats_line
 from tui.keymap import MESSAGE_KEYS, bindings
 from tui.streaming import OriginRun, merge_runs
@@ -54,6 +55,15 @@ def chat_markdown_parser() -> MarkdownIt:
     parser = MarkdownIt("gfm-like")
     parser.core.ruler.push("chat_hard_breaks", _soft_breaks_to_hard)
     return parser
+
+
+def thinking_title(thinking: str, stats: MessageStats | None) -> str:
+    """The one line a folded reasoning shows: its size and, where it drafted, its own acceptance."""
+    if stats is None or not stats.thinking_tokens:
+        return f"thinking · {len(thinking.split())} words"
+    accept = stats.thinking_acceptance_rate
+    rate = f" · accept {accept * 100:.0f}%" if accept is not None else ""
+    return f"thinking · {stats.thinking_tokens} tok{rate}"
 
 
 def last_code_block(markdown: str) -> str | None:
@@ -160,6 +170,9 @@ class ReplyMessage(Vertical, can_focus=True):
         self.header = ""
         self.highlight = highlight
         self._stream: MarkdownStream | None = None
+        # A thinking reply's reasoning streams into its own folded Markdown; `_written` is what each view has.
+        self._thinking_stream: MarkdownStream | None = None
+        self._written = {"answer": "", "thinking": ""}
         # Blocks coloured for draft highlighting: block -> (its own content, the coloured one we set).
         self._painted: weakref.WeakKeyDictionary[MarkdownBlock, tuple[Content, Content]] = (
             weakref.WeakKeyDictionary()
@@ -167,12 +180,30 @@ class ReplyMessage(Vertical, can_focus=True):
 
     def compose(self):
         yield Static("assistant", classes="role")
+        with Collapsible(title="thinking…", collapsed=True, classes="thinking"):
+            yield Markdown("", classes="thinking-body", parser_factory=chat_markdown_parser)
         yield Markdown("", classes="body", parser_factory=chat_markdown_parser)
         yield Static("…", classes="stats")
 
+    def on_mount(self) -> None:
+        self.thinking.display = False
+
     @property
     def markdown(self) -> Markdown:
-        return self.query_one(Markdown)
+        """The answer (the whole reply when it has no reasoning)."""
+        return self.query_one("Markdown.body", Markdown)
+
+    @property
+    def thinking(self) -> Collapsible:
+        return self.query_one(".thinking", Collapsible)
+
+    @property
+    def thinking_markdown(self) -> Markdown:
+        return self.query_one("Markdown.thinking-body", Markdown)
+
+    @property
+    def answer_text(self) -> str:
+        return split_reasoning(self.text).answer
 
     def set_header(self, header: str) -> None:
         self.header = header
@@ -183,23 +214,50 @@ class ReplyMessage(Vertical, can_focus=True):
         if not runs:
             return
         merge_runs(self.runs, runs)
-        fragment = "".join(text for text, _ in runs)
-        self.text += fragment
-        if self._stream is None:
-            self._stream = Markdown.get_stream(self.markdown)
-        await self._stream.write(fragment)
+        self.text += "".join(text for text, _ in runs)
+        split = split_reasoning(self.text)
+        if split.undecided:
+            return  # "<thi…": reasoning or not, the next batch tells
+        if split.has_thinking:
+            self.thinking.display = True
+            if self._thinking_stream is None:
+                self._thinking_stream = Markdown.get_stream(self.thinking_markdown)
+            await self._stream_into("thinking", self._thinking_stream, self.thinking_markdown, split.thinking)
+            if not split.closed:
+                self.thinking.title = f"thinking… {len(split.thinking.split())} words"
+        if split.answer:
+            if self._stream is None:
+                self._stream = Markdown.get_stream(self.markdown)
+            await self._stream_into("answer", self._stream, self.markdown, split.answer)
         if self.highlight:
             # The stream renders in its own task: colour what it has rendered once this batch is on screen.
             self.call_after_refresh(self.paint_drafts)
+
+    async def _stream_into(self, view: str, stream: MarkdownStream, markdown: Markdown, wanted: str) -> None:
+        """Bring one view up to `wanted`: append the new tail, or (rarely: text taken back) render it afresh."""
+        written = self._written[view]
+        if wanted == written:
+            return
+        if wanted.startswith(written):
+            await stream.write(wanted[len(written) :])
+        else:
+            await stream.stop()
+            await markdown.update(wanted)
+            if view == "answer":
+                self._stream = None
+            else:
+                self._thinking_stream = None
+        self._written[view] = wanted
 
     async def finish(
         self, text: str, stats: MessageStats | None, *, cancelled: bool = False, error: str = ""
     ) -> None:
         """The reply ended: stop streaming and render the final text once in full."""
         self.streaming = False
-        if self._stream is not None:
-            await self._stream.stop()  # appends whatever is still queued
-            self._stream = None
+        for stream in (self._stream, self._thinking_stream):
+            if stream is not None:
+                await stream.stop()  # appends whatever is still queued
+        self._stream = self._thinking_stream = None
         if text != self.text:
             # The final text wins (e.g. a failed reply's partial text); keep colours for what we saw.
             if text.startswith(self.text):
@@ -210,8 +268,15 @@ class ReplyMessage(Vertical, can_focus=True):
         self.stats = stats
         self.cancelled = cancelled
         self.failed = bool(error)
-        if not self._streamed_render_is_final():
-            await self.markdown.update(self.text)
+        split = split_reasoning(self.text)
+        if not self._streamed_render_is_final(split.answer):
+            await self.markdown.update(split.answer)
+        if split.has_thinking:
+            self.thinking.display = True
+            if self.thinking_markdown.source != split.thinking:
+                await self.thinking_markdown.update(split.thinking)
+            self.thinking.title = thinking_title(split.thinking, stats)
+        self._written = {"answer": split.answer, "thinking": split.thinking}
         if self.highlight:
             self.paint_drafts()
         line = stats_line(stats, cancelled) if stats is not None else ""
@@ -222,12 +287,12 @@ class ReplyMessage(Vertical, can_focus=True):
             self.add_class("cancelled")
         self.query_one(".stats", Static).update(line)
 
-    def _streamed_render_is_final(self) -> bool:
-        """True when the streamed Markdown shows exactly what a full render of the final text would."""
+    def _streamed_render_is_final(self, answer: str) -> bool:
+        """True when the streamed Markdown shows exactly what a full render of the final answer would."""
         markdown = self.markdown
-        if markdown.source != self.text:
+        if markdown.source != answer:
             return False
-        tokens = chat_markdown_parser().parse(self.text)
+        tokens = chat_markdown_parser().parse(answer)
         top_level = sum(1 for t in tokens if t.level == 0 and t.nesting >= 0)
         blocks = sum(1 for child in markdown.children if isinstance(child, MarkdownBlock))
         return top_level == blocks
@@ -238,12 +303,18 @@ class ReplyMessage(Vertical, can_focus=True):
 
     def paint_drafts(self) -> None:
         """Colour (or, with highlighting off, uncolour) the accepted draft text in every rendered block."""
-        markdown = self.markdown
+        split = split_reasoning(self.text)
+        mask = drafted_mask(self.runs) if self.highlight else []
+        self._paint(self.markdown, split.answer_start if split.has_thinking else 0, mask)
+        if split.has_thinking:
+            self._paint(self.thinking_markdown, split.thinking_start, mask)
+
+    def _paint(self, markdown: Markdown, base: int, mask: list[bool]) -> None:
+        """Paint one Markdown view whose source starts at `base` in the reply."""
         source = markdown.source
         line_starts = [0]
         for line in source.splitlines(keepends=True):
             line_starts.append(line_starts[-1] + len(line))
-        mask = drafted_mask(self.runs) if self.highlight else []
         for block in markdown.query(MarkdownBlock):
             current = block._content
             painted = self._painted.get(block)
@@ -251,6 +322,8 @@ class ReplyMessage(Vertical, can_focus=True):
             original = painted[0] if painted is not None and painted[1] is current else current
             if not original.plain:
                 continue
+            if self.highlight and painted is not None and painted[1] is current:
+                continue  # painted and unchanged since: earlier text keeps its origins
             if not self.highlight:
                 if painted is not None and painted[1] is current:
                     block.set_content(original)
@@ -259,7 +332,7 @@ class ReplyMessage(Vertical, can_focus=True):
             first, last = block.source_range
             first, last = min(first, len(line_starts) - 1), min(last, len(line_starts) - 1)
             offset = line_starts[first]
-            spans = draft_spans(original.plain, source[offset : line_starts[last]], mask, offset)
+            spans = draft_spans(original.plain, source[offset : line_starts[last]], mask, base + offset)
             coloured = original.add_spans(spans) if spans else original
             if coloured is not current:
                 block.set_content(coloured)
