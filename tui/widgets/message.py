@@ -287,8 +287,10 @@ class ReplyMessage(Vertical, can_focus=True):
             self.add_class("cancelled")
         self.query_one(".stats", Static).update(line)
 
-    def _streamed_render_is_final(self, answer: str) -> bool:
+    def _streamed_render_is_final(self, answer: str | None = None) -> bool:
         """True when the streamed Markdown shows exactly what a full render of the final answer would."""
+        if answer is None:
+            answer = self.answer_text
         markdown = self.markdown
         if markdown.source != answer:
             return False
