@@ -4,7 +4,8 @@
 # (while the model still loads: the message must wait and then be answered), wait for the reply, check that the
 # status bar shows `ctx`, open the inspector (ctrl+s), press End and check that the acceptance histogram and the
 # close hint are on screen, close it, press F4, and check that the status bar shows the creative preset and an
-# `accept NN%` figure. Exits non-zero on failure and prints the captured screen.
+# acceptance figure (`accept NN%`, or `accept –` when the drafter proposed nothing). Exits non-zero on failure
+# and prints the captured screen.
 #
 #   tests/tmux_e2e.sh                 # uses .venv/bin/specchat
 #   SPECCHAT=/path/to/specchat tests/tmux_e2e.sh
@@ -90,7 +91,8 @@ wait_for 5 "the status bar to show the creative preset" creative
 
 line="$(status_line)"
 echo "$line" | grep -qE '^ ○ creative │ K 3 │ T 0\.90 │' || fail "status bar does not show creative, K 3, T 0.90: $line"
-echo "$line" | grep -qE 'accept [0-9]+%' || fail "status bar shows no 'accept NN%' figure: $line"
+# The n-gram drafter drafts only where it pays, so a short factual reply may have no drafts: then `accept –`.
+echo "$line" | grep -qE 'accept ([0-9]+%|–)' || fail "status bar shows no acceptance figure: $line"
 
 echo "tmux_e2e: OK: $line"
 echo "----- screen (80x24) -----"
