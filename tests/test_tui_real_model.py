@@ -36,7 +36,7 @@ async def test_real_reply_on_embedded_model(smol_dir):
         assert reply.markdown.source == reply.text == app.session.turns[-1].content
         assert reply.stats is not None and reply.stats.new_tokens > 0
         assert re.search(
-            r"\d+ tok · [\d.–]+ tok/s · (accept \d+%|draft off|no drafts)",
+            r"\d+ tok · [\d.–]+ tok/s · ttft [\d.]+ m?s · (accept \d+%|draft off|no drafts)",
             str(reply.query_one(".stats").content),
         )
         bar = app.status_bar.plain
