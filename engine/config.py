@@ -31,7 +31,7 @@ ENV_PREFIX = "SPECCHAT_"
 CONFIG_FILE_ENV = "SPECCHAT_CONFIG_FILE"
 
 CacheMode = Literal["auto", "fp16", "q8", "q6", "q4"]
-BackendName = Literal["auto", "exllamav2", "transformers"]
+BackendName = Literal["auto", "exllamav2", "transformers", "llamacpp"]
 
 # The draft setting takes these words or a model folder path.
 DRAFT_KEYWORDS = ("ngram", "none")

@@ -509,10 +509,13 @@ def settings_for(model: Path, backend: str) -> SimpleNamespace:
     )  # fmt: skip
 
 
-def test_auto_falls_back_to_transformers(smol_dir):
+def test_auto_falls_back_to_transformers(smol_dir, monkeypatch):
     hf = pytest.importorskip("engine.backends.hf", reason="engine/backends/hf.py is not written yet")
+    from engine.backends import llamacpp
     from engine.backends.select import create_backend
 
+    # Without the llama.cpp bindings (with them, the embedded model runs from its GGUF on llama.cpp).
+    monkeypatch.setattr(llamacpp, "probe_llamacpp", lambda: (False, "llama-cpp-python is not installed"))
     _forget_exllamav2()
     try:
         backend, why = create_backend(settings_for(smol_dir, "auto"))
