@@ -237,13 +237,13 @@ def test_stop_token_inside_an_accepted_draft(smol: LlamaCppBackend, k: int, monk
     ids = chat(smol, REPEAT_PROMPT)
     reference = generate(smol, ids, k=0, max_new=96)
     ngram = generate(smol, ids, k=6, max_new=96)
-    # A token the n-gram drafter proposed and the target accepted (an origin=True token), late in the reply.
-    drafted_positions = [
-        i for i, origin in enumerate(o for c in ngram.chunks for o in c.origins) if origin and i >= 30
-    ]
-    assert drafted_positions, "the drafter must have an accepted draft past token 30"
-    stop_token = reference.tokens[drafted_positions[0]]
-    first = reference.tokens.index(stop_token)
+    # A token the n-gram drafter proposed and the target accepted (origin True: never a round's last token),
+    # at its first occurrence in the reply, so the reply must end inside that accepted draft.
+    origins = [o for c in ngram.chunks for o in c.origins]
+    inside = [i for i, token in enumerate(ngram.tokens) if origins[i] and ngram.tokens.index(token) == i]
+    assert inside, "the drafter must have accepted a draft holding a token's first occurrence"
+    stop_token = reference.tokens[inside[0]]
+    first = inside[0]
     monkeypatch.setattr(smol, "stop_token_ids", frozenset({stop_token}))
     monkeypatch.setattr(smol, "end_of_turn_id", stop_token)
     reply = generate(smol, ids, k=k, max_new=96)
@@ -251,8 +251,9 @@ def test_stop_token_inside_an_accepted_draft(smol: LlamaCppBackend, k: int, monk
     assert reply.done.stop_reason == "end_of_turn"
     assert reply.text == smol.decode(reference.tokens[:first])
     assert_round_accounting(reply)
-    if k:
-        assert reply.chunks[-1].accepted == sum(reply.chunks[-1].origins)
+    if k:  # the last round was cut inside its accepted draft: what was kept counts as accepted, no more
+        last = reply.chunks[-1]
+        assert last.accepted == sum(last.origins) == len(last.token_ids) < last.drafted
 
 
 @pytest.mark.slow
