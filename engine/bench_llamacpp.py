@@ -191,7 +191,14 @@ def bench_llamacpp_if_usable(settings, quick: bool = False, out=sys.stdout) -> d
     else:
         print("llama.cpp bench skipped: the model is not a GGUF file", file=out)
         return None
-    return run_llamacpp_bench(path, quick=quick, out=out, max_context=settings.max_context, model_name=name)
+    return run_llamacpp_bench(
+        path,
+        quick=quick,
+        out=out,
+        max_context=settings.max_context,
+        threads=getattr(settings, "threads", None),
+        model_name=name,
+    )
 
 
 def _ratio(res: LlamaPromptResult, a: str, b: str) -> float:

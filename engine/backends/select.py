@@ -51,6 +51,7 @@ def _llamacpp(settings: Any) -> Backend:
         cache_mode=settings.cache_mode,
         draft_cache_mode=settings.draft_cache_mode,
         max_context=settings.max_context,
+        threads=getattr(settings, "threads", None),
         model_name=name,
     )
 
