@@ -86,6 +86,7 @@ def run_llamacpp_bench(
     out=sys.stdout,
     *,
     prompts: list[dict[str, str]] | None = None,
+    prompt_set: str | None = None,
     max_new_tokens: int | None = None,
     cache_mode: str = "fp16",
     max_context: int = 4096,
@@ -95,7 +96,7 @@ def run_llamacpp_bench(
     import llama_cpp
 
     from engine.backends.llamacpp import LlamaCppBackend
-    from engine.bench import _builtin_k, load_prompt_set
+    from engine.bench import _builtin_presets, load_prompt_set
 
     max_new = max_new_tokens or (96 if quick else 192)
     repeats = 2 if quick else 3
@@ -126,10 +127,12 @@ def run_llamacpp_bench(
         flash_attn=cache_type != llama_cpp.GGML_TYPE_F16,
         verbose=False,
     )
-    prompts = prompts if prompts is not None else load_prompt_set()
-    k_by_category = _builtin_k()
+    prompts = prompts if prompts is not None else load_prompt_set(prompt_set)
+    presets = _builtin_presets()
+    k_by_category = {name: presets[name].k for name in ("code", "qa", "creative") if name in presets}
     print(
-        f"specchat bench (llama.cpp {llama_cpp.__version__}): {len(prompts)} prompts, temperature 0, "
+        f"specchat bench (llama.cpp {llama_cpp.__version__}): {len(prompts)} prompts ({prompt_set or 'given'}), "
+        "temperature 0, "
         f"max {max_new} new tokens, {repeats} repeat(s), {exact.threads} threads, cache {cache_mode}, "
         f"model {model_name or exact.model_path.name}",
         file=out,
@@ -170,7 +173,9 @@ def run_llamacpp_bench(
     return summary
 
 
-def bench_llamacpp_if_usable(settings, quick: bool = False, out=sys.stdout) -> dict | None:
+def bench_llamacpp_if_usable(
+    settings, quick: bool = False, out=sys.stdout, prompt_set: str | None = None
+) -> dict | None:
     """The llama.cpp part of `specchat bench`, where it applies: a GGUF model (or the embedded one, whose
     GGUF is kept) and bindings that import; else one line saying why it was skipped."""
     from engine.backends.llamacpp import probe_llamacpp
@@ -195,6 +200,7 @@ def bench_llamacpp_if_usable(settings, quick: bool = False, out=sys.stdout) -> d
         path,
         quick=quick,
         out=out,
+        prompt_set=prompt_set,
         max_context=settings.max_context,
         threads=getattr(settings, "threads", None),
         model_name=name,

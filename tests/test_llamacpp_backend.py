@@ -232,28 +232,33 @@ def test_the_kernel_probe_notices_single_token_kernels_that_round_differently(gg
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("k", [0, 6])
-def test_stop_token_inside_an_accepted_draft(smol: LlamaCppBackend, k: int, monkeypatch) -> None:
+def test_stop_token_inside_an_accepted_draft(smol: LlamaCppBackend, monkeypatch) -> None:
     ids = chat(smol, REPEAT_PROMPT)
     reference = generate(smol, ids, k=0, max_new=96)
     ngram = generate(smol, ids, k=6, max_new=96)
-    # A token the n-gram drafter proposed and the target accepted (origin True: never a round's last token),
-    # at its first occurrence in the reply, so the reply must end inside that accepted draft.
+    # Tokens the n-gram drafter proposed and the target accepted (origin True: never a round's last token), at
+    # their first occurrence in the reply. The drafter adapts from round to round, so a later run may cut its
+    # rounds elsewhere: try a few, and require that at least one stop really fell inside an accepted draft.
     origins = [o for c in ngram.chunks for o in c.origins]
     inside = [i for i, token in enumerate(ngram.tokens) if origins[i] and ngram.tokens.index(token) == i]
     assert inside, "the drafter must have accepted a draft holding a token's first occurrence"
-    stop_token = reference.tokens[inside[0]]
-    first = inside[0]
-    monkeypatch.setattr(smol, "stop_token_ids", frozenset({stop_token}))
-    monkeypatch.setattr(smol, "end_of_turn_id", stop_token)
-    reply = generate(smol, ids, k=k, max_new=96)
-    assert reply.tokens == reference.tokens[:first]
-    assert reply.done.stop_reason == "end_of_turn"
-    assert reply.text == smol.decode(reference.tokens[:first])
-    assert_round_accounting(reply)
-    if k:  # the last round was cut inside its accepted draft: what was kept counts as accepted, no more
+    cut_inside_a_draft = 0
+    for first in inside[:4]:
+        stop_token = reference.tokens[first]
+        monkeypatch.setattr(smol, "stop_token_ids", frozenset({stop_token}))
+        monkeypatch.setattr(smol, "end_of_turn_id", stop_token)
+        reply = generate(smol, ids, k=6, max_new=96)
+        assert reply.tokens == reference.tokens[:first]
+        assert reply.done.stop_reason == "end_of_turn"
+        assert reply.text == smol.decode(reference.tokens[:first])
+        assert_round_accounting(reply)
         last = reply.chunks[-1]
-        assert last.accepted == sum(last.origins) == len(last.token_ids) < last.drafted
+        # What was kept of the cut round counts as accepted, no more.
+        assert last.accepted == sum(last.origins)
+        cut_inside_a_draft += len(last.token_ids) < last.drafted and last.accepted == len(last.token_ids)
+        plain = generate(smol, ids, k=0, max_new=96)
+        assert plain.tokens == reference.tokens[:first]
+    assert cut_inside_a_draft >= 1
 
 
 @pytest.mark.slow

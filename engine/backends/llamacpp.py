@@ -30,10 +30,10 @@ from pathlib import Path
 
 import torch
 
-from engine.backends.base import BackendError, GenerationRequest, ProgressCallback
+from engine.backends.base import BackendError, GenerationRequest, ProgressCallback, resolve_cache_mode
 from engine.chat_template import END_OF_TURN_CANDIDATES, FALLBACK_TEMPLATE, ChatTemplate, ChatTemplateError
 from engine.compat import VocabView, check_draft_compatible
-from engine.drafting import NgramDrafter
+from engine.drafting import AcceptanceModel, NgramDrafter, VerifyCostModel
 from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
 from engine.sampling import choose_tokens, count_accepted, reply_uniforms
 
@@ -42,6 +42,8 @@ BACKEND_NAME = "llama.cpp"
 CACHE_TYPE_NAMES = {"fp16": "f16", "q8": "q8_0", "q6": "q8_0", "q4": "q4_0"}
 # Prompt tokens per decode call while prefilling; the cancel event is checked between slices.
 PREFILL_SLICE = 256
+# Widest verify pass timed at load for the n-gram drafter's cost model (later passes refine it).
+CALIBRATION_WIDTH = 9
 
 
 def probe_llamacpp() -> tuple[bool, str]:
@@ -178,6 +180,8 @@ class LlamaCppModel:
         self.batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
         self.ids: list[int] = []
         self.step_times: list[float] = []
+        # Round cost by width (1 + drafts), in seconds, for the n-gram drafter; None: not measured.
+        self.costs: VerifyCostModel | None = None
 
     def clear(self) -> None:
         self.ctx.kv_cache_clear()
@@ -192,8 +196,12 @@ class LlamaCppModel:
             return
         del self.ids[length:]
 
-    def decode(self, tokens: Sequence[int], outputs: int, timed: bool = False):
-        """Run `tokens` on top of the cache; a (outputs, n_vocab) float32 array of the last `outputs` rows."""
+    def decode(self, tokens: Sequence[int], outputs: int, timed: bool = False, width: int | None = None):
+        """Run `tokens` on top of the cache; a (outputs, n_vocab) float32 array of the last `outputs` rows.
+
+        `timed` records the step time, and feeds it to the cost model as a round of `width` (1 + drafts: a
+        padded plain step is a round of width 1).
+        """
         import numpy as np
 
         n = len(tokens)
@@ -223,7 +231,10 @@ class LlamaCppModel:
             pointer = self._lib.llama_get_logits(self.ctx.ctx)
             logits = np.ctypeslib.as_array(pointer, shape=(outputs, self.n_vocab)).copy()
         if timed:
-            self.step_times.append(time.perf_counter() - start)
+            elapsed = time.perf_counter() - start
+            self.step_times.append(elapsed)
+            if self.costs is not None:
+                self.costs.observe(width or n, elapsed)
         return logits
 
     def prefill(self, ids: Sequence[int], pad: bool, cancel: threading.Event | None = None) -> int | None:
@@ -289,8 +300,9 @@ class LlamaCppBackend:
         self.model_path = Path(model_path).expanduser()
         self.model_name = model_name
         self.draft = str(draft)
-        self.requested_cache_mode = cache_mode
-        self.requested_draft_cache_mode = draft_cache_mode
+        # "auto" is llama.cpp's own default, an f16 cache.
+        self.requested_cache_mode = resolve_cache_mode(cache_mode, BACKEND_NAME)
+        self.requested_draft_cache_mode = resolve_cache_mode(draft_cache_mode, BACKEND_NAME)
         self.requested_max_context = max_context
         self.threads = threads or physical_cores()
         self.fast_plain = fast_plain
@@ -311,6 +323,8 @@ class LlamaCppBackend:
         self._adds_bos = False
         self._lib = None
         self._lock = threading.Lock()
+        # What n-gram drafts of each match length earned so far, learnt across replies.
+        self.acceptance = AcceptanceModel()
 
     # --- loading -------------------------------------------------------------------------------------------
 
@@ -404,7 +418,32 @@ class LlamaCppBackend:
                     "llama.cpp's single-token and batched kernels differ for this model: plain steps decode "
                     "two positions so that speculation stays exact"
                 )
+        if self.draft_mode == "ngram":
+            report("measuring verify cost", 0.95)
+            self.target.costs = self._calibrate()
         report("ready", 1.0)
+
+    def _calibrate(self) -> VerifyCostModel:
+        """Time rounds of 1..CALIBRATION_WIDTH tokens on a short context: the prior of the cost model."""
+        target = self.target
+        widths = sorted({1, 2, 3, 5, CALIBRATION_WIDTH})
+        filler = [(7 + 13 * i) % max(target.n_vocab - 1, 1) + 1 for i in range(64 + CALIBRATION_WIDTH)]
+        best: dict[int, float] = {}
+        try:
+            target.clear()
+            target.prefill(filler[:64], pad=True)
+            for _ in range(3):
+                for width in widths:
+                    tokens = filler[64 : 64 + width]
+                    if width == 1 and self.pad_plain_steps:
+                        tokens = tokens * 2
+                    start = time.perf_counter()
+                    target.decode(tokens, outputs=len(tokens))
+                    best[width] = min(best.get(width, float("inf")), time.perf_counter() - start)
+                    target.crop(64)
+        finally:
+            target.clear()
+        return VerifyCostModel.from_samples(best, CALIBRATION_WIDTH)
 
     def _kernels_agree(self) -> bool:
         """Do one-token decodes give bit-identical logits to the rows of a batch at the same positions?"""
@@ -530,7 +569,12 @@ class LlamaCppBackend:
         target = self.target
         target.step_times = []
         draft_model = self.draft_state if k_requested and self.draft_mode == "model" else None
-        ngram = NgramDrafter() if k_requested and self.draft_mode == "ngram" else None
+        ngram = (
+            NgramDrafter(costs=target.costs, acceptance=self.acceptance)
+            if k_requested and self.draft_mode == "ngram"
+            else None
+        )
+        round_costs: list[float] = []
         draft_times: list[float] = []
         exact = self.pad_plain_steps
 
@@ -579,7 +623,8 @@ class LlamaCppBackend:
             tokens = [seq[-1], *drafts]
             if exact and len(tokens) == 1:
                 tokens.append(seq[-1])  # throw-away position: keeps the step on the batched kernels
-            logits = target.decode(tokens, outputs=len(tokens), timed=True)
+            logits = target.decode(tokens, outputs=len(tokens), timed=True, width=1 + len(drafts))
+            round_costs.append(self._round_cost(len(drafts), draft_model))
             rows = torch.from_numpy(logits[: len(drafts) + 1])
             samples = choose_tokens(rows, settings, len(reply), seq, drafts, uniforms)
             accepted = count_accepted(drafts, samples)
@@ -632,7 +677,16 @@ class LlamaCppBackend:
             prefill_s=prefill_s,
             draft_step_s=draft_step_s,
             target_step_s=_mean(target.step_times),
+            round_cost=_mean(round_costs) if round_costs and target.costs is not None else None,
         )
+
+    def _round_cost(self, drafted: int, draft_model: LlamaCppModel | None) -> float:
+        """What a round with `drafted` drafts costs in plain steps: its verify pass, plus draft-model steps."""
+        costs = self.target.costs
+        verify = costs.ratio(1 + drafted) if costs is not None else 1.0
+        if draft_model is not None and drafted and draft_model.step_times and self.target.step_times:
+            verify += drafted * _mean(draft_model.step_times) / _mean(self.target.step_times)
+        return verify
 
     def _draft_with_model(self, state: LlamaCppModel, seq: list[int], k: int) -> list[int]:
         """k greedy tokens from the draft model, on its own cache (rolled back to the shared prefix first).
