@@ -124,7 +124,7 @@ def run_llamacpp_bench(
         n_threads_batch=exact.threads,
         type_k=cache_type,
         type_v=cache_type,
-        flash_attn=cache_type != llama_cpp.GGML_TYPE_F16,
+        flash_attn=True,  # as ours on the CPU (and needed by a quantized V cache)
         verbose=False,
     )
     prompts = prompts if prompts is not None else load_prompt_set(prompt_set)
