@@ -188,7 +188,7 @@ def test_generate_json_end_to_end(tmp_path, smol_dir):
         assert key in stats, key
     assert stats["new_tokens"] == len(first["token_ids"])
     assert stats["prompt_tokens"] == len(first["prompt_token_ids"])
-    assert stats["backend"] == "transformers"
+    assert stats["backend"] == engine
     assert stats["preset"] == "qa"  # auto mode routes a factual question to qa
     assert stats["temperature"] == 0.0  # --temperature overrides the preset: greedy, so the answer is stable
     assert stats["draft_mode"] == "ngram"
