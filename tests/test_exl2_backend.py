@@ -476,6 +476,10 @@ def test_any_import_failure_is_unusable_here_in_one_line(tmp_path, monkeypatch, 
     _forget_exllamav2()
     monkeypatch.syspath_prepend(str(package.parent))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # get past the GPU check to the import
+    # Without the llama.cpp bindings (with them, auto runs the embedded model from its GGUF on llama.cpp).
+    from engine.backends import llamacpp
+
+    monkeypatch.setattr(llamacpp, "probe_llamacpp", lambda: (False, "llama-cpp-python is not installed"))
     try:
         with pytest.raises(BackendError) as info:
             import_exllamav2()
@@ -487,7 +491,10 @@ def test_any_import_failure_is_unusable_here_in_one_line(tmp_path, monkeypatch, 
             create_backend(settings_for(smol_dir, "exllamav2"))
         if pytest.importorskip("engine.backends.hf"):
             _, why = create_backend(settings_for(smol_dir, "auto"))
-            assert why == f"auto: exllamav2 unusable ({reason}) -> transformers"
+            assert (
+                why
+                == f"auto: exllamav2 unusable ({reason}); llama-cpp-python is not installed -> transformers"
+            )
     finally:
         _forget_exllamav2()
 

@@ -443,7 +443,7 @@ class LlamaCppBackend:
                     target.crop(64)
         finally:
             target.clear()
-        return VerifyCostModel.from_samples(best, CALIBRATION_WIDTH)
+        return VerifyCostModel.from_samples(best)
 
     def _kernels_agree(self) -> bool:
         """Do one-token decodes give bit-identical logits to the rows of a batch at the same positions?"""
