@@ -31,7 +31,7 @@ ENV_PREFIX = "SPECCHAT_"
 CONFIG_FILE_ENV = "SPECCHAT_CONFIG_FILE"
 
 CacheMode = Literal["auto", "fp16", "q8", "q6", "q4"]
-BackendName = Literal["auto", "exllamav2", "transformers"]
+BackendName = Literal["auto", "exllamav2", "transformers", "llamacpp"]
 
 # The draft setting takes these words or a model folder path.
 DRAFT_KEYWORDS = ("ngram", "none")
@@ -227,6 +227,7 @@ class Settings(BaseSettings):
     preset: str = "auto"  # "auto" (the router picks per message) or a preset name; the caller checks the name
     seed: int | None = None
     device: str = "auto"
+    threads: int | None = Field(None, ge=1)  # llama.cpp CPU threads; None: the physical cores
     keymap: dict[str, str] = Field(default_factory=dict)  # binding id -> key, read by the TUI
     gpu_split: list[float] | None = None  # GB per GPU for exllamav2's manual split
     data_dir: Path | None = None  # None: the platform's user data folder

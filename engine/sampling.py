@@ -17,6 +17,12 @@ if TYPE_CHECKING:  # a leaf module: the settings type only, no import of the bac
     from engine.backends.base import SamplerSettings
 
 
+def reply_uniforms(seed: int, count: int) -> list[float]:
+    """The pre-drawn uniform of each reply position (at least one), from a generator seeded by the request."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.rand(max(1, count), generator=generator, dtype=torch.float64).tolist()
+
+
 def count_accepted(drafts: Sequence[int], samples: Sequence[int]) -> int:
     """Drafts kept: the longest prefix where each draft equals the target's own sample at its position."""
     accepted = 0

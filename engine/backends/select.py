@@ -1,4 +1,5 @@
-"""Backend selection: "auto" takes exllamav2 where it can run (a CUDA GPU, a built extension), else transformers.
+"""Backend selection: "auto" takes exllamav2 where it can run (a CUDA GPU, a built extension), llama.cpp for GGUF
+models (a .gguf file, or the embedded model, whose GGUF is kept) where its bindings import, else transformers.
 
 `create_backend(settings)` returns the backend (not yet loaded) and one line saying which one and why, for the
 loading screen and `specchat doctor`.
@@ -18,6 +19,41 @@ def _model_dir(settings: Any) -> Path:
     from engine.models import ensure_embedded_model
 
     return Path(ensure_embedded_model())
+
+
+def is_gguf_path(path: Path) -> bool:
+    return path.suffix.lower() == ".gguf" or (path.is_dir() and any(path.glob("*.gguf")))
+
+
+def uses_embedded_model(settings: Any) -> bool:
+    if settings.model is None:
+        return True
+    from engine.models import embedded_model_dir
+
+    try:
+        return Path(settings.model).expanduser().resolve() == embedded_model_dir().resolve()
+    except OSError:
+        return False
+
+
+def _llamacpp(settings: Any) -> Backend:
+    from engine.backends.llamacpp import LlamaCppBackend
+
+    if uses_embedded_model(settings):
+        from engine.models import EMBEDDED_MODEL_NAME, ensure_embedded_gguf
+
+        path, name = ensure_embedded_gguf(), EMBEDDED_MODEL_NAME
+    else:
+        path, name = Path(settings.model), None
+    return LlamaCppBackend(
+        path,
+        draft=settings.draft,
+        cache_mode=settings.cache_mode,
+        draft_cache_mode=settings.draft_cache_mode,
+        max_context=settings.max_context,
+        threads=getattr(settings, "threads", None),
+        model_name=name,
+    )
 
 
 def _exllamav2(settings: Any, model_dir: Path) -> Backend:
@@ -51,17 +87,40 @@ def _transformers(settings: Any, model_dir: Path) -> Backend:
 
 
 def create_backend(settings: Any, progress: ProgressCallback | None = None) -> tuple[Backend, str]:
-    """The backend `settings.backend` asks for ("auto", "exllamav2" or "transformers"), and why it was chosen.
+    """The backend `settings.backend` asks for ("auto", "exllamav2", "transformers", "llamacpp"), and why.
 
     `settings` needs: model (Path | None: the embedded model), draft, backend, cache_mode, draft_cache_mode,
-    max_context, gpu_split. BackendError (one line) where exllamav2 is asked for by name and cannot run here.
+    max_context, gpu_split. BackendError (one line) where a backend is asked for by name and cannot run here.
     `progress` hears about the first start's build of exllamav2's CUDA extension, which the probe may trigger.
     """
     from engine.backends.exl2 import probe_exllamav2
+    from engine.backends.llamacpp import probe_llamacpp
 
     choice = settings.backend
-    if choice not in ("auto", "exllamav2", "transformers"):
-        raise BackendError(f"unknown backend {choice!r}: use auto, exllamav2 or transformers")
+    if choice not in ("auto", "exllamav2", "transformers", "llamacpp"):
+        raise BackendError(f"unknown backend {choice!r}: use auto, exllamav2, transformers or llamacpp")
+    gguf = settings.model is not None and is_gguf_path(Path(settings.model))
+    if choice == "llamacpp":
+        usable, reason = probe_llamacpp()
+        if not usable:
+            raise BackendError(
+                f"llama.cpp is unusable here: {reason}; run make install or use --backend auto"
+            )
+        if not gguf and not uses_embedded_model(settings):
+            raise BackendError(
+                f"llama.cpp needs a .gguf model file, and {settings.model} is not one; "
+                "use --backend transformers for a Hugging Face folder"
+            )
+        return _llamacpp(settings), f"llama.cpp: chosen in settings ({reason})"
+    if gguf:
+        if choice != "auto":
+            raise BackendError(
+                f"{settings.model} is a GGUF model: only the llama.cpp backend runs it; use --backend llamacpp"
+            )
+        usable, reason = probe_llamacpp()
+        if not usable:
+            raise BackendError(f"{settings.model} is a GGUF model and needs llama.cpp, but {reason}")
+        return _llamacpp(settings), f"auto: a GGUF model and {reason} -> llama.cpp"
     if choice == "transformers":
         return _transformers(settings, _model_dir(settings)), "transformers: chosen in settings"
     usable, reason = probe_exllamav2(progress)
@@ -71,6 +130,15 @@ def create_backend(settings: Any, progress: ProgressCallback | None = None) -> t
         return _exllamav2(settings, _model_dir(settings)), f"exllamav2: chosen in settings ({reason})"
     if usable:
         return _exllamav2(settings, _model_dir(settings)), f"auto: {reason} -> exllamav2"
+    if uses_embedded_model(settings):
+        llama_usable, llama_reason = probe_llamacpp()
+        if llama_usable:
+            return _llamacpp(settings), (
+                f"auto: exllamav2 unusable ({reason}); embedded model as GGUF and {llama_reason} -> llama.cpp"
+            )
+        return _transformers(settings, _model_dir(settings)), (
+            f"auto: exllamav2 unusable ({reason}); {llama_reason} -> transformers"
+        )
     return _transformers(
         settings, _model_dir(settings)
     ), f"auto: exllamav2 unusable ({reason}) -> transformers"

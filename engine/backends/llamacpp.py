@@ -1,0 +1,714 @@
+"""llama.cpp backend (llama-cpp-python's low-level API): GGUF models on CPUs, Apple silicon, AMD.
+
+The speculative loop is ours, as on the transformers backend: a drafter (n-gram lookup, a GGUF draft model, or
+none) proposes k tokens; one `llama_decode` scores the last token plus the k drafts with logits for every
+position; the shared sampler (`engine.sampling`) picks the target's token at each position with one pre-drawn
+uniform per reply position; the longest agreeing prefix is accepted and the rejected positions are removed
+from llama.cpp's KV cache. A round emits accepted + 1 tokens.
+
+Exactness. Depending on the weight types and the CPU, llama.cpp may compute a batch of one token with other
+kernels than a batch of several (other code paths round differently), so a verify pass could pick another
+argmax than single-token decoding. Speculative output must equal this backend's plain output, so at load a
+probe decodes the same positions one token at a time and as rows of a batch and compares the logits bit for
+bit. Where they agree (the embedded Q4_1 model on x86 does, with flash attention on), plain steps take the
+single-token path, as fast as llama.cpp's own. Where they differ, every plain step goes through the batched
+kernels: the real token plus one throw-away position, logits for both rows (the last layer only runs its
+feed-forward on the rows whose logits are asked for), the throw-away position removed from the cache
+afterwards. `fast_plain=True` skips the probe and always takes the single-token path (for comparison).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import torch
+
+from engine.backends.base import BackendError, GenerationRequest, ProgressCallback, resolve_cache_mode
+from engine.chat_template import END_OF_TURN_CANDIDATES, FALLBACK_TEMPLATE, ChatTemplate, ChatTemplateError
+from engine.compat import VocabView, check_draft_compatible
+from engine.drafting import AcceptanceModel, NgramDrafter, VerifyCostModel
+from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
+from engine.sampling import choose_tokens, count_accepted, reply_uniforms
+
+BACKEND_NAME = "llama.cpp"
+# cache_mode -> llama.cpp K/V cache type name; llama.cpp has no 6-bit cache type, q6 takes q8_0.
+CACHE_TYPE_NAMES = {"fp16": "f16", "q8": "q8_0", "q6": "q8_0", "q4": "q4_0"}
+# Prompt tokens per decode call while prefilling; the cancel event is checked between slices.
+PREFILL_SLICE = 256
+# Widest verify pass timed at load for the n-gram drafter's cost model (later passes refine it).
+CALIBRATION_WIDTH = 9
+
+
+def probe_llamacpp() -> tuple[bool, str]:
+    """(usable, reason): whether the llama.cpp bindings import here."""
+    try:
+        import llama_cpp
+    except Exception as exc:  # ImportError, or OSError from a shared library that does not load
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return False, f"llama-cpp-python is not installed or does not load ({first})"
+    return True, f"llama-cpp-python {getattr(llama_cpp, '__version__', '?')} imports"
+
+
+def physical_cores() -> int:
+    """Physical cores this process may use: llama.cpp's matrix kernels gain nothing from hyper-threads."""
+    try:
+        allowed = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        allowed = os.cpu_count() or 1
+    cores: set[tuple[str, str]] = set()
+    try:
+        physical = core = ""
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if key == "physical id":
+                    physical = value
+                elif key == "core id":
+                    core = value
+                elif not key and core:
+                    cores.add((physical, core))
+                    physical = core = ""
+        if core:
+            cores.add((physical, core))
+    except OSError:
+        pass
+    return max(1, min(allowed, len(cores) or allowed))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _common_prefix(a: Sequence, b: Sequence) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def resolve_gguf(path: str | Path, what: str = "model") -> Path:
+    """A .gguf file, or a folder holding exactly one; BackendError (one line) otherwise."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise BackendError(f"{what} not found: {path}")
+    if path.is_dir():
+        found = sorted(path.glob("*.gguf"))
+        if len(found) != 1:
+            raise BackendError(
+                f"{what} folder {path} holds {len(found)} .gguf files; the llama.cpp backend needs one "
+                "(give the .gguf file itself)"
+            )
+        path = found[0]
+    with path.open("rb") as handle:
+        if handle.read(4) != b"GGUF":
+            raise BackendError(f"{what} {path} is not a GGUF file (no GGUF header)")
+    return path
+
+
+class _GgufTokenizer:
+    """What `engine.compat` needs of a tokenizer, over a llama.cpp vocabulary."""
+
+    def __init__(self, llama_cpp, vocab, size: int) -> None:
+        self._lib = llama_cpp
+        self._vocab = vocab
+        self._size = size
+
+    def __len__(self) -> int:
+        return self._size
+
+    def convert_ids_to_tokens(self, ids: list[int]) -> list[str | None]:
+        get = self._lib.llama_vocab_get_text
+        return [get(self._vocab, i).decode("utf-8", "replace") if 0 <= i < self._size else None for i in ids]
+
+    def convert_tokens_to_ids(self, tokens: str) -> int | None:
+        return None  # the check only needs ids -> strings; special ids come from the vocabulary itself
+
+
+class LlamaCppModel:
+    """One GGUF model with its llama.cpp context (KV cache) and the token ids whose keys/values it holds."""
+
+    def __init__(
+        self, lib, path: Path, n_ctx: int, threads: int, cache_type: int, n_batch: int, gpu_layers: int
+    ) -> None:
+        from llama_cpp import _internals
+
+        self._lib = lib
+        params = lib.llama_model_default_params()
+        params.n_gpu_layers = gpu_layers
+        try:
+            self.model = _internals.LlamaModel(path_model=str(path), params=params, verbose=False)
+        except (ValueError, OSError) as exc:
+            raise BackendError(f"llama.cpp could not load {path}: {_first_line(exc)}") from exc
+        self.n_ctx_train = int(self.model.n_ctx_train())
+        self.n_vocab = int(self.model.n_vocab())
+        ctx_params = lib.llama_context_default_params()
+        ctx_params.n_ctx = n_ctx
+        ctx_params.n_batch = n_batch
+        ctx_params.n_ubatch = n_batch
+        ctx_params.n_seq_max = 1
+        ctx_params.n_threads = threads
+        ctx_params.n_threads_batch = threads
+        ctx_params.type_k = cache_type
+        ctx_params.type_v = cache_type
+        # Flash attention: a quantized V cache needs it, and on the CPU its kernel computes each query row
+        # alike in a batch of one and of many (the plain matrix-product attention does not).
+        if cache_type != lib.GGML_TYPE_F16 or gpu_layers == 0:
+            ctx_params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        try:
+            self.ctx = _internals.LlamaContext(model=self.model, params=ctx_params, verbose=False)
+        except (ValueError, OSError) as exc:
+            self.model.close()
+            raise BackendError(
+                f"llama.cpp could not create a context for {path.name} ({n_ctx} tokens): {_first_line(exc)}; "
+                "lower max_context"
+            ) from exc
+        self.n_batch = n_batch
+        self.batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
+        self.ids: list[int] = []
+        self.step_times: list[float] = []
+        # Round cost by width (1 + drafts), in seconds, for the n-gram drafter; None: not measured.
+        self.costs: VerifyCostModel | None = None
+
+    def clear(self) -> None:
+        self.ctx.kv_cache_clear()
+        self.ids = []
+
+    def crop(self, length: int) -> None:
+        """Forget every cached position from `length` on."""
+        if length >= len(self.ids):
+            return
+        if not self.ctx.kv_cache_seq_rm(0, length, -1):
+            self.clear()  # a model whose memory cannot drop a tail: start over, exact but slower
+            return
+        del self.ids[length:]
+
+    def decode(self, tokens: Sequence[int], outputs: int, timed: bool = False, width: int | None = None):
+        """Run `tokens` on top of the cache; a (outputs, n_vocab) float32 array of the last `outputs` rows.
+
+        `timed` records the step time, and feeds it to the cost model as a round of `width` (1 + drafts: a
+        padded plain step is a round of width 1).
+        """
+        import numpy as np
+
+        n = len(tokens)
+        if n > self.n_batch:
+            raise BackendError(f"internal: a decode of {n} tokens exceeds the batch of {self.n_batch}")
+        start = time.perf_counter()
+        batch = self.batch.batch
+        base = len(self.ids)
+        for i, token in enumerate(tokens):
+            batch.token[i] = token
+            batch.pos[i] = base + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = i >= n - outputs
+        batch.n_tokens = n
+        code = self._lib.llama_decode(self.ctx.ctx, batch)
+        if code != 0:
+            self.clear()  # after a failed decode the cache may hold part of the batch
+            if code == 1:
+                raise BackendError(
+                    "llama.cpp found no room in its KV cache: lower max_new_tokens or the context"
+                )
+            raise BackendError(f"llama.cpp decode failed (code {code})")
+        self.ids.extend(tokens)
+        logits = None
+        if outputs:
+            pointer = self._lib.llama_get_logits(self.ctx.ctx)
+            logits = np.ctypeslib.as_array(pointer, shape=(outputs, self.n_vocab)).copy()
+        if timed:
+            elapsed = time.perf_counter() - start
+            self.step_times.append(elapsed)
+            if self.costs is not None:
+                self.costs.observe(width or n, elapsed)
+        return logits
+
+    def prefill(self, ids: Sequence[int], pad: bool, cancel: threading.Event | None = None) -> int | None:
+        """Bring the cache to exactly `ids`, reusing the longest common prefix; the reused length.
+
+        With `pad`, a one-token slice gets a throw-away second position (removed again), so that every
+        position's keys and values come from the batched kernels. None when `cancel` was set between slices.
+        """
+        reused = _common_prefix(self.ids, ids)
+        self.crop(reused)
+        for start in range(reused, len(ids), PREFILL_SLICE):
+            if cancel is not None and cancel.is_set():
+                return None
+            piece = list(ids[start : start + PREFILL_SLICE])
+            if pad and len(piece) == 1:
+                self.decode([piece[0], piece[0]], outputs=0)
+                self.crop(len(self.ids) - 1)
+            else:
+                self.decode(piece, outputs=0)
+        return reused
+
+    def special_ids(self, end_of_turn_id: int | None) -> dict[str, int | None]:
+        def known(token: int) -> int | None:
+            return token if token is not None and token >= 0 else None
+
+        ids = {"bos": known(self.model.token_bos()), "eos": known(self.model.token_eos())}
+        if end_of_turn_id is not None:
+            ids["end_of_turn"] = end_of_turn_id
+        return ids
+
+    def token_text(self, token: int) -> str | None:
+        if token is None or token < 0 or token >= self.n_vocab:
+            return None
+        return self._lib.llama_vocab_get_text(self.model.vocab, token).decode("utf-8", "replace")
+
+    def single_token_id(self, text: str) -> int | None:
+        ids = self.model.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        return ids[0] if len(ids) == 1 else None
+
+    def close(self) -> None:
+        self.batch.close()
+        self.ctx.close()
+        self.model.close()
+
+
+class LlamaCppBackend:
+    """The llama.cpp engine. Construct, `load()`, then `generate()` one reply at a time."""
+
+    name = BACKEND_NAME
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        draft: str = "ngram",
+        cache_mode: str = "q8",
+        draft_cache_mode: str = "q8",
+        max_context: int | None = None,
+        threads: int | None = None,
+        fast_plain: bool = False,
+        model_name: str | None = None,
+        probe_kernels: bool = True,
+    ) -> None:
+        self.model_path = Path(model_path).expanduser()
+        self.model_name = model_name
+        self.draft = str(draft)
+        # "auto" is llama.cpp's own default, an f16 cache.
+        self.requested_cache_mode = resolve_cache_mode(cache_mode, BACKEND_NAME)
+        self.requested_draft_cache_mode = resolve_cache_mode(draft_cache_mode, BACKEND_NAME)
+        self.requested_max_context = max_context
+        self.threads = threads or physical_cores()
+        self.fast_plain = fast_plain
+        self.probe_kernels = probe_kernels
+        # Whether plain steps (and one-token prefill slices) need the throw-away position; set at load.
+        self.pad_plain_steps = not fast_plain
+        self.draft_mode: DraftMode = (
+            "ngram" if self.draft == "ngram" else "none" if self.draft == "none" else "model"
+        )
+        self.device = "cpu"
+        self.target: LlamaCppModel | None = None
+        self.draft_state: LlamaCppModel | None = None
+        self.template: ChatTemplate | None = None
+        self.stop_token_ids: frozenset[int] = frozenset()
+        self.end_of_turn_id: int | None = None
+        self.max_context = max_context or 0
+        self.notes: list[str] = []
+        self._adds_bos = False
+        self._lib = None
+        self._lock = threading.Lock()
+        # What n-gram drafts of each match length earned so far, learnt across replies.
+        self.acceptance = AcceptanceModel()
+
+    # --- loading -------------------------------------------------------------------------------------------
+
+    @property
+    def info(self) -> BackendInfo:
+        return BackendInfo(
+            backend=self.name,
+            model=self.model_name or self.model_path.stem,
+            device=self.device,
+            cache_mode=self.requested_cache_mode,
+            draft_cache_mode=self.requested_draft_cache_mode,
+            draft_mode=self.draft_mode,
+            draft_model=Path(self.draft).name if self.draft_mode == "model" else None,
+            max_context=self.max_context,
+            notes=tuple(self.notes),
+        )
+
+    def _cache_type(self, mode: str, who: str) -> int:
+        name = CACHE_TYPE_NAMES.get(mode)
+        if name is None:
+            raise BackendError(f"unknown cache mode {mode!r}: use fp16, q8, q6 or q4")
+        if mode == "q6":
+            self.notes.append(f"{who} cache: llama.cpp has no 6-bit cache; using q8_0")
+        return {
+            "f16": self._lib.GGML_TYPE_F16,
+            "q8_0": self._lib.GGML_TYPE_Q8_0,
+            "q4_0": self._lib.GGML_TYPE_Q4_0,
+        }[name]
+
+    def load(self, progress: ProgressCallback | None = None) -> None:
+        report = progress or (lambda stage, fraction: None)
+        usable, reason = probe_llamacpp()
+        if not usable:
+            raise BackendError(f"{reason}; install it (make install) or use --backend transformers")
+        import llama_cpp
+
+        logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL + 1)  # no C++ chatter on the TUI
+        self._lib = llama_cpp
+        path = resolve_gguf(self.model_path, "model")
+        draft_path = resolve_gguf(self.draft, "draft model") if self.draft_mode == "model" else None
+        report("loading model", 0.1)
+        llama_cpp.llama_backend_init()
+        gpu_layers = 0
+        if llama_cpp.llama_supports_gpu_offload():  # Metal, CUDA, ROCm, Vulkan builds
+            gpu_layers, self.device = -1, "gpu"
+        probe = LlamaCppModel(llama_cpp, path, 256, self.threads, llama_cpp.GGML_TYPE_F16, 8, gpu_layers)
+        limit = probe.n_ctx_train or 4096
+        probe.close()
+        if self.requested_max_context and self.requested_max_context > limit:
+            self.notes.append(
+                f"max_context {self.requested_max_context} exceeds the model's {limit}; using {limit}"
+            )
+        self.max_context = min(self.requested_max_context or limit, limit)
+        n_batch = 512
+        self.target = LlamaCppModel(
+            llama_cpp,
+            path,
+            self.max_context,
+            self.threads,
+            self._cache_type(self.requested_cache_mode, "target"),
+            n_batch,
+            gpu_layers,
+        )
+        self.model_path = path
+        self._init_text()
+        if draft_path is not None:
+            report("loading draft model", 0.6)
+            self.draft_state = LlamaCppModel(
+                llama_cpp,
+                draft_path,
+                self.max_context,
+                self.threads,
+                self._cache_type(self.requested_draft_cache_mode, "draft"),
+                n_batch,
+                gpu_layers,
+            )
+            report("checking draft compatibility", 0.8)
+            try:
+                check_draft_compatible(
+                    self._vocab_view(self.target, path), self._vocab_view(self.draft_state, draft_path)
+                )
+            except BackendError:
+                self.close()
+                raise
+        self.notes.append(f"{self.threads} threads")
+        if not self.fast_plain and self.probe_kernels:
+            report("probing kernels", 0.9)
+            self.pad_plain_steps = not self._kernels_agree()
+            if self.pad_plain_steps:
+                self.notes.append(
+                    "llama.cpp's single-token and batched kernels differ for this model: plain steps decode "
+                    "two positions so that speculation stays exact"
+                )
+        if self.draft_mode == "ngram":
+            report("measuring verify cost", 0.95)
+            self.target.costs = self._calibrate()
+        report("ready", 1.0)
+
+    def _calibrate(self) -> VerifyCostModel:
+        """Time rounds of 1..CALIBRATION_WIDTH tokens on a short context: the prior of the cost model."""
+        target = self.target
+        widths = sorted({1, 2, 3, 5, CALIBRATION_WIDTH})
+        filler = [(7 + 13 * i) % max(target.n_vocab - 1, 1) + 1 for i in range(64 + CALIBRATION_WIDTH)]
+        best: dict[int, float] = {}
+        try:
+            target.clear()
+            target.prefill(filler[:64], pad=True)
+            for _ in range(3):
+                for width in widths:
+                    tokens = filler[64 : 64 + width]
+                    if width == 1 and self.pad_plain_steps:
+                        tokens = tokens * 2
+                    start = time.perf_counter()
+                    target.decode(tokens, outputs=len(tokens))
+                    best[width] = min(best.get(width, float("inf")), time.perf_counter() - start)
+                    target.crop(64)
+        finally:
+            target.clear()
+        return VerifyCostModel.from_samples(best)
+
+    def _kernels_agree(self) -> bool:
+        """Do one-token decodes give bit-identical logits to the rows of a batch at the same positions?"""
+        import numpy as np
+
+        target = self.target
+        text = "The quick brown fox jumps over the lazy dog. 1, 2, 3, 4, 5: def f(x): return x * 2 # done"
+        probe = self.encode_text(text)
+        if len(probe) < 24:
+            return False
+        try:
+            for start in (8, len(probe) - 7):
+                target.clear()
+                target.prefill(probe[:start], pad=True)
+                rows = target.decode(probe[start : start + 6], outputs=6)
+                pair = target.decode([probe[start + 6], probe[start + 6]], outputs=2)
+                target.crop(start)
+                for j in range(7):
+                    single = target.decode([probe[start + j]], outputs=1)
+                    expected = rows[j] if j < 6 else pair[0]
+                    if not np.array_equal(single[0], expected):
+                        return False
+        finally:
+            target.clear()
+        return True
+
+    def _vocab_view(self, state: LlamaCppModel, path: Path) -> VocabView:
+        eot = self.template.end_of_turn if self.template else None
+        eot_id = state.single_token_id(eot) if eot else None
+        return VocabView(
+            name=path.name,
+            tokenizer_size=state.n_vocab,
+            special_ids=state.special_ids(eot_id),
+            tokenizer=_GgufTokenizer(self._lib, state.model.vocab, state.n_vocab),
+        )
+
+    def _init_text(self) -> None:
+        target = self.target
+        metadata = target.model.metadata()
+        source = metadata.get("tokenizer.chat_template") or ""
+        if not source:
+            self.notes.append("the GGUF has no chat template; a plain one is used")
+        text = source or FALLBACK_TEMPLATE
+        self.template = ChatTemplate(
+            source=text,
+            bos_token=target.token_text(target.model.token_bos()),
+            eos_token=target.token_text(target.model.token_eos()),
+            end_of_turn=next((c for c in END_OF_TURN_CANDIDATES if c in text), None),
+            from_model=bool(source),
+        )
+        ids = {t for t in (target.model.token_eos(), target.model.token_eot()) if t is not None and t >= 0}
+        for text_token in self.template.stop_strings():
+            token = target.single_token_id(text_token)
+            if token is not None:
+                ids.add(token)
+        self.stop_token_ids = frozenset(ids)
+        eot = self.template.end_of_turn
+        self.end_of_turn_id = target.single_token_id(eot) if eot else None
+        self._adds_bos = bool(target.model.add_bos_token()) and target.model.token_bos() >= 0
+
+    def _require_loaded(self) -> None:
+        if self.target is None or self.template is None:
+            raise BackendError("the model is not loaded yet")
+
+    # --- text ----------------------------------------------------------------------------------------------
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        self._require_loaded()
+        try:
+            text = self.template.render(messages)
+        except ChatTemplateError as exc:
+            raise BackendError(str(exc)) from exc
+        return self.encode_text(text)
+
+    def encode_text(self, text: str) -> list[int]:
+        """Tokenize `text` (special tokens spelled in it are parsed), with a BOS where the model wants one."""
+        self._require_loaded()
+        model = self.target.model
+        ids = model.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        bos = model.token_bos()
+        if self._adds_bos and (not ids or ids[0] != bos):
+            ids.insert(0, bos)
+        return ids
+
+    def decode(self, token_ids: list[int]) -> str:
+        self._require_loaded()
+        return b"".join(self._piece_exact(t) for t in token_ids).decode("utf-8", "replace")
+
+    def _piece_exact(self, token: int) -> bytes:
+        buffer = ctypes.create_string_buffer(64)
+        n = self._lib.llama_token_to_piece(self.target.model.vocab, token, buffer, 64, 0, False)
+        if n < 0:  # a longer piece than the buffer: ask again with the size it needs
+            buffer = ctypes.create_string_buffer(-n)
+            n = self._lib.llama_token_to_piece(self.target.model.vocab, token, buffer, -n, 0, False)
+        return buffer.raw[: max(0, n)]
+
+    # --- generation ----------------------------------------------------------------------------------------
+
+    def generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Chunk | Done]:
+        self._require_loaded()
+        if not self._lock.acquire(blocking=False):
+            raise BackendError("a reply is already being generated")
+        try:
+            yield from self._generate(request, cancel)
+        finally:
+            self._lock.release()
+
+    def _generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Chunk | Done]:
+        prompt = list(request.prompt_ids)
+        if not prompt:
+            raise BackendError("nothing to generate from: the prompt is empty")
+        if len(prompt) >= self.max_context:
+            yield Done("context", prompt_tokens=len(prompt))
+            return
+        settings = request.sampler
+        max_new = max(0, request.max_new_tokens)
+        k_requested = max(0, request.effective_k) if self.draft_mode != "none" else 0
+        # The batch holds the last token, the drafts and (plain steps) one throw-away position.
+        k_requested = min(k_requested, self.target.n_batch - 2)
+        seed = request.seed if request.seed is not None else random.getrandbits(63)
+        uniforms = reply_uniforms(seed, max_new)
+
+        target = self.target
+        target.step_times = []
+        draft_model = self.draft_state if k_requested and self.draft_mode == "model" else None
+        ngram = (
+            NgramDrafter(costs=target.costs, acceptance=self.acceptance)
+            if k_requested and self.draft_mode == "ngram"
+            else None
+        )
+        round_costs: list[float] = []
+        draft_times: list[float] = []
+        exact = self.pad_plain_steps
+
+        # Prefill everything but the last prompt token: it opens the first round, which can then draft too.
+        start = time.perf_counter()
+        cached = target.prefill(prompt[:-1], pad=exact, cancel=cancel)
+        if cached is None:
+            yield Done("cancelled", prompt_tokens=len(prompt), prefill_s=time.perf_counter() - start)
+            return
+        if draft_model is not None:
+            draft_model.step_times = []
+            draft_model.prefill(prompt[:-1], pad=False)
+        if ngram is not None:
+            ngram.reset(prompt)
+        prefill_s = time.perf_counter() - start
+
+        seq = list(prompt)  # prompt + reply; seq[-1] is not in the target's cache yet
+        reply: list[int] = []
+        reply_bytes = bytearray()
+        sent = ""
+        stop: StopReason | None = None
+        stop_ids = self.stop_token_ids
+        while stop is None:
+            if cancel.is_set():
+                stop = "cancelled"
+                break
+            remaining = max_new - len(reply)
+            if remaining <= 0:
+                stop = "max_new_tokens"
+                break
+            room = self.max_context - len(seq)  # positions left; the last token needs one
+            if room <= 0:
+                stop = "context"
+                break
+            # Never draft past the token budget or the context: a round emits at most k + 1 tokens.
+            k = min(k_requested, remaining - 1, room - 1)
+
+            drafts: list[int] = []
+            if k > 0 and ngram is not None:
+                t0 = time.perf_counter()
+                drafts = ngram.propose(k)
+                draft_times.append(time.perf_counter() - t0)
+            elif k > 0 and draft_model is not None:
+                drafts = self._draft_with_model(draft_model, seq, k)
+
+            tokens = [seq[-1], *drafts]
+            if exact and len(tokens) == 1:
+                tokens.append(seq[-1])  # throw-away position: keeps the step on the batched kernels
+            logits = target.decode(tokens, outputs=len(tokens), timed=True, width=1 + len(drafts))
+            round_costs.append(self._round_cost(len(drafts), draft_model))
+            rows = torch.from_numpy(logits[: len(drafts) + 1])
+            samples = choose_tokens(rows, settings, len(reply), seq, drafts, uniforms)
+            accepted = count_accepted(drafts, samples)
+            emitted = [*drafts[:accepted], samples[accepted]]
+            # The cache saw the last token, every draft (and any throw-away); keep it up to the accepted ones.
+            target.crop(len(seq) + accepted)
+            if ngram is not None:
+                ngram.feedback(len(drafts), accepted)
+
+            origins = [True] * accepted + [False]
+            for i, token in enumerate(emitted):
+                if token in stop_ids:
+                    stop = "end_of_turn" if token == self.end_of_turn_id else "eos"
+                    emitted, origins = emitted[:i], origins[:i]
+                    accepted = min(accepted, i)
+                    break
+            if not emitted and not drafts:
+                break
+            reply.extend(emitted)
+            seq.extend(emitted)
+            if ngram is not None:
+                ngram.extend(emitted)
+            for token in emitted:
+                reply_bytes += self._piece_exact(token)
+            if len(reply) >= max_new and stop is None:
+                stop = "max_new_tokens"
+            text = reply_bytes.decode("utf-8", "replace")
+            # A trailing U+FFFD is half a multi-byte character: hold it back until its other bytes arrive.
+            if stop is None and text.endswith("\ufffd"):
+                text = text.rstrip("\ufffd")
+            delta = text[len(sent) :] if text.startswith(sent) else text[_common_prefix(sent, text) :]
+            sent = text
+            yield Chunk(
+                text=delta,
+                token_ids=tuple(emitted),
+                drafted=len(drafts),
+                accepted=accepted,
+                origins=tuple(origins),
+                t=time.perf_counter(),
+                temperature=settings.temperature_at(max(0, len(reply) - 1)),
+            )
+
+        if stop is None:
+            stop = "eos"
+        draft_step_s = _mean(draft_model.step_times if draft_model is not None else draft_times)
+        yield Done(
+            stop_reason=stop,
+            prompt_tokens=len(prompt),
+            cached_tokens=cached,
+            prefill_s=prefill_s,
+            draft_step_s=draft_step_s,
+            target_step_s=_mean(target.step_times),
+            round_cost=_mean(round_costs) if round_costs and target.costs is not None else None,
+        )
+
+    def _round_cost(self, drafted: int, draft_model: LlamaCppModel | None) -> float:
+        """What a round with `drafted` drafts costs in plain steps: its verify pass, plus draft-model steps."""
+        costs = self.target.costs
+        verify = costs.ratio(1 + drafted) if costs is not None else 1.0
+        if draft_model is not None and drafted and draft_model.step_times and self.target.step_times:
+            verify += drafted * _mean(draft_model.step_times) / _mean(self.target.step_times)
+        return verify
+
+    def _draft_with_model(self, state: LlamaCppModel, seq: list[int], k: int) -> list[int]:
+        """k greedy tokens from the draft model, on its own cache (rolled back to the shared prefix first).
+
+        The draft's rounding does not matter (the target verifies), so it takes llama.cpp's fast single-token
+        path for its steps.
+        """
+        state.crop(_common_prefix(state.ids, seq))
+        pending = seq[len(state.ids) :]
+        drafts: list[int] = []
+        vocab = self.target.n_vocab
+        for _ in range(k):
+            logits = state.decode(pending, outputs=1, timed=True)
+            # Ids past the target's vocabulary (a padded draft embedding) are never proposed.
+            token = int(logits[-1, :vocab].argmax())
+            drafts.append(token)
+            pending = [token]
+        return drafts
+
+    def close(self) -> None:
+        for state in (self.draft_state, self.target):
+            if state is not None:
+                state.close()
+        self.target = None
+        self.draft_state = None
