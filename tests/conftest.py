@@ -145,6 +145,28 @@ def isolated_user_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: 
             monkeypatch.delenv(name)
 
 
+# --- drafting that always pays: for tests of the rules a draft exercises ---------------------------------
+
+
+def _free_verify_class():
+    from engine.drafting import VerifyCostModel
+
+    class FreeVerify(VerifyCostModel):
+        """Verification that costs nothing and stays so: the drafter drafts the full K wherever it finds a
+        match (what the rules need to see), whatever the machine's load makes the real passes cost."""
+
+        def __init__(self) -> None:
+            super().__init__({2: 1.0})
+
+        def observe(self, width: int, seconds: float) -> None:
+            pass
+
+    return FreeVerify
+
+
+FreeVerify = _free_verify_class()
+
+
 # --- a tiny model that repeats itself: n-gram drafts get proposed and accepted ------------------------------
 
 # The successor model's cycle: each token's greedy successor is the next one, and the end-of-sequence id (2)

@@ -13,22 +13,10 @@ import pytest
 import torch
 
 from engine.backends.hf import TransformersBackend
-from engine.drafting import VerifyCostModel
-from tests.conftest import COPY_CYCLE
+from tests.conftest import COPY_CYCLE, FreeVerify
 from tests.test_hf_backend import Reply, generate
 
 pytestmark = pytest.mark.slow
-
-
-class FreeVerify(VerifyCostModel):
-    """Verification that costs nothing and stays so: the drafter drafts the full K wherever it finds a match
-    (what the rules need to see), whatever the machine's load makes the real passes cost."""
-
-    def __init__(self) -> None:
-        super().__init__({2: 1.0})
-
-    def observe(self, width: int, seconds: float) -> None:
-        pass
 
 
 def run(backend: TransformersBackend, prompt: list[int], k: int, max_new: int, **sampler) -> Reply:
