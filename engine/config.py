@@ -11,6 +11,7 @@ shared with `engine.presets`, so preset files and the config file read the same 
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 import tomllib
@@ -231,6 +232,9 @@ class Settings(BaseSettings):
     keymap: dict[str, str] = Field(default_factory=dict)  # binding id -> key, read by the TUI
     gpu_split: list[float] | None = None  # GB per GPU for exllamav2's manual split
     data_dir: Path | None = None  # None: the platform's user data folder
+    theme: str | None = (
+        None  # the Textual theme; None: textual-dark. The app writes it when the user picks one
+    )
 
     @field_validator("model", "data_dir", mode="after")
     @classmethod
@@ -293,6 +297,34 @@ def _env_has(field: str) -> bool:
     # pydantic-settings matches environment names case-insensitively by default.
     wanted = env_name(field).upper()
     return any(name.upper() == wanted for name in os.environ)
+
+
+def save_setting(key: str, value: str, path: Path | None = None) -> Path:
+    """Set a top-level string `key = "value"` in the config file, keeping every other line as it is.
+
+    An existing top-level line for `key` is replaced; otherwise the line goes before the first table.
+    Raises ConfigError (one line) when the file cannot be read or written.
+    """
+    path = config_file_path() if path is None else path
+    line = f"{key} = {json.dumps(value)}"
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{display_path(path)}: cannot read ({exc})") from None
+    pattern = re.compile(rf"^\s*{re.escape(key)}\s*=")
+    first_table = next((i for i, text in enumerate(lines) if text.lstrip().startswith("[")), len(lines))
+    for i in range(first_table):
+        if pattern.match(lines[i]):
+            lines[i] = line
+            break
+    else:
+        lines.insert(first_table, line)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{display_path(path)}: cannot write ({exc.strerror or exc})") from None
+    return path
 
 
 def load_settings(**overrides: Any) -> Settings:

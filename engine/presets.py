@@ -125,6 +125,23 @@ def _builtin_values(name: str) -> tuple[dict[str, Any], str]:
     return data, shown
 
 
+def with_overrides(preset: Preset, values: dict[str, Any], shown: str = "settings") -> Preset:
+    """`preset` with some fields changed, checked by the rules of a preset file (a one-line PresetError).
+
+    As for a partial preset file, a new temperature without a ramp start keeps the ramp below it.
+    """
+    data = preset.model_dump()
+    temperature = values.get("temperature")
+    if (
+        "ramp_start" not in values
+        and isinstance(temperature, int | float)
+        and not isinstance(temperature, bool)
+    ):
+        data["ramp_start"] = min(data["ramp_start"], max(float(temperature), 0.0))
+    data.update(values)
+    return _build(data, shown)
+
+
 def load_builtin_presets() -> dict[str, Preset]:
     """The three presets shipped with specchat, in the order code, qa, creative."""
     presets = {}

@@ -30,7 +30,7 @@ from engine.events import (
     ReplyStarted,
 )
 from engine.metrics import Regression
-from engine.presets import Preset, load_presets
+from engine.presets import Preset, PresetError, load_presets, with_overrides
 from engine.reasoning import split_reasoning, thinking_end
 from engine.recording import ChatRecorder
 from engine.router import route
@@ -41,7 +41,7 @@ EventCallback = Callable[[object], None]
 ProgressCallback = Callable[[str, float | None], None]
 
 # Preset fields the command line may override for every message (`--k`, `--temperature`, ...).
-OVERRIDABLE = ("k", "temperature", "max_new_tokens", "drafting", "ramp_tokens")
+OVERRIDABLE = ("k", "temperature", "max_new_tokens", "drafting", "ramp_tokens", "ramp_start", "top_p")
 
 
 def without_reasoning(text: str) -> str:
@@ -195,6 +195,37 @@ class ChatSession(SessionHistory):
             raise SpecchatError(f"cannot override {', '.join(sorted(unknown))}")
         self.overrides = {k: v for k, v in values.items() if v is not None}
 
+    def check_overrides(self, **values: Any) -> None:
+        """Raise SpecchatError (one line) unless `values` make a valid preset of every preset they may apply to."""
+        unknown = set(values) - set(OVERRIDABLE)
+        if unknown:
+            raise SpecchatError(f"cannot override {', '.join(sorted(unknown))}")
+        values = {k: v for k, v in values.items() if v is not None}
+        if self.mode == "auto":
+            bases = [self.presets[n] for n in ("code", "qa", "creative") if n in self.presets]
+        else:
+            bases = [self.presets[self.mode]]
+        for base in bases:
+            try:
+                with_overrides(base, values)
+            except PresetError as exc:
+                raise SpecchatError(str(exc)) from None
+
+    def effective_preset(self, name: str) -> Preset:
+        """Preset `name` as the next reply would use it: with this chat's overrides."""
+        preset = self.presets[name]
+        if not self.overrides:
+            return preset
+        update = dict(self.overrides)
+        if "temperature" in update and "ramp_tokens" not in update:
+            update["ramp_tokens"] = 0  # an explicit temperature means exactly that temperature
+        return preset.model_copy(update=update)
+
+    def set_system_prompt(self, text: str | None) -> None:
+        """The system prompt of this chat's next requests (empty: none)."""
+        text = (text or "").strip() or None
+        self.settings = self.settings.model_copy(update={"system_prompt": text})
+
     def choose_preset(self, text: str) -> tuple[Preset, bool, str]:
         """The preset for a message: (preset, chosen automatically, why)."""
         if self.mode == "auto":
@@ -203,10 +234,7 @@ class ChatSession(SessionHistory):
         else:
             preset, auto, reason = self.presets[self.mode], False, "chosen by hand"
         if self.overrides:
-            update = dict(self.overrides)
-            if "temperature" in update and "ramp_tokens" not in update:
-                update["ramp_tokens"] = 0  # an explicit temperature means exactly that temperature
-            preset = preset.model_copy(update=update)
+            preset = self.effective_preset(preset.name)
         return preset, auto, reason
 
     # --- conversation ----------------------------------------------------------------------------------------

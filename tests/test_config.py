@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -295,3 +296,17 @@ def test_unknown_override_is_reported_as_command_line(config_home: Path) -> None
 
 def test_env_name() -> None:
     assert env_name("cache_mode") == "SPECCHAT_CACHE_MODE"
+
+
+def test_save_setting_replaces_or_adds_the_top_level_line_and_keeps_the_rest(tmp_path):
+    from engine.config import save_setting
+
+    path = tmp_path / "config.toml"
+    path.write_text('# mine\nmax_context = 2048\n\n[keymap]\n"help.show" = "f9"\n', encoding="utf-8")
+    save_setting("theme", "nord", path)
+    assert path.read_text(encoding="utf-8").startswith(
+        '# mine\nmax_context = 2048\n\ntheme = "nord"\n[keymap]'
+    )
+    save_setting("theme", "gruvbox", path)
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    assert data == {"max_context": 2048, "theme": "gruvbox", "keymap": {"help.show": "f9"}}

@@ -23,7 +23,7 @@ from textual.screen import ModalScreen
 from textual.worker import Worker, WorkerState
 
 from engine.backends.base import Backend
-from engine.config import Settings
+from engine.config import ConfigError, Settings, save_setting
 from engine.errors import SpecchatError
 from engine.events import Chunk, ContextTrimmed, ReplyFailed, ReplyFinished, ReplyStarted
 from engine.presets import load_presets
@@ -34,6 +34,7 @@ from tui.screens.error import ErrorScreen
 from tui.screens.help import HelpScreen
 from tui.screens.inspector import InspectorScreen
 from tui.screens.presets import PresetPickerScreen
+from tui.screens.settings import SettingsScreen
 from tui.streaming import ReplyBuffer
 from tui.widgets.chat_log import ChatLog
 from tui.widgets.footer import FittingFooter
@@ -112,6 +113,11 @@ class SpecchatCommands(Provider):
             ("metrics: trend", app.action_show_trend, "acceptance and speed over the last 7 days"),
             ("reply: older variant", lambda: app.action_page_variant(-1), "page regenerated replies"),
             ("reply: newer variant", lambda: app.action_page_variant(1), "page regenerated replies"),
+            (
+                "settings: edit",
+                app.action_show_settings,
+                "system prompt, K, temperature, top_p, ramp, drafting",
+            ),
             ("help: keys", app.action_show_help, "list every key"),
         ]
         return commands
@@ -190,6 +196,7 @@ class SpecchatApp(App[None]):
 
     def on_mount(self) -> None:
         self.set_keymap(dict(self.keymap))
+        self._apply_saved_theme()
         for problem in self.keymap_problems:
             self.notify(problem.message, severity=problem.severity, timeout=12)
         self.query_one(PromptInput).focus()
@@ -505,6 +512,57 @@ class SpecchatApp(App[None]):
                 self.action_use_preset(name)
 
         self.push_screen(PresetPickerScreen(self.session.presets, self.session.mode), chosen)
+
+    # --- settings for this chat (tui/screens/settings.py) and the remembered theme ------------------------------
+
+    def action_show_settings(self) -> None:
+        session = self.session
+        values: dict[str, Any] = dict(session.overrides)
+        if session.mode != "auto":
+            # A preset chosen by hand: show its values (with this chat's overrides) to edit.
+            preset = session.effective_preset(session.mode)
+            values = {
+                f: getattr(preset, f) for f in ("k", "temperature", "top_p", "ramp_tokens", "ramp_start")
+            }
+            values["drafting"] = preset.drafting
+        title = f"Settings for this chat · preset {session.mode}"
+
+        def check(overrides: dict[str, Any]) -> None:
+            session.check_overrides(**overrides)
+
+        def applied(result: dict[str, Any] | None) -> None:
+            if result is None:
+                return
+            overrides = dict(result["overrides"])
+            if session.mode == "auto" and overrides.get("drafting") and "drafting" not in session.overrides:
+                overrides["drafting"] = None  # left on: each routed preset keeps its own drafting
+            session.set_system_prompt(result["system_prompt"])
+            session.set_overrides(**overrides)
+            if self.generating:
+                self.notify("The settings apply from the next reply.", timeout=2)
+            self.refresh_status()
+
+        self.push_screen(SettingsScreen(session.settings.system_prompt, values, check, title), applied)
+
+    def _apply_saved_theme(self) -> None:
+        theme = self.settings.theme
+        if theme:
+            if theme in self.available_themes:
+                self.theme = theme
+            else:
+                self.notify(f"config: theme: unknown theme {theme!r}; using {self.theme}", severity="warning")
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+
+    def _theme_changed(self, theme: Any) -> None:
+        name = getattr(theme, "name", str(theme))
+        if name == self.settings.theme:
+            return
+        try:
+            save_setting("theme", name)
+        except ConfigError as exc:
+            self.notify(str(exc), severity="warning")
+            return
+        self.settings = self.settings.model_copy(update={"theme": name})
 
     def action_show_help(self) -> None:
         self.push_screen(HelpScreen(dict(self.keymap)))

@@ -58,6 +58,7 @@ APP_KEYS: tuple[KeySpec, ...] = (
     KeySpec("prompt.focus", "ctrl+l", "focus_prompt", "prompt", show=False, priority=True),
     KeySpec("chat.new", "ctrl+n", "new_chat", "new chat", show=False, priority=True),
     KeySpec("chat.history", "ctrl+h,f7", "show_history", "history", show=False, priority=True),
+    KeySpec("settings.open", "f12", "show_settings", "settings", show=False, priority=True),
     KeySpec("app.quit", "ctrl+q", "quit", "quit", priority=True),
 )
 

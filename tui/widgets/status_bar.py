@@ -74,9 +74,12 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
     mode = session.mode
     if mode == "auto":
         # The router picks per message: nothing is chosen until one is sent (the last reply's choice is history).
-        preset, k, temperature, drafting = "auto", None, None, True
+        # This chat's settings (F12) still show: they apply to whichever preset the router picks.
+        overrides = getattr(session, "overrides", {})
+        preset, k, temperature = "auto", overrides.get("k"), overrides.get("temperature")
+        drafting = bool(overrides.get("drafting", True)) and overrides.get("k") != 0
     else:
-        chosen = session.presets.get(mode)
+        chosen = session.effective_preset(mode) if mode in session.presets else None
         preset = mode
         k = chosen.k if chosen is not None else None
         temperature = chosen.temperature if chosen is not None else None

@@ -1,0 +1,113 @@
+"""Settings for this chat (issue 9): the F12 dialog and the remembered theme, on the real app under Pilot."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+from textual.widgets import Input, Switch, TextArea
+from tui_helpers import make_app, plain, send, status, wait_ready, wait_until
+
+from engine.backends.scripted import ScriptedBackend
+from engine.config import load_settings
+from tui.app import SpecchatApp
+from tui.screens.settings import SettingsScreen
+
+SIZE = (100, 36)
+
+
+@pytest.fixture(autouse=True)
+def isolated_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("SPECCHAT_CONFIG_FILE", raising=False)
+    monkeypatch.delenv("SPECCHAT_MODEL", raising=False)
+    return tmp_path / "config" / "specchat" / "config.toml"
+
+
+async def open_settings(pilot) -> SettingsScreen:
+    await pilot.press("f12")
+    await wait_until(pilot, lambda: isinstance(pilot.app.screen, SettingsScreen))
+    return pilot.app.screen
+
+
+def fill(screen: SettingsScreen, field: str, value: str) -> None:
+    screen.query_one(f"#settings-{field}", Input).value = value
+
+
+async def test_changed_k_and_temperature_reach_the_next_request_and_the_status_bar():
+    backend = ScriptedBackend(replies=["one", "two"])
+    app = make_app(backend, preset="qa")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "first")
+        assert backend.requests[-1].num_draft_tokens != 7
+        screen = await open_settings(pilot)
+        fill(screen, "k", "7")
+        fill(screen, "temperature", "0.25")
+        fill(screen, "ramp_tokens", "0")
+        fill(screen, "ramp_start", "0")
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: not isinstance(app.screen, SettingsScreen))
+        assert "K 7" in status(app) and "0.25" in status(app)
+        await send(pilot, "second")
+        request = backend.requests[-1]
+        assert request.num_draft_tokens == 7
+        assert request.sampler.temperature == pytest.approx(0.25)
+
+
+async def test_a_bad_value_shows_one_line_and_keeps_the_dialog_and_the_edits():
+    backend = ScriptedBackend(replies=["ok"])
+    app = make_app(backend, preset="qa")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        screen = await open_settings(pilot)
+        screen.query_one("#settings-system-prompt", TextArea).text = "Be brief."
+        fill(screen, "k", "40")
+        fill(screen, "temperature", "0.3")
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.1)
+        assert app.screen is screen
+        error = plain(screen.query_one("#settings-error"))
+        assert "k: must be between 0 and 16 (got 40)" in error and "\n" not in error.strip()
+        assert screen.query_one("#settings-temperature", Input).value == "0.3"
+        assert screen.query_one("#settings-system-prompt", TextArea).text == "Be brief."
+        fill(screen, "k", "abc")
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.1)
+        assert app.screen is screen and "k: must be a whole number" in plain(
+            screen.query_one("#settings-error")
+        )
+        assert app.session.overrides == {}
+
+
+async def test_the_system_prompt_and_drafting_off_reach_the_next_request():
+    backend = ScriptedBackend(replies=["ok"])
+    app = make_app(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        screen = await open_settings(pilot)
+        screen.query_one("#settings-system-prompt", TextArea).text = "You are a pirate."
+        screen.query_one("#settings-drafting", Switch).value = False
+        await pilot.click("#settings-apply")
+        await wait_until(pilot, lambda: not isinstance(app.screen, SettingsScreen))
+        await send(pilot, "hello")
+        request = backend.requests[-1]
+        prompt = backend.decode(list(request.prompt_ids))
+        assert prompt.startswith("<system>\nYou are a pirate.\n<user>\nhello")
+        assert request.effective_k == 0
+
+
+async def test_the_chosen_theme_is_written_to_the_config_and_used_on_the_next_start(isolated_config):
+    app = SpecchatApp(load_settings(), backend=ScriptedBackend())
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        assert app.theme != "nord"
+        app.theme = "nord"  # what the command palette's theme picker does
+        await pilot.pause(0.1)
+    assert tomllib.loads(isolated_config.read_text())["theme"] == "nord"
+    settings = load_settings()
+    assert settings.theme == "nord"
+    again = SpecchatApp(settings, backend=ScriptedBackend())
+    async with again.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        assert again.theme == "nord"

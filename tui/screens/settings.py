@@ -1,0 +1,118 @@
+"""Settings for this chat: the system prompt and the preset's K, temperature, top_p, ramp and drafting.
+
+The values are checked (by `check`, the session's preset rules) before the dialog closes: a bad one shows a
+one-line error in the dialog and every edit stays. An empty number field leaves that value to the preset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static, Switch, TextArea
+
+from engine.errors import SpecchatError
+from tui.widgets.footer import FittingFooter
+
+# (field, label, type) of the number fields, in dialog order.
+NUMBER_FIELDS: tuple[tuple[str, str, type], ...] = (
+    ("k", "K (draft tokens)", int),
+    ("temperature", "temperature", float),
+    ("top_p", "top_p", float),
+    ("ramp_tokens", "ramp tokens", int),
+    ("ramp_start", "ramp start", float),
+)
+
+
+def parse_number(field: str, text: str, kind: type) -> int | float | None:
+    """A number field's value: None when empty; ValueError with a one-line message when it is no number."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return kind(text)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise ValueError(f"{field}: must be {what} (got {text!r})") from None
+
+
+class SettingsScreen(ModalScreen[dict[str, Any] | None]):
+    """Dismisses with {"system_prompt": str, "overrides": {...}} on apply, None on escape."""
+
+    BINDINGS = [
+        Binding("escape", "dismiss(None)", "close", id="settings.close"),
+        Binding("ctrl+s", "apply", "apply", id="settings.apply", priority=True),
+    ]
+
+    def __init__(
+        self,
+        system_prompt: str | None,
+        values: dict[str, Any],
+        check: Callable[[dict[str, Any]], None],
+        title: str = "Settings for this chat",
+    ) -> None:
+        super().__init__()
+        self.system_prompt = system_prompt or ""
+        self.values = values
+        self.check = check  # raises SpecchatError with a one-line message
+        self.title_text = title
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="settings", classes="dialog"):
+            yield Static(Text(self.title_text, style="bold"), classes="title")
+            with VerticalScroll():
+                yield Label("system prompt")
+                yield TextArea(self.system_prompt, id="settings-system-prompt")
+                for field, label, _ in NUMBER_FIELDS:
+                    value = self.values.get(field)
+                    with Horizontal(classes="settings-row"):
+                        yield Label(label)
+                        yield Input(
+                            "" if value is None else str(value),
+                            placeholder="preset's value",
+                            id=f"settings-{field}",
+                        )
+                with Horizontal(classes="settings-row"):
+                    yield Label("drafting")
+                    yield Switch(bool(self.values.get("drafting", True)), id="settings-drafting")
+            yield Static("", id="settings-error")
+            yield Button("Apply", id="settings-apply", variant="primary")
+            yield Static("ctrl+s apply · esc close", classes="hint")
+        yield FittingFooter()
+
+    def on_mount(self) -> None:
+        self.query_one("#settings-error", Static).display = False
+        self.query_one("#settings-system-prompt", TextArea).focus()
+
+    def collect(self) -> dict[str, Any]:
+        """The dialog's values; ValueError (one line) for a field that is not a number."""
+        overrides: dict[str, Any] = {}
+        for field, _, kind in NUMBER_FIELDS:
+            overrides[field] = parse_number(field, self.query_one(f"#settings-{field}", Input).value, kind)
+        overrides["drafting"] = self.query_one("#settings-drafting", Switch).value
+        system_prompt = self.query_one("#settings-system-prompt", TextArea).text
+        return {"system_prompt": system_prompt, "overrides": overrides}
+
+    def show_error(self, message: str) -> None:
+        error = self.query_one("#settings-error", Static)
+        error.update(Text(message.splitlines()[0] if message else "", style="bold red"))
+        error.display = True
+
+    def action_apply(self) -> None:
+        try:
+            result = self.collect()
+            self.check(result["overrides"])
+        except (ValueError, SpecchatError) as exc:
+            self.show_error(str(exc))
+            return
+        self.dismiss(result)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "settings-apply":
+            event.stop()
+            self.action_apply()
