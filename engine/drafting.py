@@ -110,6 +110,17 @@ class VerifyCostModel:
         return dict(sorted(self._ratios.items()))
 
 
+def round_cost(
+    costs: VerifyCostModel | None, drafted: int, draft_step_s: float = 0.0, target_step_s: float = 0.0
+) -> float:
+    """What a round with `drafted` drafts costs in plain steps: its verify pass, plus draft-model steps
+    (`draft_step_s` / `target_step_s`: mean step times, 0 where there is no draft model)."""
+    cost = costs.ratio(1 + drafted) if costs is not None else 1.0
+    if drafted and draft_step_s > 0 and target_step_s > 0:
+        cost += drafted * draft_step_s / target_step_s
+    return cost
+
+
 # --- acceptance estimates ------------------------------------------------------------------------------
 
 

@@ -27,10 +27,10 @@ from engine.backends import hf_kernels
 from engine.backends.base import BackendError, GenerationRequest, ProgressCallback, resolve_cache_mode
 from engine.chat_template import ChatTemplate, ChatTemplateError
 from engine.compat import VocabView, check_draft_compatible, special_token_ids
-from engine.drafting import AcceptanceModel, NgramDrafter, VerifyCostModel
+from engine.drafting import AcceptanceModel, NgramDrafter, VerifyCostModel, round_cost
 from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
 from engine.kv_cache import SpecCache
-from engine.sampling import choose_tokens, count_accepted
+from engine.sampling import choose_tokens, count_accepted, reply_uniforms
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
@@ -466,8 +466,7 @@ class TransformersBackend:
         max_new = max(0, request.max_new_tokens)
         k_requested = max(0, request.effective_k) if self.draft_mode != "none" else 0
         seed = request.seed if request.seed is not None else random.getrandbits(63)
-        generator = torch.Generator().manual_seed(seed)
-        uniforms = torch.rand(max(1, max_new), generator=generator, dtype=torch.float64).tolist()
+        uniforms = reply_uniforms(seed, max_new)
 
         target = self.target
         target.step_times = []
@@ -568,12 +567,8 @@ class TransformersBackend:
         )
 
     def _round_cost(self, drafted: int, draft_model: ModelState | None) -> float:
-        """What a round with `drafted` drafts costs in plain steps: its verify pass, plus draft-model steps."""
-        costs = self.target.costs
-        verify = costs.ratio(1 + drafted) if costs is not None else 1.0
-        if draft_model is not None and drafted and draft_model.step_times and self.target.step_times:
-            verify += drafted * _mean(draft_model.step_times) / _mean(self.target.step_times)
-        return verify
+        draft_s = _mean(draft_model.step_times) if draft_model is not None else 0.0
+        return round_cost(self.target.costs, drafted, draft_s, _mean(self.target.step_times))
 
     def _draft_with_model(self, state: ModelState, seq: list[int], k: int) -> list[int]:
         """k greedy tokens from the draft model, on its own cache (rolled back to the shared prefix first)."""

@@ -33,7 +33,7 @@ import torch
 from engine.backends.base import BackendError, GenerationRequest, ProgressCallback, resolve_cache_mode
 from engine.chat_template import END_OF_TURN_CANDIDATES, FALLBACK_TEMPLATE, ChatTemplate, ChatTemplateError
 from engine.compat import VocabView, check_draft_compatible
-from engine.drafting import AcceptanceModel, NgramDrafter, VerifyCostModel
+from engine.drafting import AcceptanceModel, NgramDrafter, VerifyCostModel, round_cost
 from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
 from engine.sampling import choose_tokens, count_accepted, reply_uniforms
 
@@ -681,12 +681,8 @@ class LlamaCppBackend:
         )
 
     def _round_cost(self, drafted: int, draft_model: LlamaCppModel | None) -> float:
-        """What a round with `drafted` drafts costs in plain steps: its verify pass, plus draft-model steps."""
-        costs = self.target.costs
-        verify = costs.ratio(1 + drafted) if costs is not None else 1.0
-        if draft_model is not None and drafted and draft_model.step_times and self.target.step_times:
-            verify += drafted * _mean(draft_model.step_times) / _mean(self.target.step_times)
-        return verify
+        draft_s = _mean(draft_model.step_times) if draft_model is not None else 0.0
+        return round_cost(self.target.costs, drafted, draft_s, _mean(self.target.step_times))
 
     def _draft_with_model(self, state: LlamaCppModel, seq: list[int], k: int) -> list[int]:
         """k greedy tokens from the draft model, on its own cache (rolled back to the shared prefix first).
