@@ -35,6 +35,9 @@ T = TypeVar("T")
 DB_NAME = "specchat.db"
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 5000
+# SQLite gives up without waiting in some lock races (two processes switching a new file to WAL at once, a
+# reader upgrading to a writer): such "database is locked" errors are retried, with back-off, up to this long.
+LOCKED_RETRY_S = 30.0
 TITLE_CHARS = 60
 
 # Forward migrations: MIGRATIONS[v] turns a version v-1 file into version v. Never edit a released step.
@@ -129,6 +132,27 @@ def title_from(text: str) -> str:
     return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
 
 
+def _is_locked(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and any(
+        phrase in str(exc).lower()
+        for phrase in ("database is locked", "database is busy", "database table is locked")
+    )
+
+
+def _retry_locked(action: Callable[[], T], deadline_s: float = LOCKED_RETRY_S) -> T:
+    """`action()`, run again (with back-off) while another process holds the lock, until `deadline_s`."""
+    deadline = time.monotonic() + deadline_s
+    pause = 0.02
+    while True:
+        try:
+            return action()
+        except sqlite3.OperationalError as exc:
+            if not _is_locked(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+
+
 def _is_corrupt(exc: sqlite3.DatabaseError) -> bool:
     return any(phrase in str(exc).lower() for phrase in _CORRUPT_PHRASES)
 
@@ -175,7 +199,7 @@ class Store:
         notices: list[str] = []
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
-            store = cls._open_file(path, use_fts, notices)
+            store = _retry_locked(lambda: cls._open_file(path, use_fts, notices))
         except (OSError, sqlite3.Error) as exc:
             if isinstance(exc, sqlite3.DatabaseError) and _is_corrupt(exc):
                 raise  # _open_file handles corruption itself; anything left is a bug worth seeing
@@ -337,7 +361,7 @@ class Store:
                 self._fall_back_to_memory(None)
                 return self._transaction(work)
             try:
-                return self._transaction(work)
+                return _retry_locked(lambda: self._transaction(work))
             except (sqlite3.OperationalError, OSError) as exc:
                 if not _is_unwritable(exc) or self.in_memory:
                     raise

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -169,6 +171,41 @@ def test_full_disk_moves_the_store_to_memory(tmp_path: Path):
     assert [m.id for m in store.conversation(chat)] == [user, answer, reply]  # nothing earlier lost
     store.update_message(reply, "y", stop_reason="eos")
     assert store.take_notices() == []  # one message, not one per write
+
+
+def hold_write_lock(path: Path, seconds: float, *, exclusive: bool) -> threading.Thread:
+    """Another connection takes the write lock (EXCLUSIVE on a new file) and keeps it for `seconds`."""
+    taken = threading.Event()
+
+    def hold() -> None:
+        con = sqlite3.connect(path, isolation_level=None)
+        con.execute("BEGIN EXCLUSIVE" if exclusive else "BEGIN IMMEDIATE")
+        if exclusive:
+            con.execute("CREATE TABLE IF NOT EXISTS other (a)")
+        taken.set()
+        time.sleep(seconds)
+        con.execute("COMMIT")
+        con.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    taken.wait()
+    return thread
+
+
+def test_a_lock_held_past_the_busy_timeout_is_waited_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # Another process holding the lock longer than SQLite's own busy wait (or a lock race SQLite does not wait
+    # for at all) must not push the chat into memory: opening and writing retry until the lock is free.
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_MS", 50)
+    thread = hold_write_lock(tmp_path / DB_NAME, 0.6, exclusive=True)
+    store = Store.open(tmp_path)
+    thread.join()
+    assert not store.in_memory and store.take_notices() == []
+    thread = hold_write_lock(tmp_path / DB_NAME, 0.6, exclusive=False)
+    chat, _, _ = make_chat(store)
+    thread.join()
+    assert not store.in_memory and store.take_notices() == []
+    assert raw_rows(tmp_path / DB_NAME, f"SELECT count(*) FROM messages WHERE chat_id = {chat}") == [(2,)]
 
 
 def test_unwritable_folder_keeps_the_chat_in_memory(tmp_path: Path):
