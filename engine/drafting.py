@@ -10,13 +10,20 @@ token is accepted from the match length (longer matches predict better) and what
 did so far (one estimate per length bucket, learnt across replies), and picks the k, 0 included, that maximises
 expected tokens per unit of time: E(k) / r(1 + k), E(k) = 1 + p1 + p1 p2 + ... A draft goes out only where
 that beats a plain step, so a prompt with nothing to look up runs at plain speed.
+
+Adaptive K (`AdaptiveK`, one per preset): the same rule for every drafter. Per draft position it keeps the
+chance that the position is accepted given the ones before it were (a decaying average, seeded from the metrics
+log), and before each round picks the k, 0 included, with the most expected tokens per unit of time, where a
+round costs its verify pass r(1 + k) plus k draft-model steps (`VerifyCostModel.draft_ratio`). While no k pays,
+a short probe draft goes out every `PROBE_INTERVAL` rounds, so a draft that recovers is noticed, but only where
+drafting could pay at all (a draft as slow as the target never does, whatever it accepts).
 Pure python, no torch.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 # Longest draft the cost model considers (a verify pass wider than this is extrapolated, never measured).
@@ -32,6 +39,21 @@ NEXT_TOKEN_PRIOR = 0.78
 PRIOR_WEIGHT = 2.0  # pseudo-observations behind each prior: a few misses outweigh it
 # A draft must beat a plain step by this fraction of its time (noise in the cost estimates).
 MIN_GAIN = 0.03
+# Adaptive K: rounds without drafting between probes, and the probe's draft length (ExLlamaV3's defaults).
+PROBE_INTERVAL = 16
+PROBE_LENGTH = 2
+# Per-position acceptance: the prior chance a position is accepted given the earlier ones were, how many rounds
+# of evidence it counts as (a seed from the metrics log counts as more), and how fast old rounds fade
+# (each round's evidence is multiplied by this: about the last 10 rounds dominate).
+POSITION_PRIOR = 0.7
+POSITION_PRIOR_ROUNDS = 2.0
+SEED_PRIOR_ROUNDS = 4.0
+POSITION_MEMORY = 0.9
+# A round that accepted all of its d drafts says nothing about position d + 1 (censored); it counts as one
+# round of evidence that position d + 1 behaves like position d, so the window can grow again (ExLlamaV3 counts
+# a fully accepted window as one more token accepted, for the same reason).
+CENSORED_WEIGHT = 1.0
+K_MODES = ("fixed", "adaptive")
 
 
 def _bucket(match_length: int) -> int:
@@ -56,12 +78,22 @@ class VerifyCostModel:
     EMA_WEIGHT = 0.1  # for the ratios
     ONE_WEIGHT = 0.3  # for the recent one-token time
 
-    def __init__(self, ratios: dict[int, float] | None = None, one_token_s: float | None = None) -> None:
+    DRAFT_WEIGHT = 0.2  # for the draft-model step time
+
+    def __init__(
+        self,
+        ratios: dict[int, float] | None = None,
+        one_token_s: float | None = None,
+        draft_ratio: float | None = None,
+    ) -> None:
         self._ratios: dict[int, float] = {1: 1.0}
         for width, ratio in (ratios or {}).items():
             if width > 1:
                 self._ratios[width] = min(max(ratio, 1.0), float(width))
         self._one = one_token_s
+        # A draft-model step: measured seconds (EMA), or a given ratio to a plain step (tests, fixed peers).
+        self._draft_s: float | None = None
+        self._fixed_draft_ratio = draft_ratio
 
     @classmethod
     def from_samples(cls, seconds_by_width: dict[int, float]) -> VerifyCostModel:
@@ -72,9 +104,29 @@ class VerifyCostModel:
         return cls({w: s / one for w, s in seconds_by_width.items() if s > 0}, one)
 
     @classmethod
-    def from_ratios(cls, ratios: dict[int, float]) -> VerifyCostModel:
-        """A model from relative costs, e.g. {1: 1.0, 2: 1.1, 6: 1.3} (tests and fixed-cost peers)."""
-        return cls(dict(ratios))
+    def from_ratios(cls, ratios: dict[int, float], draft_ratio: float | None = None) -> VerifyCostModel:
+        """A model from relative costs, e.g. {1: 1.0, 2: 1.1, 6: 1.3} (tests and fixed-cost peers); with
+        `draft_ratio`, a draft-model step costs that many plain steps."""
+        return cls(dict(ratios), draft_ratio=draft_ratio)
+
+    @property
+    def one_token_s(self) -> float | None:
+        return self._one
+
+    def observe_draft(self, seconds: float) -> None:
+        """One draft-model step (a one-token forward of the draft) took `seconds`."""
+        if seconds <= 0:
+            return
+        old = self._draft_s
+        self._draft_s = seconds if old is None else old + self.DRAFT_WEIGHT * (seconds - old)
+
+    def draft_ratio(self) -> float:
+        """A draft-model step in plain target steps (c); 0.0 where no draft model was timed (n-gram: free)."""
+        if self._fixed_draft_ratio is not None:
+            return self._fixed_draft_ratio
+        if self._draft_s is None or not self._one:
+            return 0.0
+        return self._draft_s / self._one
 
     def observe(self, width: int, seconds: float) -> None:
         if width < 1 or seconds <= 0:
@@ -118,6 +170,8 @@ def round_cost(
     cost = costs.ratio(1 + drafted) if costs is not None else 1.0
     if drafted and draft_step_s > 0 and target_step_s > 0:
         cost += drafted * draft_step_s / target_step_s
+    elif drafted and costs is not None:
+        cost += drafted * costs.draft_ratio()
     return cost
 
 
@@ -165,16 +219,121 @@ class AcceptanceModel:
         return total
 
 
-def best_draft_length(
-    acceptance: AcceptanceModel, costs: VerifyCostModel, bucket: int, k_max: int
+def best_length(
+    expected_tokens: Callable[[int], float], costs: VerifyCostModel, k_max: int
 ) -> tuple[int, float]:
-    """The k in 0..k_max with the most expected tokens per unit of time, and that rate relative to plain."""
+    """The k in 0..k_max with the most expected tokens per unit of time, and that rate relative to plain.
+
+    A round of k drafts costs `round_cost(costs, k)`: its verify pass and k draft-model steps (none for n-gram).
+    """
     best_k, best_rate = 0, 1.0
-    for k in range(1, k_max + 1):
-        rate = acceptance.expected_tokens(bucket, k) / costs.ratio(1 + k)
+    for k in range(1, min(k_max, MAX_DRAFT_LENGTH) + 1):
+        rate = expected_tokens(k) / round_cost(costs, k)
         if rate > best_rate:
             best_k, best_rate = k, rate
     return (best_k, best_rate) if best_rate >= 1.0 + MIN_GAIN else (0, 1.0)
+
+
+def best_draft_length(
+    acceptance: AcceptanceModel, costs: VerifyCostModel, bucket: int, k_max: int
+) -> tuple[int, float]:
+    """`best_length` for an n-gram match in `bucket`."""
+    return best_length(lambda k: acceptance.expected_tokens(bucket, k), costs, k_max)
+
+
+def drafting_can_pay(costs: VerifyCostModel | None, k_max: int) -> bool:
+    """Would some k <= k_max pay if every draft were accepted? (Not for a draft as slow as the target.)"""
+    if costs is None:
+        return True
+    return best_length(lambda k: 1.0 + k, costs, k_max)[0] > 0
+
+
+def conditional_from_per_position(per_position: Sequence[float]) -> list[float]:
+    """r_i (rounds with >= i accepted / rounds that drafted >= i) -> q_i, the chance of position i given i-1."""
+    conditional, previous = [], 1.0
+    for rate in per_position:
+        rate = min(max(float(rate), 0.0), 1.0)
+        conditional.append(min(rate / previous, 1.0) if previous > 0 else 0.0)
+        previous = rate
+    return conditional
+
+
+class AdaptiveK:
+    """Adaptive K for one preset: per-position acceptance estimates and the K that pays most, per round.
+
+    Position i's estimate q_i (accepted, given positions 1..i-1 were) is a sum of evidence that fades by
+    `POSITION_MEMORY` per round that tried the position, started from a prior worth a few rounds: the seed from
+    the metrics log (`prior`: per-position rates r_i as the log keeps them) or `POSITION_PRIOR`. Expected tokens
+    of a k-draft round: E(k) = 1 + q_1 + q_1 q_2 + ... + q_1...q_k; the K picked maximises E(k) / round cost.
+    The same object keeps the n-gram drafter's per-match-length model (`ngram`) for this preset.
+    """
+
+    def __init__(self, prior: Sequence[float] = (), probe_interval: int = PROBE_INTERVAL) -> None:
+        seeded = conditional_from_per_position(prior)[:MAX_DRAFT_LENGTH]
+        fill = seeded[-1] if seeded else POSITION_PRIOR
+        start = seeded + [fill] * (MAX_DRAFT_LENGTH - len(seeded))
+        # Positions the log measured count as more evidence than the ones extrapolated past them.
+        weights = [SEED_PRIOR_ROUNDS] * len(seeded) + [POSITION_PRIOR_ROUNDS] * (MAX_DRAFT_LENGTH - len(seeded))
+        self._accepted = [w * q for w, q in zip(weights, start, strict=True)]
+        self._tried = weights
+        self.seeded = bool(seeded)
+        self.probe_interval = probe_interval
+        self.skipped = 0  # rounds in a row that drafted nothing because nothing paid
+        self.probes = 0
+        self.ngram = AcceptanceModel()
+
+    def conditional(self) -> list[float]:
+        return [a / t for a, t in zip(self._accepted, self._tried, strict=True)]
+
+    def per_position(self, k: int | None = None) -> list[float]:
+        """Estimated r_i: the chance that a round accepts at least i drafts, i = 1..k."""
+        rates, chance = [], 1.0
+        for q in self.conditional()[: k or MAX_DRAFT_LENGTH]:
+            chance *= q
+            rates.append(chance)
+        return rates
+
+    def expected_tokens(self, k: int) -> float:
+        return 1.0 + sum(self.per_position(k)) if k > 0 else 1.0
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """Learn from a verified round that drafted `drafted` and accepted the first `accepted` of them."""
+        if drafted <= 0:
+            return
+        drafted = min(drafted, MAX_DRAFT_LENGTH)
+        # Position i was tried if positions 1..i-1 were accepted.
+        for i in range(min(drafted, accepted + 1)):
+            self._accepted[i] = POSITION_MEMORY * self._accepted[i] + (1.0 if i < accepted else 0.0)
+            self._tried[i] = POSITION_MEMORY * self._tried[i] + 1.0
+        if accepted >= drafted and drafted < MAX_DRAFT_LENGTH:
+            q_last = self._accepted[drafted - 1] / self._tried[drafted - 1]
+            self._accepted[drafted] = POSITION_MEMORY * self._accepted[drafted] + CENSORED_WEIGHT * q_last
+            self._tried[drafted] = POSITION_MEMORY * self._tried[drafted] + CENSORED_WEIGHT
+
+    def plan(self, k_max: int, costs: VerifyCostModel | None) -> tuple[int, float]:
+        """The K (0..k_max) with the most expected tokens per unit of time, and that rate; no side effects."""
+        if k_max <= 0:
+            return 0, 1.0
+        return best_length(self.expected_tokens, costs or VerifyCostModel(), k_max)
+
+    def probe_due(self, k_max: int, costs: VerifyCostModel | None, rounds: int = 1) -> bool:
+        """Count `rounds` that drafted nothing; True (and start counting again) when a probe should go out."""
+        if k_max <= 0:
+            return False
+        self.skipped += rounds
+        if self.skipped < self.probe_interval or not drafting_can_pay(costs, k_max):
+            return False
+        self.skipped = 0
+        self.probes += 1
+        return True
+
+    def choose(self, k_max: int, costs: VerifyCostModel | None) -> int:
+        """This round's K: the best-paying one, else 0, else (every `probe_interval` rounds) a short probe."""
+        k, _ = self.plan(k_max, costs)
+        if k > 0:
+            self.skipped = 0
+            return k
+        return min(PROBE_LENGTH, k_max) if self.probe_due(k_max, costs) else 0
 
 
 # --- lookup: an online suffix automaton ----------------------------------------------------------------
@@ -278,10 +437,18 @@ class NgramDrafter:
         costs: VerifyCostModel | None = None,
         acceptance: AcceptanceModel | None = None,
         min_match: int = 1,
+        *,
+        fixed: bool = False,
+        tuner: AdaptiveK | None = None,
     ) -> None:
+        """`fixed`: draft exactly k_max tokens wherever a match is found (no cost model: K as configured).
+        `tuner`: the preset's AdaptiveK, whose probe counter sends a short draft out now and then where the
+        cost model backs off (so a match-length bucket that got a bad name can recover)."""
         self.costs = costs or VerifyCostModel()
-        self.acceptance = acceptance or AcceptanceModel()
+        self.acceptance = acceptance or (tuner.ngram if tuner is not None else AcceptanceModel())
         self.min_match = min_match
+        self.fixed = fixed
+        self.tuner = tuner
         self.index = SuffixIndex()
         self._pending_bucket: int | None = None
         self.last_match_length = 0
@@ -318,7 +485,14 @@ class NgramDrafter:
         if length < self.min_match or end <= 0:
             return []
         bucket = _bucket(length)
-        k, _ = best_draft_length(self.acceptance, self.costs, bucket, min(k_max, MAX_DRAFT_LENGTH))
+        if self.fixed:
+            k = k_max
+        else:
+            k, _ = best_draft_length(self.acceptance, self.costs, bucket, min(k_max, MAX_DRAFT_LENGTH))
+            if k == 0 and self.tuner is not None and self.tuner.probe_due(k_max, self.costs):
+                k = min(PROBE_LENGTH, k_max)
+            elif k > 0 and self.tuner is not None:
+                self.tuner.skipped = 0
         if k == 0:
             return []
         self._pending_bucket = bucket

@@ -29,6 +29,9 @@ class Chunk:
     origins: tuple[bool, ...]
     t: float
     temperature: float = 0.0
+    # The draft length chosen for this round (adaptive K may pick less than the preset's K, 0 included);
+    # None where the backend does not say (a scripted peer).
+    k: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,10 @@ class MessageStats:
     thinking_tokens: int = 0
     thinking_drafted_tokens: int = 0
     thinking_accepted_tokens: int = 0
+    # "fixed" (K drafts every round) or "adaptive" (num_draft_tokens is the ceiling; the K of each round is in
+    # k_per_round, one entry per verification round, where the backend reported it).
+    k_mode: str = "fixed"
+    k_per_round: list[int] = field(default_factory=list)
 
     @property
     def thinking_acceptance_rate(self) -> float | None:
@@ -138,6 +145,7 @@ class ReplyStarted:
     temperature: float
     drafting: bool
     prompt_tokens: int
+    k_mode: str = "fixed"  # "adaptive": num_draft_tokens is the ceiling
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +187,8 @@ class LiveStats:
     temperature: float = 0.0
     ema_acceptance: float | None = None
     recent_round_acceptance: list[float] = field(default_factory=list)
+    # Adaptive K: the draft length of the recent rounds (their median), None until a round reports one.
+    k_now: int | None = None
 
     @property
     def acceptance_rate(self) -> float | None:

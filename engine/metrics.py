@@ -220,6 +220,42 @@ def recent_average(
     return summarize_rows(preset, mine) if mine else None
 
 
+def acceptance_seed(
+    rows: Sequence[dict[str, Any]],
+    preset: str,
+    *,
+    model: str,
+    draft: str,
+    backend: str,
+    count: int = RECENT_REPLIES,
+) -> tuple[float, ...]:
+    """Per-position acceptance r_i of a preset's last `count` drafting replies on this model, draft and backend
+    (each reply weighted by its drafted tokens): where adaptive K starts. Empty when there are none."""
+    mine = [
+        r
+        for r in rows
+        if r.get("preset") == preset
+        and r.get("model") == model
+        and str(r.get("draft") or "") == draft
+        and r.get("backend") == backend
+        and int(r.get("drafted_tokens") or 0) > 0
+        and isinstance(r.get("per_position_acceptance"), list)
+    ][-count:]
+    sums: list[float] = []
+    weights: list[float] = []
+    for row in mine:
+        weight = float(row["drafted_tokens"])
+        for i, rate in enumerate(row["per_position_acceptance"]):
+            if not isinstance(rate, int | float):
+                break
+            if i >= len(sums):
+                sums.append(0.0)
+                weights.append(0.0)
+            sums[i] += weight * min(max(float(rate), 0.0), 1.0)
+            weights[i] += weight
+    return tuple(total / weight for total, weight in zip(sums, weights, strict=True) if weight > 0)
+
+
 # --- regressions -----------------------------------------------------------------------------------------
 
 

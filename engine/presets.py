@@ -14,7 +14,7 @@ import re
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -41,6 +41,9 @@ class Preset(BaseModel):
     name: str
     description: str = ""
     k: int = Field(4, ge=0, le=16)
+    # "adaptive": k is the ceiling and each round drafts the length that pays most (0 included);
+    # "fixed": k drafts every round.
+    k_mode: Literal["fixed", "adaptive"] = "adaptive"
     temperature: float = Field(0.7, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=0)

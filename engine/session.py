@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine import metrics
 from engine.backends.base import Backend, GenerationRequest
 from engine.config import Settings, data_dir, env_name, presets_dir
 from engine.errors import SpecchatError, user_error_types
@@ -41,7 +42,16 @@ EventCallback = Callable[[object], None]
 ProgressCallback = Callable[[str, float | None], None]
 
 # Preset fields the command line may override for every message (`--k`, `--temperature`, ...).
-OVERRIDABLE = ("k", "temperature", "max_new_tokens", "drafting", "ramp_tokens", "ramp_start", "top_p")
+OVERRIDABLE = (
+    "k",
+    "k_mode",
+    "temperature",
+    "max_new_tokens",
+    "drafting",
+    "ramp_tokens",
+    "ramp_start",
+    "top_p",
+)
 
 
 def without_reasoning(text: str) -> str:
@@ -140,6 +150,7 @@ class ChatSession(SessionHistory):
             recorder = ChatRecorder(data_dir(settings))
         self.recorder = recorder
         self.regressions: list[Regression] = []  # from the metrics log; the status bar warns while non-empty
+        self._acceptance_seeds: dict[str, tuple[float, ...]] = {}  # per preset, from the metrics log
 
     # --- setup ---------------------------------------------------------------------------------------------
 
@@ -373,6 +384,11 @@ class ChatSession(SessionHistory):
             num_draft_tokens=preset.k if drafting else 0,
             drafting=drafting,
             seed=self.settings.seed,
+            k_mode=preset.k_mode,
+            tuning_key=preset.name,
+            acceptance_prior=self.acceptance_seed(preset.name)
+            if drafting and preset.k_mode == "adaptive"
+            else (),
         )
         started = ReplyStarted(
             preset=preset.name,
@@ -382,6 +398,7 @@ class ChatSession(SessionHistory):
             temperature=request.sampler.temperature_at(0),
             drafting=drafting,
             prompt_tokens=len(prompt_ids),
+            k_mode=request.k_mode if drafting else "fixed",
         )
         accounting = AcceptanceAccounting(t_start=self.clock())
         accounting.live.temperature = started.temperature
@@ -439,6 +456,7 @@ class ChatSession(SessionHistory):
             model=info.model,
             router_reason=reason if auto else "",
             cache_mode=info.cache_mode,
+            k_mode=request.k_mode if drafting else "fixed",
         )
         stats = with_thinking_counts(stats, reply_text, marks)
         cancelled = done.stop_reason == "cancelled"
@@ -454,6 +472,32 @@ class ChatSession(SessionHistory):
         finished = ReplyFinished(reply_text, tuple(token_ids), tuple(origins), stats, cancelled)
         on_event(finished)
         return finished
+
+    def acceptance_seed(self, preset: str) -> tuple[float, ...]:
+        """Per-position acceptance of the preset's recent logged replies on this model (adaptive K's start)."""
+        if preset not in self._acceptance_seeds:
+            info = self._info
+            rows: list[dict[str, Any]] = []
+            if info is not None:
+                if self.recorder is not None:
+                    rows = self.recorder.recent_metrics()
+                else:
+                    try:
+                        rows = metrics.read(data_dir(self.settings) / metrics.METRICS_NAME)
+                    except OSError:
+                        rows = []
+            self._acceptance_seeds[preset] = (
+                metrics.acceptance_seed(
+                    rows,
+                    preset,
+                    model=info.model,
+                    draft=info.draft_model or info.draft_mode,
+                    backend=info.backend,
+                )
+                if info is not None
+                else ()
+            )
+        return self._acceptance_seeds[preset]
 
     def _failed(
         self,

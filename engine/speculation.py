@@ -23,6 +23,7 @@ from engine.rates import decode_tokens_per_s, time_to_first_token
 
 EMA_WEIGHT = 0.2  # weight of the newest round in the live acceptance EMA
 SPARKLINE_ROUNDS = 32  # rounds kept for the status bar's sparkline
+K_NOW_ROUNDS = 8  # the status bar's current K: the median over this many recent rounds (n-gram K flickers)
 
 
 def solve_alpha(tau: float, k: int, tol: float = 1e-10) -> float:
@@ -79,6 +80,7 @@ class AcceptanceAccounting:
     accepted_at_least: list[int] = field(default_factory=list)
     # The first chunk's tokens arrive with the prefill; decode speed counts the tokens after it.
     first_chunk_tokens: int = 0
+    k_per_round: list[int] = field(default_factory=list)  # Chunk.k of every round that reported one
 
     def add(self, chunk: Chunk) -> None:
         live = self.live
@@ -92,6 +94,10 @@ class AcceptanceAccounting:
         live.drafted += chunk.drafted
         live.accepted += chunk.accepted
         live.temperature = chunk.temperature
+        if chunk.k is not None:
+            self.k_per_round.append(chunk.k)
+            recent = sorted(self.k_per_round[-K_NOW_ROUNDS:])
+            live.k_now = recent[len(recent) // 2]
         if chunk.drafted > 0:
             self.drafting_rounds += 1
             self.drafting_round_tokens += n
@@ -143,6 +149,7 @@ class AcceptanceAccounting:
         model: str,
         router_reason: str = "",
         cache_mode: str = "",
+        k_mode: str = "fixed",
     ) -> MessageStats:
         live = self.live
         alpha, k_eff = self.alpha_and_k()
@@ -186,6 +193,8 @@ class AcceptanceAccounting:
             cost_ratio=c,
             router_reason=router_reason,
             cache_mode=cache_mode,
+            k_mode=k_mode,
+            k_per_round=list(self.k_per_round),
         )
 
 

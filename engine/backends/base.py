@@ -59,6 +59,13 @@ class GenerationRequest:
     num_draft_tokens: int = 0  # K; 0 turns drafting off for this request
     drafting: bool = True
     seed: int | None = None
+    # "fixed": K drafts every round (n-gram: K wherever a match is found). "adaptive": K is the ceiling and the
+    # backend picks each round's (exllamav2: each reply's) K from measured acceptance and cost.
+    k_mode: str = "fixed"
+    # Whose acceptance estimates an adaptive K learns from and adds to (the preset's name), and the
+    # per-position acceptance r_i to start them from (from the metrics log) the first time that key is seen.
+    tuning_key: str = ""
+    acceptance_prior: tuple[float, ...] = ()
 
     @property
     def effective_k(self) -> int:

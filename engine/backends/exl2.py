@@ -48,10 +48,13 @@ from engine.backends.base import (
     SamplerSettings,
 )
 from engine.chat_template import ChatTemplate, ChatTemplateError
+from engine.drafting import PROBE_LENGTH, AdaptiveK, VerifyCostModel
 from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
 
 PAGE_SIZE = 256  # exllamav2's PAGED_PAGE_SIZE: cache lengths must be a multiple of it
 MAX_DRAFT_TOKENS = 16  # the largest K; the generator's max_q_size is K_max + 1 (K drafts + the last token)
+# Adaptive K changes K between replies only, so a probe is a whole reply: rounds at K 0 before the next one.
+PROBE_INTERVAL_ROUNDS = 256
 CACHE_CLASS_NAMES = {
     "fp16": "ExLlamaV2Cache",
     "q8": "ExLlamaV2Cache_Q8",
@@ -109,9 +112,10 @@ class HeldRounds:
     goes on the last Chunk completed with it (or waits for the next one), so the texts still add up exactly.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, k: int | None = None) -> None:
         self.rounds: deque[_Round] = deque()
         self.text = ""  # released, not yet on a Chunk
+        self.k = k  # the reply's K, on every Chunk
 
     def add_round(self, sampled: int, drafted: int, accepted: int, temperature: float) -> None:
         if sampled > 0:  # a round whose only sample was the stop token drafted nothing and emits nothing
@@ -141,12 +145,13 @@ class HeldRounds:
                     origins=round_origins(done.sampled, done.accepted),
                     t=t,
                     temperature=done.temperature,
+                    k=self.k,
                 )
             )
         if chunks:
             last = chunks[-1]
             chunks[-1] = Chunk(last.text + self.text, last.token_ids, last.drafted, last.accepted, last.origins,
-                               last.t, last.temperature)  # fmt: skip
+                               last.t, last.temperature, last.k)  # fmt: skip
             self.text = ""
         return chunks
 
@@ -382,6 +387,8 @@ class _Models:
     draft_forward_s: float
     target_forward_s: float
     device: str
+    # Verify cost by width and the draft step, from the warm-up timings: what adaptive K weighs.
+    costs: VerifyCostModel | None = None
 
 
 # ------------------------------------------------------------------------------------------------ backend
@@ -424,6 +431,7 @@ class ExLlamaV2Backend:
         self._ex: SimpleNamespace | None = None
         self._m: _Models | None = None
         self._template: ChatTemplate | None = None
+        self.tuners: dict[str, AdaptiveK] = {}
 
     # --- protocol -----------------------------------------------------------------------------------
 
@@ -536,7 +544,7 @@ class ExLlamaV2Backend:
             )
             loading = "warm-up"
             report("warming up", None)
-            draft_s, target_s = self._time_forwards(model, draft_model)
+            draft_s, target_s, target_one_s = self._time_forwards(model, draft_model)
         except BackendError:
             raise
         except Exception as exc:
@@ -562,6 +570,7 @@ class ExLlamaV2Backend:
             draft_forward_s=draft_s,
             target_forward_s=target_s,
             device=self._device_name(),
+            costs=self._cost_model(target_one_s, max(self.num_draft_tokens, 1) + 1, target_s, draft_s),
         )
         report("ready", 1.0)
 
@@ -590,7 +599,12 @@ class ExLlamaV2Backend:
         ex = self._ex
         assert ex is not None
         generator = m.generator
-        k = self.set_num_draft_tokens(request.effective_k)
+        adaptive = request.k_mode == "adaptive" and self.draft_mode != "none"
+        tuner = self.tuner(request.tuning_key, request.acceptance_prior)
+        k = request.effective_k
+        if adaptive and k > 0:
+            k = self.adaptive_k(tuner, k, m.costs)
+        k = self.set_num_draft_tokens(k)
 
         prompt_len = len(request.prompt_ids)
         if prompt_len == 0:
@@ -629,7 +643,7 @@ class ExLlamaV2Backend:
         sampled = 0  # reply tokens the job sampled (released or still held by the generator)
         rounds = 0
         seen_accepted = seen_rejected = seen_new = 0
-        held = HeldRounds()
+        held = HeldRounds(k)
         finished = False
         try:
             while True:
@@ -680,6 +694,7 @@ class ExLlamaV2Backend:
                     text = self.decode(ids)
                 for chunk in held.release(ids, text, time.monotonic()):
                     emitted += len(chunk.token_ids)
+                    tuner.record(chunk.drafted, chunk.accepted)
                     yield chunk
                 if overflow and end is None:
                     generator.cancel(job)
@@ -708,6 +723,8 @@ class ExLlamaV2Backend:
                     temperature = sampler.temperature_at(job.new_tokens)
                     job.gen_settings.temperature = temperature
         finally:
+            if adaptive and k == 0 and request.effective_k > 0:
+                tuner.skipped += rounds  # rounds without drafting count towards the next probe
             if not finished and job in generator.active_jobs + generator.pending_jobs:
                 generator.cancel(job)
 
@@ -731,6 +748,36 @@ class ExLlamaV2Backend:
             pass
 
     # --- K between replies --------------------------------------------------------------------------
+
+    def tuner(self, key: str, prior: tuple[float, ...] = ()) -> AdaptiveK:
+        """The adaptive-K state of one tuning key (a preset), started from `prior` the first time."""
+        if key not in self.tuners:
+            self.tuners[key] = AdaptiveK(prior, probe_interval=PROBE_INTERVAL_ROUNDS)
+        return self.tuners[key]
+
+    @staticmethod
+    def adaptive_k(tuner: AdaptiveK, k_max: int, costs: VerifyCostModel | None) -> int:
+        """The next reply's K: the one that pays most; 0 where none does, except for a short probe reply once
+        `PROBE_INTERVAL_ROUNDS` rounds went by without drafting (the generator's K is fixed within a job)."""
+        k, _ = tuner.plan(k_max, costs)
+        if k > 0:
+            tuner.skipped = 0
+            return k
+        return min(PROBE_LENGTH, k_max) if tuner.probe_due(k_max, costs, rounds=0) else 0
+
+    @staticmethod
+    def _cost_model(one_s: float, width: int, verify_s: float, draft_s: float) -> VerifyCostModel | None:
+        """Verify cost by width from the warm-up (one token, `width` tokens) and the draft step; None where
+        the warm-up timed nothing."""
+        if one_s <= 0:
+            return None
+        samples = {1: one_s}
+        if verify_s > 0:
+            samples[width] = verify_s
+        costs = VerifyCostModel.from_samples(samples)
+        if draft_s > 0:
+            costs.observe_draft(draft_s)
+        return costs
 
     def set_num_draft_tokens(self, k: int) -> int:
         """Make the next reply draft `k` tokens per round (0: no drafting), keeping generator and caches.
@@ -783,10 +830,11 @@ class ExLlamaV2Backend:
         _fix_rope_theta(config, folder)
         return config
 
-    def _time_forwards(self, model: Any, draft_model: Any | None) -> tuple[float, float]:
-        """Median wall time of one draft step (1 token) and one target verification (K_max + 1 tokens).
+    def _time_forwards(self, model: Any, draft_model: Any | None) -> tuple[float, float, float]:
+        """Median wall time of one draft step (1 token), one target verification (K_max + 1 tokens) and one
+        plain target step (1 token).
 
-        Only their ratio is used (the cost ratio c); failures leave 0.0, which reads as "not measured".
+        Ratios are used (the cost ratio c, the verify cost curve); failures leave 0.0, "not measured".
         """
         import torch
 
@@ -806,13 +854,14 @@ class ExLlamaV2Backend:
 
         try:
             target_s = timed(model, max(self.num_draft_tokens, 1) + 1)
+            target_one_s = timed(model, 1)
             draft_s = timed(draft_model, 1) if draft_model is not None else 0.0
         except Exception as exc:  # timing is advisory; never fail a load over it
             if _is_oom(exc):
                 raise
             self.notes.append(f"draft/target timing unavailable ({type(exc).__name__})")
-            return 0.0, 0.0
-        return draft_s, target_s
+            return 0.0, 0.0, 0.0
+        return draft_s, target_s, target_one_s
 
     def _done(
         self,

@@ -27,7 +27,7 @@ from engine.backends import hf_kernels
 from engine.backends.base import BackendError, GenerationRequest, ProgressCallback, resolve_cache_mode
 from engine.chat_template import ChatTemplate, ChatTemplateError
 from engine.compat import VocabView, check_draft_compatible, special_token_ids
-from engine.drafting import AcceptanceModel, NgramDrafter, VerifyCostModel, round_cost
+from engine.drafting import AdaptiveK, NgramDrafter, VerifyCostModel, round_cost
 from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
 from engine.kv_cache import SpecCache
 from engine.sampling import choose_tokens, count_accepted, reply_uniforms
@@ -163,6 +163,21 @@ class ModelState:
         return reused
 
     @torch.inference_mode()
+    def calibrate_step(self, costs: VerifyCostModel, vocab_size: int) -> None:
+        """Time this (draft) model's one-token step on a short context, best of a few, into `costs`."""
+        filler = [(7 + 13 * i) % max(vocab_size - 1, 1) + 1 for i in range(65)]
+        self.new_cache()
+        self.forward(filler[:64], keep=1)
+        best = float("inf")
+        for _ in range(4):
+            start = time.perf_counter()
+            self.forward(filler[64:65], keep=1)
+            best = min(best, time.perf_counter() - start)
+            self.crop(64)
+        self.new_cache()
+        costs.observe_draft(best)
+
+    @torch.inference_mode()
     def calibrate(self, max_width: int, vocab_size: int) -> VerifyCostModel:
         """Time forward passes of 1..max_width tokens on a short context: the prior of the cost model."""
         widths = sorted({1, 2, max(2, max_width // 2), max_width})
@@ -280,8 +295,9 @@ class TransformersBackend:
         self.max_context = max_context or 0
         self.vocab_size = 0
         self.notes: list[str] = []
-        # What n-gram drafts of each match length achieved on this model: learnt across replies.
-        self.acceptance = AcceptanceModel()
+        # Per tuning key (preset): acceptance by draft position and, for n-gram drafts, by match length;
+        # learnt across replies, so the second reply of a kind starts informed.
+        self.tuners: dict[str, AdaptiveK] = {}
         self._adds_bos = False
         self._lock = threading.Lock()
 
@@ -351,9 +367,11 @@ class TransformersBackend:
             )
         self.max_context = min(self.requested_max_context or limit, limit)
         self._init_stop_tokens()
-        if self.draft_mode == "ngram":
+        if self.draft_mode in ("ngram", "model"):
             report("measuring verify cost", 0.9)
             self.target.costs = self.target.calibrate(CALIBRATION_WIDTH, self.vocab_size)
+            if self.draft_state is not None:
+                self.draft_state.calibrate_step(self.target.costs, self.vocab_size)
         probe = self.tokenizer.encode("a")
         bos = self.tokenizer.bos_token_id
         self._adds_bos = bos is not None and bool(probe) and probe[0] == bos
@@ -470,9 +488,11 @@ class TransformersBackend:
 
         target = self.target
         target.step_times = []
+        adaptive = request.k_mode == "adaptive"
+        tuner = self.tuner(request.tuning_key, request.acceptance_prior)
         draft_model = self.draft_state if k_requested and self.draft_mode == "model" else None
         ngram = (
-            NgramDrafter(costs=target.costs, acceptance=self.acceptance)
+            NgramDrafter(costs=target.costs, fixed=not adaptive, tuner=tuner)
             if k_requested and self.draft_mode == "ngram"
             else None
         )
@@ -508,6 +528,8 @@ class TransformersBackend:
                 break
             # Never draft past the token budget or the context: a round emits at most k + 1 tokens.
             k = min(k_requested, remaining - 1, room - 1)
+            if k > 0 and adaptive and draft_model is not None:
+                k = tuner.choose(k, target.costs)
 
             drafts: list[int] = []
             if k > 0 and ngram is not None:
@@ -526,6 +548,7 @@ class TransformersBackend:
             target.crop(len(seq) + accepted)
             if ngram is not None:
                 ngram.feedback(len(drafts), accepted)
+            tuner.record(len(drafts), accepted)
 
             origins = [True] * accepted + [False]
             for i, token in enumerate(emitted):
@@ -551,6 +574,7 @@ class TransformersBackend:
                 origins=tuple(origins),
                 t=time.perf_counter(),
                 temperature=settings.temperature_at(max(0, len(reply) - 1)),
+                k=len(drafts),
             )
 
         if stop is None:
@@ -566,17 +590,28 @@ class TransformersBackend:
             round_cost=_mean(round_costs) if round_costs and target.costs is not None else None,
         )
 
+    def tuner(self, key: str, prior: Sequence[float] = ()) -> AdaptiveK:
+        """The adaptive-K state of one tuning key (a preset), started from `prior` the first time."""
+        if key not in self.tuners:
+            self.tuners[key] = AdaptiveK(prior)
+        return self.tuners[key]
+
     def _round_cost(self, drafted: int, draft_model: ModelState | None) -> float:
+        if self.target.costs is not None:
+            return round_cost(self.target.costs, drafted)  # its draft step: measured at load and per step
         draft_s = _mean(draft_model.step_times) if draft_model is not None else 0.0
-        return round_cost(self.target.costs, drafted, draft_s, _mean(self.target.step_times))
+        return round_cost(None, drafted, draft_s, _mean(self.target.step_times))
 
     def _draft_with_model(self, state: ModelState, seq: list[int], k: int) -> list[int]:
         """k greedy tokens from the draft model, on its own cache (rolled back to the shared prefix first)."""
         state.crop(_common_prefix(state.ids, seq))
         pending = seq[len(state.ids) :]
         drafts: list[int] = []
+        costs = self.target.costs
         for _ in range(k):
             logits = state.forward(pending, keep=1, timed=True)
+            if costs is not None and len(pending) == 1:
+                costs.observe_draft(state.step_times[-1])
             # Ids past the target's vocabulary (a padded draft embedding) are never proposed.
             token = int(logits[-1, : self.vocab_size].argmax())
             drafts.append(token)

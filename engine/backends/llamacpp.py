@@ -33,7 +33,7 @@ import torch
 from engine.backends.base import BackendError, GenerationRequest, ProgressCallback, resolve_cache_mode
 from engine.chat_template import END_OF_TURN_CANDIDATES, FALLBACK_TEMPLATE, ChatTemplate, ChatTemplateError
 from engine.compat import VocabView, check_draft_compatible
-from engine.drafting import AcceptanceModel, NgramDrafter, VerifyCostModel, round_cost
+from engine.drafting import AdaptiveK, NgramDrafter, VerifyCostModel, round_cost
 from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
 from engine.sampling import choose_tokens, count_accepted, reply_uniforms
 
@@ -323,8 +323,9 @@ class LlamaCppBackend:
         self._adds_bos = False
         self._lib = None
         self._lock = threading.Lock()
-        # What n-gram drafts of each match length earned so far, learnt across replies.
-        self.acceptance = AcceptanceModel()
+        # Per tuning key (preset): acceptance by draft position and, for n-gram drafts, by match length;
+        # learnt across replies.
+        self.tuners: dict[str, AdaptiveK] = {}
 
     # --- loading -------------------------------------------------------------------------------------------
 
@@ -418,9 +419,11 @@ class LlamaCppBackend:
                     "llama.cpp's single-token and batched kernels differ for this model: plain steps decode "
                     "two positions so that speculation stays exact"
                 )
-        if self.draft_mode == "ngram":
+        if self.draft_mode in ("ngram", "model"):
             report("measuring verify cost", 0.95)
             self.target.costs = self._calibrate()
+            if self.draft_state is not None:
+                self._calibrate_draft(self.target.costs)
         report("ready", 1.0)
 
     def _calibrate(self) -> VerifyCostModel:
@@ -444,6 +447,29 @@ class LlamaCppBackend:
         finally:
             target.clear()
         return VerifyCostModel.from_samples(best)
+
+    def _calibrate_draft(self, costs: VerifyCostModel) -> None:
+        """Time the draft model's one-token step on a short context (best of a few) into `costs`."""
+        draft = self.draft_state
+        filler = [(7 + 13 * i) % max(draft.n_vocab - 1, 1) + 1 for i in range(65)]
+        best = float("inf")
+        try:
+            draft.clear()
+            draft.prefill(filler[:64], pad=False)
+            for _ in range(4):
+                start = time.perf_counter()
+                draft.decode(filler[64:65], outputs=1)
+                best = min(best, time.perf_counter() - start)
+                draft.crop(64)
+        finally:
+            draft.clear()
+        costs.observe_draft(best)
+
+    def tuner(self, key: str, prior: Sequence[float] = ()) -> AdaptiveK:
+        """The adaptive-K state of one tuning key (a preset), started from `prior` the first time."""
+        if key not in self.tuners:
+            self.tuners[key] = AdaptiveK(prior)
+        return self.tuners[key]
 
     def _kernels_agree(self) -> bool:
         """Do one-token decodes give bit-identical logits to the rows of a batch at the same positions?"""
@@ -568,9 +594,11 @@ class LlamaCppBackend:
 
         target = self.target
         target.step_times = []
+        adaptive = request.k_mode == "adaptive"
+        tuner = self.tuner(request.tuning_key, request.acceptance_prior)
         draft_model = self.draft_state if k_requested and self.draft_mode == "model" else None
         ngram = (
-            NgramDrafter(costs=target.costs, acceptance=self.acceptance)
+            NgramDrafter(costs=target.costs, fixed=not adaptive, tuner=tuner)
             if k_requested and self.draft_mode == "ngram"
             else None
         )
@@ -611,6 +639,8 @@ class LlamaCppBackend:
                 break
             # Never draft past the token budget or the context: a round emits at most k + 1 tokens.
             k = min(k_requested, remaining - 1, room - 1)
+            if k > 0 and adaptive and draft_model is not None:
+                k = tuner.choose(k, target.costs)
 
             drafts: list[int] = []
             if k > 0 and ngram is not None:
@@ -633,6 +663,7 @@ class LlamaCppBackend:
             target.crop(len(seq) + accepted)
             if ngram is not None:
                 ngram.feedback(len(drafts), accepted)
+            tuner.record(len(drafts), accepted)
 
             origins = [True] * accepted + [False]
             for i, token in enumerate(emitted):
@@ -665,6 +696,7 @@ class LlamaCppBackend:
                 origins=tuple(origins),
                 t=time.perf_counter(),
                 temperature=settings.temperature_at(max(0, len(reply) - 1)),
+                k=len(drafts),
             )
 
         if stop is None:
@@ -681,8 +713,10 @@ class LlamaCppBackend:
         )
 
     def _round_cost(self, drafted: int, draft_model: LlamaCppModel | None) -> float:
+        if self.target.costs is not None:
+            return round_cost(self.target.costs, drafted)  # its draft step: measured at load and per step
         draft_s = _mean(draft_model.step_times) if draft_model is not None else 0.0
-        return round_cost(self.target.costs, drafted, draft_s, _mean(self.target.step_times))
+        return round_cost(None, drafted, draft_s, _mean(self.target.step_times))
 
     def _draft_with_model(self, state: LlamaCppModel, seq: list[int], k: int) -> list[int]:
         """k greedy tokens from the draft model, on its own cache (rolled back to the shared prefix first).
@@ -694,8 +728,11 @@ class LlamaCppBackend:
         pending = seq[len(state.ids) :]
         drafts: list[int] = []
         vocab = self.target.n_vocab
+        costs = self.target.costs
         for _ in range(k):
             logits = state.decode(pending, outputs=1, timed=True)
+            if costs is not None and len(pending) == 1:
+                costs.observe_draft(state.step_times[-1])
             # Ids past the target's vocabulary (a padded draft embedding) are never proposed.
             token = int(logits[-1, :vocab].argmax())
             drafts.append(token)

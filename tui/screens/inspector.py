@@ -15,6 +15,28 @@ from engine.events import MessageStats
 from tui.formatting import bar, number, percent, preset_label, seconds
 from tui.widgets.footer import FittingFooter
 
+K_RUNS_SHOWN = 16
+
+
+def k_runs(k_per_round: list[int], limit: int = K_RUNS_SHOWN) -> str:
+    """The K of each round, runs collapsed: `5×12 3×4 0×30 2 0×16`; the tail past `limit` runs as `… (+n)`."""
+    runs: list[list[int]] = []
+    for k in k_per_round:
+        if runs and runs[-1][0] == k:
+            runs[-1][1] += 1
+        else:
+            runs.append([k, 1])
+    parts = [f"{k}×{n}" if n > 1 else str(k) for k, n in runs[:limit]]
+    if len(runs) > limit:
+        parts.append(f"… (+{len(runs) - limit} runs)")
+    return " ".join(parts)
+
+
+def drafting_line(stats: MessageStats) -> str:
+    if stats.k_mode == "adaptive":
+        return f"{stats.draft_mode}  K adaptive, up to {stats.num_draft_tokens}"
+    return f"{stats.draft_mode}  K {stats.num_draft_tokens}"
+
 
 def stats_table(stats: MessageStats, cancelled: bool = False) -> Table:
     table = Table.grid(padding=(0, 2))
@@ -25,7 +47,7 @@ def stats_table(stats: MessageStats, cancelled: bool = False) -> Table:
         ("router", stats.router_reason or "chosen by hand"),
         ("model", stats.model),
         ("backend", f"{stats.backend}  cache {stats.cache_mode or '–'}"),
-        ("drafting", f"{stats.draft_mode}  K {stats.num_draft_tokens}"),
+        ("drafting", drafting_line(stats)),
         ("temperature", f"{stats.temperature:.2f}"),
         ("prompt tokens", f"{stats.prompt_tokens}  (cached {stats.cached_tokens})"),
         ("new tokens", str(stats.new_tokens)),
@@ -42,6 +64,9 @@ def stats_table(stats: MessageStats, cancelled: bool = False) -> Table:
         ("total", seconds(stats.total_s)),
         ("stopped by", stats.stop_reason + ("  (cancelled by you)" if cancelled else "")),
     ]
+    if stats.k_per_round:
+        at = rows.index(("drafting", drafting_line(stats))) + 1
+        rows.insert(at, ("K per round", k_runs(stats.k_per_round)))
     if stats.thinking_tokens:
         at = rows.index(("new tokens", str(stats.new_tokens))) + 1
         rows[at:at] = [

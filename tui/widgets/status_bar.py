@@ -23,6 +23,7 @@ class StatusFigures:
     message: str = ""  # loading stage / failure text
     preset: str = ""
     k: int | None = None
+    k_now: int | None = None  # adaptive K's current draft length, where it moved away from k
     drafting: bool = True
     temperature: float | None = None
     acceptance: float | None = None
@@ -59,6 +60,7 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
             state="streaming",
             preset=preset_label(active.preset, active.auto),
             k=active.num_draft_tokens,
+            k_now=live.k_now if active.k_mode == "adaptive" else None,
             drafting=active.drafting and active.num_draft_tokens > 0,
             temperature=live.temperature if live.new_tokens else active.temperature,
             acceptance=live.acceptance_rate,
@@ -84,6 +86,10 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
         k = chosen.k if chosen is not None else None
         temperature = chosen.temperature if chosen is not None else None
         drafting = bool(chosen.drafting and chosen.k > 0) if chosen is not None else True
+    k_now = None
+    if last is not None and last.k_mode == "adaptive" and last.preset == preset and last.k_per_round:
+        recent = sorted(last.k_per_round[-8:])  # as the live figure: the median of the last rounds
+        k_now = recent[len(recent) // 2]
     measured = None
     if last is not None:
         # Drafting on but nothing drafted (n-gram back-off) shows "accept –", not "draft off".
@@ -92,6 +98,7 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
         state="idle",
         preset=preset,
         k=k,
+        k_now=k_now,
         drafting=drafting,
         temperature=temperature,
         acceptance=last.acceptance_rate if last is not None else None,
@@ -138,6 +145,8 @@ def status_fields(fig: StatusFigures) -> list[tuple[str, list[Any]]]:
     """(name, Text.assemble parts) per field of a ready bar, in display order."""
     fields: list[tuple[str, list[Any]]] = []
     k_text = "off" if not fig.drafting else "–" if fig.k is None else str(fig.k)
+    if fig.drafting and fig.k is not None and fig.k_now is not None and fig.k_now != fig.k:
+        k_text = f"{fig.k}→{fig.k_now}"  # adaptive K moved away from the preset's ceiling
     fields.append(("k", [("K ", "dim"), k_text]))
     fields.append(("temperature", [("T ", "dim"), number(fig.temperature, 2)]))
     if fig.measured_drafting is False:

@@ -1,0 +1,350 @@
+"""Adaptive K: the rule (pure), and the transformers backend on draft pairs whose behaviour is known.
+
+Draft pairs (tests/conftest.py models): the target as its own draft (everything accepted, but a draft step costs
+a target step), a random tiny draft for a different random target (nothing accepted), the copy model as the
+draft of the copy model (everything accepted, made cheap by the cost model). The cost of a run is counted, not
+timed: every forward pass is recorded with its width and priced by a fixed cost curve (the one the backend is
+given), so the figures do not depend on the machine's load.
+
+Mutations tried (each turned the named test red, then was reverted):
+- `best_length` without the draft-step term (round_cost ignores draft_ratio): own-draft test (cost 1.13x plain).
+- `AdaptiveK.record` not learning (return at once): random-draft tests (K stays at the ceiling).
+- `AdaptiveK.probe_due` never true: the probe tests (the recovered draft stays off).
+- `drafting_can_pay` always true: the own-draft test (a probe every 16 rounds costs 1.09x plain) and
+  `test_no_probe_where_drafting_cannot_pay`.
+- the censored-window update removed: `test_a_fully_accepted_window_lets_k_grow` (K stuck below the ceiling).
+- `NgramDrafter` fixed mode using the cost model: `test_fixed_ngram_drafts_k_wherever_a_match_is_found`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from engine import metrics
+from engine.backends.base import GenerationRequest, SamplerSettings
+from engine.backends.hf import TransformersBackend
+from engine.drafting import (
+    MAX_DRAFT_LENGTH,
+    PROBE_INTERVAL,
+    PROBE_LENGTH,
+    AdaptiveK,
+    NgramDrafter,
+    VerifyCostModel,
+    conditional_from_per_position,
+    drafting_can_pay,
+)
+from engine.events import Chunk, Done
+from tests.conftest import TOKENIZER_FILE_NAMES, build_successor_llama, build_tiny_llama
+
+# A CPU-like verify curve: each extra token in a pass costs 15% of a plain step (SmolLM2 on 2 cores: 10-20%).
+CPU_CURVE = {w: 1.0 + 0.15 * (w - 1) for w in range(1, MAX_DRAFT_LENGTH + 2)}
+# A GPU-like one: extra tokens in a pass are nearly free.
+FLAT_CURVE = {w: 1.0 + 0.02 * (w - 1) for w in range(1, MAX_DRAFT_LENGTH + 2)}
+
+
+class FrozenCosts(VerifyCostModel):
+    """A cost model that stays as given, whatever the passes really take (the test machine is shared)."""
+
+    def __init__(self, curve: dict[int, float], draft_ratio: float) -> None:
+        super().__init__(curve, draft_ratio=draft_ratio)
+
+    def observe(self, width: int, seconds: float) -> None:
+        pass
+
+    def observe_draft(self, seconds: float) -> None:
+        pass
+
+
+# --- the rule, pure ----------------------------------------------------------------------------------------
+
+
+def run_rounds(tuner: AdaptiveK, costs: VerifyCostModel, k_max: int, accepts, rounds: int) -> list[int]:
+    """K chosen per round, where a round of k drafts accepts `accepts(round, k)` of them."""
+    chosen = []
+    for r in range(rounds):
+        k = tuner.choose(k_max, costs)
+        chosen.append(k)
+        if k:
+            tuner.record(k, min(accepts(r, k), k))
+    return chosen
+
+
+def test_a_useless_cheap_draft_is_off_within_16_rounds():
+    chosen = run_rounds(AdaptiveK(), FrozenCosts(FLAT_CURVE, 0.05), 6, lambda r, k: 0, 64)
+    assert chosen[0] > 0  # it starts out trying
+    first_off = chosen.index(0)
+    assert first_off <= 16
+    # From then on only probes, one in every PROBE_INTERVAL rounds, PROBE_LENGTH long.
+    probes = [i for i, k in enumerate(chosen[first_off:]) if k]
+    assert all(chosen[first_off + i] == PROBE_LENGTH for i in probes)
+    assert probes == list(range(PROBE_INTERVAL - 1, 64 - first_off, PROBE_INTERVAL))
+    assert len(probes) >= 2
+
+
+def test_a_draft_as_slow_as_the_target_never_pays():
+    # Everything accepted, but a draft step costs a plain step: E(k) = 1 + k for r(1 + k) + k plain steps.
+    tuner = AdaptiveK(prior=(1.0,) * 8)
+    costs = FrozenCosts(CPU_CURVE, 1.0)
+    assert run_rounds(tuner, costs, 8, lambda r, k: k, 100) == [0] * 100
+
+
+def test_no_probe_where_drafting_cannot_pay():
+    assert not drafting_can_pay(FrozenCosts(CPU_CURVE, 1.0), 8)
+    assert drafting_can_pay(FrozenCosts(CPU_CURVE, 0.5), 8)
+    tuner = AdaptiveK(prior=(0.01,))
+    assert run_rounds(tuner, FrozenCosts(FLAT_CURVE, 1.0), 6, lambda r, k: k, 80) == [0] * 80
+    assert tuner.probes == 0
+
+
+def test_a_cheap_agreeing_draft_rises_to_the_ceiling():
+    tuner = AdaptiveK()
+    chosen = run_rounds(tuner, FrozenCosts(CPU_CURVE, 0.05), 8, lambda r, k: k, 40)
+    assert chosen[0] < 8  # the prior (0.7 per position) does not justify K 8 on a CPU curve
+    assert chosen[-10:] == [8] * 10
+
+
+def test_a_fully_accepted_window_lets_k_grow():
+    # Seeded from a log where only 2 positions were ever drafted, with a poor second one: positions 3+ start at
+    # the last seeded rate. All accepted from now on: K must climb past the seeded window to the ceiling.
+    tuner = AdaptiveK(prior=(0.9, 0.3))
+    chosen = run_rounds(tuner, FrozenCosts(CPU_CURVE, 0.1), 8, lambda r, k: k, 60)
+    assert chosen[0] <= 2
+    assert chosen[-5:] == [8] * 5
+
+
+def test_the_probe_notices_a_recovered_draft():
+    tuner = AdaptiveK()
+    costs = FrozenCosts(FLAT_CURVE, 0.05)
+    bad = run_rounds(tuner, costs, 6, lambda r, k: 0, 30)
+    assert bad[-10:].count(0) >= 9  # off, save for a probe
+    good = run_rounds(tuner, costs, 6, lambda r, k: k, 60)
+    first_on = next(i for i, k in enumerate(good) if k)
+    assert first_on <= PROBE_INTERVAL
+    assert good[-5:] == [6] * 5
+
+
+def test_seed_from_per_position_rates():
+    assert conditional_from_per_position([0.8, 0.4, 0.2]) == pytest.approx([0.8, 0.5, 0.5])
+    low, high = AdaptiveK(prior=(0.05, 0.01)), AdaptiveK(prior=(0.95, 0.9, 0.86))
+    costs = FrozenCosts(CPU_CURVE, 0.05)
+    assert low.plan(6, costs)[0] == 0
+    assert high.plan(6, costs)[0] == 6
+    assert high.per_position(3) == pytest.approx([0.95, 0.9, 0.86])
+
+
+def test_fixed_ngram_drafts_k_wherever_a_match_is_found():
+    context = [5, 6, 7, 8, 9, 5]  # "5" matched once (a 1-token match, rarely accepted)
+    expensive = FrozenCosts(CPU_CURVE, 0.0)
+    fixed = NgramDrafter(costs=expensive, fixed=True)
+    fixed.reset(context)
+    assert fixed.propose(4) == [6, 7, 8, 9]
+    adaptive = NgramDrafter(costs=expensive, tuner=AdaptiveK())
+    adaptive.reset(context)
+    assert adaptive.propose(4) == []  # a 1-token match does not pay on this curve
+
+
+def test_adaptive_ngram_probes_a_bucket_that_backed_off():
+    tuner = AdaptiveK()
+    drafter = NgramDrafter(costs=FrozenCosts(CPU_CURVE, 0.0), tuner=tuner)
+    drafter.reset([5, 6, 7, 8, 9, 5])
+    proposals = [drafter.propose(4) for _ in range(PROBE_INTERVAL)]
+    assert proposals[:-1] == [[]] * (PROBE_INTERVAL - 1)
+    assert proposals[-1] == [6, 7][:PROBE_LENGTH]
+
+
+def test_acceptance_seed_from_the_metrics_log():
+    def row(preset, rates, drafted, model="m", draft="ngram", backend="transformers"):
+        return {
+            "timestamp": 1.0,
+            "preset": preset,
+            "model": model,
+            "draft": draft,
+            "backend": backend,
+            "drafted_tokens": drafted,
+            "per_position_acceptance": rates,
+        }
+
+    rows = [
+        row("code", [1.0, 1.0], 10),
+        row("code", [0.0], 30),
+        row("qa", [0.5], 10),  # another preset
+        row("code", [0.9], 10, model="other"),  # another model
+        row("code", [0.9], 10, draft="d"),  # another draft
+        row("code", [0.9], 0),  # nothing drafted
+    ]
+    seed = metrics.acceptance_seed(rows, "code", model="m", draft="ngram", backend="transformers")
+    assert seed == pytest.approx((0.25, 1.0))
+    assert metrics.acceptance_seed(rows, "creative", model="m", draft="ngram", backend="transformers") == ()
+
+
+# --- the transformers backend on known draft pairs ------------------------------------------------------------
+
+
+class PassCounter:
+    """Records the width of every forward pass of a model state (target or draft)."""
+
+    def __init__(self, state) -> None:
+        self.widths: list[int] = []
+        original = state.forward
+
+        def forward(ids, keep, timed=False):
+            self.widths.append(len(ids))
+            return original(ids, keep, timed)
+
+        state.forward = forward
+
+    def cost(self, curve: dict[int, float], scale: float = 1.0) -> float:
+        """Plain target steps: each pass priced by the cost curve, times the model's cost relative to the target."""
+        return scale * sum(curve.get(w, curve[max(curve)] + 0.15 * (w - max(curve))) for w in self.widths)
+
+
+def request(
+    prompt: list[int], k: int, max_new: int, mode: str = "adaptive", key: str = "t"
+) -> GenerationRequest:
+    return GenerationRequest(
+        prompt_ids=tuple(prompt),
+        sampler=SamplerSettings(temperature=0.0),
+        max_new_tokens=max_new,
+        num_draft_tokens=k,
+        seed=3,
+        k_mode=mode,
+        tuning_key=key,
+    )
+
+
+def reply(backend: TransformersBackend, req: GenerationRequest) -> tuple[list[Chunk], Done]:
+    events = list(backend.generate(req, threading.Event()))
+    return [e for e in events if isinstance(e, Chunk)], events[-1]
+
+
+def tokens(chunks: list[Chunk]) -> list[int]:
+    return [t for c in chunks for t in c.token_ids]
+
+
+@pytest.fixture(scope="module")
+def random_draft_dir(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Another tiny random Llama with SmolLM2's tokenizer (other seed): its guesses are the target's by chance."""
+    folder = tmp_path_factory.mktemp("tiny-random-draft")
+    vocab_size = int(json.loads((smol_dir / "config.json").read_text())["vocab_size"])
+    build_tiny_llama(folder, vocab_size, seed=999)
+    return with_tokenizer(folder, smol_dir)
+
+
+# A cycle without a stop token: the copy model continues it for as long as asked.
+LONG_CYCLE = tuple(range(100, 140))
+
+
+def with_tokenizer(folder: Path, smol_dir: Path) -> Path:
+    for name in TOKENIZER_FILE_NAMES:
+        if (smol_dir / name).is_file():
+            shutil.copy2(smol_dir / name, folder / name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def long_copy_dir(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny-successor-long")
+    vocab_size = int(json.loads((smol_dir / "config.json").read_text())["vocab_size"])
+    build_successor_llama(folder, vocab_size, cycle=LONG_CYCLE)
+    return with_tokenizer(folder, smol_dir)
+
+
+def pair(target: Path, draft: Path, curve: dict[int, float], draft_ratio: float) -> TransformersBackend:
+    backend = TransformersBackend(target, draft=str(draft), cache_mode="fp16", draft_cache_mode="fp16")
+    backend.load()
+    backend.target.costs = FrozenCosts(curve, draft_ratio)
+    return backend
+
+
+PROMPT = [1, 9690, 198, 5248, 314, 253, 1493, 30, 2, 198, 1, 520, 9531, 198]
+
+
+@pytest.mark.slow
+def test_target_as_its_own_draft_runs_at_plain_cost(tiny_model_dir: Path):
+    """Acceptance ~100%, cost ratio 1 (the draft is the target): drafting must not run, within 5% of plain."""
+    backend = pair(tiny_model_dir, tiny_model_dir, CPU_CURVE, 1.0)
+    try:
+        target_counter, draft_counter = PassCounter(backend.target), PassCounter(backend.draft_state)
+        plain, _ = reply(backend, request(PROMPT, 0, 48, mode="fixed"))
+        plain_cost = target_counter.cost(CPU_CURVE)
+        assert len(tokens(plain)) >= 24
+
+        fixed, _ = reply(backend, request(PROMPT, 6, 48, mode="fixed"))
+        assert tokens(fixed) == tokens(plain)
+        assert sum(c.accepted for c in fixed) / sum(c.drafted for c in fixed) > 0.9  # it does agree
+
+        target_counter.widths.clear()
+        draft_counter.widths.clear()
+        adaptive, _ = reply(backend, request(PROMPT, 6, 48))
+        assert tokens(adaptive) == tokens(plain)
+        adaptive_cost = target_counter.cost(CPU_CURVE) + draft_counter.cost(CPU_CURVE, scale=1.0)
+        assert adaptive_cost <= 1.05 * plain_cost, (adaptive_cost, plain_cost)
+        assert all(c.k == 0 for c in adaptive)
+    finally:
+        backend.close()
+
+
+@pytest.mark.slow
+def test_a_random_draft_is_off_within_16_rounds(tiny_model_dir: Path, random_draft_dir: Path):
+    backend = pair(tiny_model_dir, random_draft_dir, FLAT_CURVE, 0.05)
+    try:
+        plain, _ = reply(backend, request(PROMPT, 0, 64, mode="fixed"))
+        chunks, _ = reply(backend, request(PROMPT, 6, 64))
+        assert tokens(chunks) == tokens(plain)
+        assert sum(c.accepted for c in chunks) <= 0.1 * max(sum(c.drafted for c in chunks), 1)
+        ks = [c.k for c in chunks]
+        assert ks[0] > 0
+        off = ks.index(0)
+        assert off <= 16
+        assert all(k in (0, PROBE_LENGTH) for k in ks[off:])  # afterwards only probes
+    finally:
+        backend.close()
+
+
+@pytest.mark.slow
+def test_a_cheap_agreeing_draft_rises_to_the_ceiling_and_a_probe_brings_it_back(
+    long_copy_dir: Path, random_draft_dir: Path
+):
+    # The copy model drafting for itself: always right; the cost model makes its step cheap (a small draft).
+    prompt = [*LONG_CYCLE[:10], 1, 2, *LONG_CYCLE[:3]]
+    good = pair(long_copy_dir, long_copy_dir, CPU_CURVE, 0.05)
+    bad = pair(long_copy_dir, random_draft_dir, CPU_CURVE, 0.05)
+    try:
+        plain, _ = reply(good, request(prompt, 0, 96, mode="fixed"))
+        expected = tokens(plain)
+        chunks, _ = reply(good, request(prompt, 8, 96))
+        assert tokens(chunks) == expected
+        ks = [c.k for c in chunks]
+        assert ks[0] < 8 and ks[-4:-1] == [8] * 3  # rose to the ceiling (the last round is cut by the budget)
+
+        # The same preset's state on a draft that is always wrong: drafting goes off.
+        bad.tuners = good.tuners
+        chunks, _ = reply(bad, request(prompt, 8, 40))
+        assert tokens(chunks) == expected[:40]
+        assert [c.k for c in chunks][-8:].count(0) >= 7
+        # The draft recovers (the good one is back): within a probe interval drafting is on again, then rises.
+        chunks, _ = reply(good, request(prompt, 8, 96))
+        assert tokens(chunks) == expected
+        ks = [c.k for c in chunks]
+        first_on = next(i for i, k in enumerate(ks) if k)
+        assert first_on <= PROBE_INTERVAL
+        assert 8 in ks[first_on:]
+    finally:
+        good.close()
+        bad.close()
+
+
+@pytest.mark.slow
+def test_fixed_k_drafts_every_round(tiny_model_dir: Path, random_draft_dir: Path):
+    backend = pair(tiny_model_dir, random_draft_dir, CPU_CURVE, 1.0)
+    try:
+        chunks, _ = reply(backend, request(PROMPT, 3, 24, mode="fixed"))
+        assert all(c.drafted == c.k for c in chunks)
+        assert [c.k for c in chunks[:-3]] == [3] * (len(chunks) - 3)  # the last rounds: cut by the budget
+    finally:
+        backend.close()
