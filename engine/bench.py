@@ -6,7 +6,9 @@ ramp, top-p ...) with a fixed seed. Every prompt is decoded these ways, in rotat
 hits all of them alike (each variant's time is the best of its repeats: on a shared machine the fastest run is
 the one least disturbed by others):
   ours-plain    our loop, drafting off, greedy
-  ours-ngram    our loop, n-gram drafting with the preset's K, greedy
+  ours-ngram    our loop, n-gram drafting with adaptive K up to the preset's K (what the built-ins do), greedy
+  fixed-2 / fixed-5 / fixed-8 / fixed-preset   our loop, n-gram drafting with a fixed K (2, 5, 8, the preset's):
+                the adaptive K's yardstick (each keeps its own acceptance estimates, apart from the adaptive one's)
   hf-plain      transformers' generate(do_sample=False), on a stock copy of the model
   hf-lookup     transformers' generate(prompt_lookup_num_tokens=K), same copy
   plain-sampled / ngram-sampled   our loop with the preset's sampler and seed, without and with drafting
@@ -30,13 +32,17 @@ from engine.events import Chunk, Done
 from engine.speculation import AcceptanceAccounting
 
 GREEDY_VARIANTS = ("ours-plain", "ours-ngram", "hf-plain", "hf-lookup")
+FIXED_KS = (2, 5, 8)
+K_VARIANTS = tuple(f"fixed-{k}" for k in FIXED_KS) + ("fixed-preset",)
 SAMPLED_VARIANTS = ("plain-sampled", "ngram-sampled")
-VARIANTS = GREEDY_VARIANTS + SAMPLED_VARIANTS
+VARIANTS = GREEDY_VARIANTS + K_VARIANTS + SAMPLED_VARIANTS
 TARGETS = {
     "ngram_vs_plain_total": 1.15,
     "ngram_vs_plain_each": 0.95,
     "ngram_vs_hf_lookup_total": 1.15,
     "plain_vs_hf_plain_total": 1.0,
+    "adaptive_vs_best_fixed_total": 0.97,
+    "adaptive_vs_preset_fixed_total": 1.0,
 }
 PROMPT_SETS = {"public": "prompts.jsonl", "heldout": "prompts_heldout.jsonl"}
 SAMPLING_SEED = 1234
@@ -77,7 +83,13 @@ def _builtin_presets() -> dict:
 
 
 def _ours(
-    backend, prompt_ids: list[int], k: int, max_new: int, sampler: SamplerSettings | None = None
+    backend,
+    prompt_ids: list[int],
+    k: int,
+    max_new: int,
+    sampler: SamplerSettings | None = None,
+    k_mode: str = "adaptive",
+    key: str = "",
 ) -> tuple[list[int], float, AcceptanceAccounting, Done]:
     request = GenerationRequest(
         prompt_ids=tuple(prompt_ids),
@@ -86,6 +98,8 @@ def _ours(
         num_draft_tokens=k,
         drafting=k > 0,
         seed=SAMPLING_SEED,
+        k_mode=k_mode,
+        tuning_key=key,
     )
     t0 = time.perf_counter()
     accounting = AcceptanceAccounting(t_start=t0)
@@ -142,6 +156,7 @@ def run_bench(
     sampled: bool = True,
     cache_speed: bool = True,
     cache_context: int | None = None,
+    k_sweep: bool = True,
 ) -> dict:
     from transformers import AutoModelForCausalLM
 
@@ -162,7 +177,7 @@ def run_bench(
     stop_ids = sorted(backend.stop_token_ids)
     prompts = prompts if prompts is not None else load_prompt_set(prompt_set)
     presets = _builtin_presets()
-    variants = VARIANTS if sampled else GREEDY_VARIANTS
+    variants = _variants(sampled, k_sweep)
     print(
         f"specchat bench: {len(prompts)} prompts ({prompt_set or 'given'}), max {max_new} new tokens, "
         f"{repeats} repeat(s), cache {backend.info.cache_mode}, model {model_dir}",
@@ -189,6 +204,11 @@ def run_bench(
                     continue  # one sampled run each: they check exactness and give a ratio
                 if variant.startswith("hf-"):
                     ids, secs = _peer(peer, stop_ids, prompt_ids, k if variant == "hf-lookup" else 0, max_new)
+                elif variant in K_VARIANTS:
+                    fixed_k = k if variant == "fixed-preset" else int(variant.removeprefix("fixed-"))
+                    # Its own estimates: what fixed runs learn must not help the adaptive one.
+                    key = f"{variant}:{preset.name}"
+                    ids, secs, _, _ = _ours(backend, prompt_ids, fixed_k, max_new, None, "fixed", key)
                 else:
                     drafting = variant in ("ours-ngram", "ngram-sampled")
                     ids, secs, acc, done = _ours(
@@ -197,6 +217,8 @@ def run_bench(
                         k if drafting else 0,
                         max_new,
                         sampler if variant in SAMPLED_VARIANTS else None,
+                        "adaptive",
+                        preset.name,
                     )
                     if variant == "ours-ngram" and rep == 0:
                         res.drafted, res.accepted, res.rounds = (
@@ -208,13 +230,13 @@ def run_bench(
                 outputs[variant] = ids
                 res.tokens[variant] = max(len(ids), 1)
                 res.seconds[variant].append(secs)
-        res.identical = all(outputs[v] == outputs["hf-plain"] for v in GREEDY_VARIANTS)
+        res.identical = all(outputs[v] == outputs["hf-plain"] for v in variants if v not in SAMPLED_VARIANTS)
         res.matches_peer = outputs["ours-plain"] == outputs["hf-plain"]
         if sampled:
             res.sampled_identical = outputs["plain-sampled"] == outputs["ngram-sampled"]
         results.append(res)
-        _print_row(out, idx, res, sampled)
-    summary = _summarise(results, sampled)
+        _print_row(out, idx, res, sampled, k_sweep)
+    summary = _summarise(results, sampled, k_sweep)
     if costs is not None:
         summary["verify_cost"] = costs.as_dict()
     summary["kv_cache_bytes"] = _cache_memory(backend, positions=1024 if quick else 2048)
@@ -281,7 +303,13 @@ def _ratio(res: PromptResult, a: str, b: str) -> float:
     return res.tps(a) / res.tps(b)
 
 
-def _print_row(out, idx: int, r: PromptResult, sampled: bool) -> None:
+def _variants(sampled: bool, k_sweep: bool) -> tuple[str, ...]:
+    return tuple(
+        v for v in VARIANTS if (sampled or v not in SAMPLED_VARIANTS) and (k_sweep or v not in K_VARIANTS)
+    )
+
+
+def _print_row(out, idx: int, r: PromptResult, sampled: bool, k_sweep: bool = False) -> None:
     if idx == 0:
         header = (
             f"{'#':>2} {'cat':<8} {'K':>2} {'tok':>4} {'plain':>6} {'ngram':>6} {'hf':>6} {'hf-lk':>6} "
@@ -289,6 +317,8 @@ def _print_row(out, idx: int, r: PromptResult, sampled: bool) -> None:
         )
         if sampled:
             header += "  smp-ng/pl smp-same"
+        if k_sweep:
+            header += "  " + " ".join(f"{'K' + str(k):>6}" for k in FIXED_KS) + f" {'Kfix':>6}"
         print(header, file=out)
     acc = f"{r.accepted / r.drafted:.0%}" if r.drafted else "-"
     tau = (r.tokens["ours-ngram"] / r.rounds) if r.rounds else 0.0
@@ -301,6 +331,8 @@ def _print_row(out, idx: int, r: PromptResult, sampled: bool) -> None:
     )
     if sampled:
         line += f"  {_ratio(r, 'ngram-sampled', 'plain-sampled'):>9.2f} {'yes' if r.sampled_identical else 'NO':>8}"
+    if k_sweep:  # fixed-K tok/s beside the adaptive "ngram" column
+        line += "  " + " ".join(f"{r.tps(v):>6.1f}" for v in K_VARIANTS)
     print(line, file=out, flush=True)
 
 
@@ -310,8 +342,8 @@ def _total_tps(results: list[PromptResult], variant: str) -> float:
     return tokens / seconds
 
 
-def _summarise(results: list[PromptResult], sampled: bool) -> dict:
-    variants = VARIANTS if sampled else GREEDY_VARIANTS
+def _summarise(results: list[PromptResult], sampled: bool, k_sweep: bool = False) -> dict:
+    variants = _variants(sampled, k_sweep)
     totals = {v: _total_tps(results, v) for v in variants}
     drafted = sum(r.drafted for r in results)
     accepted = sum(r.accepted for r in results)
@@ -342,6 +374,12 @@ def _summarise(results: list[PromptResult], sampled: bool) -> dict:
             for r in results
         ],
     }
+    if k_sweep:
+        best = max(FIXED_KS, key=lambda k: totals[f"fixed-{k}"])
+        summary["best_fixed_k"] = best
+        summary["adaptive_vs_fixed_total"] = {v: totals["ours-ngram"] / totals[v] for v in K_VARIANTS}
+        summary["adaptive_vs_best_fixed_total"] = totals["ours-ngram"] / totals[f"fixed-{best}"]
+        summary["adaptive_vs_preset_fixed_total"] = totals["ours-ngram"] / totals["fixed-preset"]
     if sampled:
         summary["sampled_ngram_vs_plain_total"] = totals["ngram-sampled"] / totals["plain-sampled"]
         summary["sampled_identical_count"] = sum(r.sampled_identical for r in results)
@@ -368,6 +406,20 @@ def _print_summary(out, s: dict) -> None:
         ),
         ("plain vs transformers plain", s["plain_vs_hf_plain_total"], TARGETS["plain_vs_hf_plain_total"]),
     ]
+    if "adaptive_vs_best_fixed_total" in s:
+        best = s["best_fixed_k"]
+        checks += [
+            (
+                f"adaptive K vs best fixed K ({best})",
+                s["adaptive_vs_best_fixed_total"],
+                TARGETS["adaptive_vs_best_fixed_total"],
+            ),
+            (
+                "adaptive K vs the presets' fixed K",
+                s["adaptive_vs_preset_fixed_total"],
+                TARGETS["adaptive_vs_preset_fixed_total"],
+            ),
+        ]
     for label, value, target in checks:
         verdict = "meets" if value >= target else "MISSES"
         print(f"{label:<40} {value:5.2f}x  (target >= {target:.2f}x: {verdict})", file=out)

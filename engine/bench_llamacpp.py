@@ -54,6 +54,7 @@ def _ours(
         num_draft_tokens=k,
         drafting=k > 0,
         seed=0,
+        k_mode="adaptive",  # the built-in presets' mode
     )
     ids: list[int] = []
     drafted = accepted = rounds = 0

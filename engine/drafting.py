@@ -273,7 +273,9 @@ class AdaptiveK:
         fill = seeded[-1] if seeded else POSITION_PRIOR
         start = seeded + [fill] * (MAX_DRAFT_LENGTH - len(seeded))
         # Positions the log measured count as more evidence than the ones extrapolated past them.
-        weights = [SEED_PRIOR_ROUNDS] * len(seeded) + [POSITION_PRIOR_ROUNDS] * (MAX_DRAFT_LENGTH - len(seeded))
+        weights = [SEED_PRIOR_ROUNDS] * len(seeded) + [POSITION_PRIOR_ROUNDS] * (
+            MAX_DRAFT_LENGTH - len(seeded)
+        )
         self._accepted = [w * q for w, q in zip(weights, start, strict=True)]
         self._tried = weights
         self.seeded = bool(seeded)

@@ -62,6 +62,16 @@ def test_bench_on_a_tiny_model_prints_the_table_and_ratios(tiny_model_dir):
     kv = summary["kv_cache_bytes"]
     assert kv["fp32"] == 2 * kv["fp16"] > kv["fp16"] > kv["q8"] > 0
     assert "KV cache at 1024 tokens" in text
+    # adaptive K beside fixed K 2, 5, 8 and the presets' K, from the same run
+    assert set(summary["adaptive_vs_fixed_total"]) == {"fixed-2", "fixed-5", "fixed-8", "fixed-preset"}
+    best = summary["best_fixed_k"]
+    assert summary["adaptive_vs_best_fixed_total"] == pytest.approx(
+        summary["tokens_per_s"]["ours-ngram"] / summary["tokens_per_s"][f"fixed-{best}"]
+    )
+    assert summary["tokens_per_s"][f"fixed-{best}"] == max(
+        summary["tokens_per_s"][f"fixed-{k}"] for k in (2, 5, 8)
+    )
+    assert f"adaptive K vs best fixed K ({best})" in text and "adaptive K vs the presets' fixed K" in text
     assert summary["ngram_vs_plain_total"] == pytest.approx(
         summary["tokens_per_s"]["ours-ngram"] / summary["tokens_per_s"]["ours-plain"]
     )

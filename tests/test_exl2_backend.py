@@ -776,3 +776,59 @@ def test_an_end_of_turn_string_is_a_stop_string_held_until_it_is_sure(standin, m
     assert [t for c in chunks for t in c.token_ids] == ids[:8]  # the stop string's tokens were generated
     assert sum(c.accepted for c in chunks) == job.accepted_draft_tokens
     assert sum(c.drafted for c in chunks) == job.accepted_draft_tokens + job.rejected_draft_tokens
+
+
+# ------------------------------------------------------------------------------------------------ adaptive K
+
+
+def adaptive_request(backend: ExLlamaV2Backend, k: int) -> GenerationRequest:
+    return GenerationRequest(
+        prompt_ids=tuple(backend.encode_chat(MESSAGES)),
+        sampler=SamplerSettings(),
+        max_new_tokens=64,
+        num_draft_tokens=k,
+        k_mode="adaptive",
+        tuning_key="qa",
+    )
+
+
+def test_adaptive_k_turns_a_useless_draft_off_between_replies_and_probes_later(
+    standin, make_model, reply_ids
+):
+    from engine.backends.exl2 import PROBE_INTERVAL_ROUNDS
+    from engine.drafting import PROBE_LENGTH, VerifyCostModel
+
+    target = make_model("target", {"reply": reply_ids, "end": "eos"})
+    draft = make_model("draft", {"draft_acceptance": [0]})  # never right
+    backend = loaded(target, draft=str(draft), num_draft_tokens=4)
+    # A GPU-like cost: a wide verify pass costs about a plain step, a draft step a tenth of one.
+    backend._m.costs = VerifyCostModel.from_ratios({2: 1.0, 9: 1.05}, draft_ratio=0.1)
+
+    first, _ = run(backend, adaptive_request(backend, 6))
+    (k_first,) = {c.k for c in first}  # one K for the whole reply
+    assert 0 < k_first <= 6 and all(c.drafted == k_first for c in first[:-1])  # the prior: worth a try
+    second, _ = run(backend, adaptive_request(backend, 6))
+    assert {c.k for c in second} == {0} and all(c.drafted == 0 for c in second)
+    assert backend._m.generator.num_draft_tokens == 0
+    assert [t for c in second for t in c.token_ids] == reply_ids  # the same reply whatever K
+    # Rounds at K 0 add up to a probe reply, a short one, once PROBE_INTERVAL_ROUNDS of them went by. Each reply
+    # here is len(reply_ids) rounds with a Chunk and one more that samples the stop token.
+    rounds_off = len(second) + 1
+    while True:
+        chunks, _ = run(backend, adaptive_request(backend, 6))
+        if chunks[0].k:
+            break
+        rounds_off += len(chunks) + 1
+        assert rounds_off < 2 * PROBE_INTERVAL_ROUNDS
+    assert PROBE_INTERVAL_ROUNDS <= rounds_off < PROBE_INTERVAL_ROUNDS + len(reply_ids) + 1
+    assert {c.k for c in chunks} == {PROBE_LENGTH}
+    assert backend.tuner("qa").probes == 1
+
+
+def test_fixed_k_is_kept_whatever_the_acceptance(standin, make_model, reply_ids):
+    target = make_model("target", {"reply": reply_ids, "end": "eos"})
+    draft = make_model("draft", {"draft_acceptance": [0]})
+    backend = loaded(target, draft=str(draft), num_draft_tokens=4)
+    for _ in range(3):
+        chunks, _ = run(backend, request_for(backend, 5))
+        assert {c.k for c in chunks} == {5}

@@ -203,3 +203,32 @@ def test_start_refuses_an_empty_message_at_once():
     session = make_session(ScriptedBackend("x"))
     with pytest.raises(SpecchatError):
         session.start(" ", lambda e: None)
+
+
+def test_requests_carry_k_mode_tuning_key_and_the_logged_acceptance(tmp_path):
+    from engine import metrics
+
+    backend = ScriptedBackend("def f(): pass")
+    session = make_session(backend, data_dir=tmp_path)
+    info = session.info
+    row = {
+        "timestamp": 1.0,
+        "preset": "code",
+        "model": info.model,
+        "draft": info.draft_model or info.draft_mode,
+        "backend": info.backend,
+        "drafted_tokens": 12,
+        "per_position_acceptance": [0.9, 0.6],
+    }
+    metrics.append(tmp_path / metrics.METRICS_NAME, row)
+    session.set_mode("code")
+    collect(session, "Fix this bug in my python function")
+    request = backend.requests[-1]
+    assert (request.k_mode, request.tuning_key) == ("adaptive", "code")
+    assert request.acceptance_prior == pytest.approx((0.9, 0.6))
+    session.set_mode("qa")
+    collect(session, "What is a cache?")
+    assert backend.requests[-1].acceptance_prior == ()  # nothing logged for qa
+    session.set_overrides(k_mode="fixed")
+    collect(session, "What is a page?")
+    assert backend.requests[-1].k_mode == "fixed"

@@ -198,3 +198,41 @@ def test_key_display_reads_like_keys():
     assert key_display("question_mark") == "?"
     assert key_display("i,enter") == "i / enter"
     assert key_display("ctrl+r") == "ctrl+r"
+
+
+def test_status_bar_shows_where_adaptive_k_moved():
+    fig = _wide_figures(k=5, k_now=3)
+    assert "K 5→3" in render_status(fig).plain
+    assert "K 5 │" in render_status(_wide_figures(k=5, k_now=5)).plain
+    assert "K off" in render_status(_wide_figures(k=5, k_now=3, drafting=False)).plain
+
+
+def test_live_k_is_the_median_of_the_recent_rounds_and_the_stats_keep_every_round():
+    from engine.events import Chunk, Done
+    from engine.speculation import AcceptanceAccounting
+
+    accounting = AcceptanceAccounting(t_start=0.0)
+    for i, k in enumerate([5, 5, 4, 3, 3, 3, 0, 3, 3, 2]):
+        accounting.add(Chunk("x", (1,), drafted=k, accepted=0, origins=(False,), t=float(i), k=k))
+    assert accounting.live.k_now == 3
+    stats = accounting.finish(
+        Done("eos", prompt_tokens=3), 11.0, preset="qa", num_draft_tokens=5, temperature=0.0,
+        draft_mode="ngram", backend="b", model="m", k_mode="adaptive",
+    )  # fmt: skip
+    assert stats.k_per_round == [5, 5, 4, 3, 3, 3, 0, 3, 3, 2] and stats.k_mode == "adaptive"
+
+
+def test_inspector_lists_k_per_round_in_runs():
+    from tui.screens.inspector import k_runs, stats_table
+
+    assert k_runs([5, 5, 3, 3, 3, 0, 2]) == "5×2 3×3 0 2"
+    assert k_runs([1, 2, 3, 4], limit=2) == "1 2 … (+2 runs)"
+    from rich.console import Console
+
+    console = Console(width=120, record=True)
+    console.print(stats_table(make_stats(k_mode="adaptive", k_per_round=[4, 4, 2, 0, 0])))
+    text = console.export_text()
+    assert "K adaptive, up to 4" in text and "K per round" in text and "4×2 2 0×2" in text
+    console = Console(width=120, record=True)
+    console.print(stats_table(make_stats()))
+    assert "K per round" not in console.export_text()
