@@ -320,7 +320,8 @@ def test_a_cheap_agreeing_draft_rises_to_the_ceiling_and_a_probe_brings_it_back(
         chunks, _ = reply(good, request(prompt, 8, 96))
         assert tokens(chunks) == expected
         ks = [c.k for c in chunks]
-        assert ks[0] < 8 and ks[-4:-1] == [8] * 3  # rose to the ceiling (the last round is cut by the budget)
+        assert ks[0] < 8 and 8 in ks  # rose to the ceiling ...
+        assert set(ks[ks.index(8) : -1]) == {8}  # ... and stayed there (the last round is cut by the budget)
 
         # The same preset's state on a draft that is always wrong: drafting goes off.
         bad.tuners = good.tuners
