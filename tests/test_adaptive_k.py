@@ -14,6 +14,11 @@ Mutations tried (each turned the named test red, then was reverted):
   `test_no_probe_where_drafting_cannot_pay`.
 - the censored-window update removed: `test_a_fully_accepted_window_lets_k_grow` (K stuck below the ceiling).
 - `NgramDrafter` fixed mode using the cost model: `test_fixed_ngram_drafts_k_wherever_a_match_is_found`.
+- `expected_tokens` from a flat 0.7 instead of the estimates: five of the pure tests.
+- `acceptance_seed` without the backend filter: `test_acceptance_seed_from_the_metrics_log`.
+Elsewhere (tests/test_exl2_backend.py, test_tui_units.py, test_session.py): the exl2 probe never due, its K-0
+rounds not counted, its rounds not recorded; the `K 5→3` text dropped; the live K as the last round's instead of
+the median; the session sending `k_mode="fixed"` — each turned its test red.
 """
 
 from __future__ import annotations
@@ -175,6 +180,7 @@ def test_acceptance_seed_from_the_metrics_log():
         row("qa", [0.5], 10),  # another preset
         row("code", [0.9], 10, model="other"),  # another model
         row("code", [0.9], 10, draft="d"),  # another draft
+        row("code", [0.9], 10, backend="llama.cpp"),  # another backend
         row("code", [0.9], 0),  # nothing drafted
     ]
     seed = metrics.acceptance_seed(rows, "code", model="m", draft="ngram", backend="transformers")
