@@ -239,3 +239,16 @@ def test_built_ins_adapt_k_and_a_user_file_can_fix_it(tmp_path: Path):
     presets = load_presets(tmp_path)
     assert presets["code"].k_mode == "fixed" and presets["code"].k == builtins["code"].k
     assert presets["qa"].k_mode == "adaptive"
+
+
+def test_the_presets_command_shows_adaptive_k_as_a_ceiling(tmp_path: Path, capsys, monkeypatch):
+    import argparse
+
+    from engine.config import presets_dir
+    from tui.cli import cmd_presets
+
+    presets_dir().mkdir(parents=True, exist_ok=True)
+    (presets_dir() / "steady.toml").write_text('k = 4\nk_mode = "fixed"\n')
+    assert cmd_presets(argparse.Namespace()) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert " K≤6 " in lines["code"] and " K=4 " in lines["steady"]

@@ -274,7 +274,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
     width = max(len(n) for n in presets)
     for name, p in presets.items():
         ramp = f" ramp {p.ramp_start:g}->{p.temperature:g} over {p.ramp_tokens}" if p.ramp_tokens else ""
-        draft = f"K={p.k}" if p.drafting and p.k else "draft off"
+        draft = f"K{'≤' if p.k_mode == 'adaptive' else '='}{p.k}" if p.drafting and p.k else "draft off"
         print(f"{name:<{width}}  {draft:<9} T={p.temperature:<4g}{ramp:<26}  {p.description}  [{p.source}]")
     return 0
 
