@@ -53,7 +53,6 @@ POSITION_MEMORY = 0.9
 # round of evidence that position d + 1 behaves like position d, so the window can grow again (ExLlamaV3 counts
 # a fully accepted window as one more token accepted, for the same reason).
 CENSORED_WEIGHT = 1.0
-K_MODES = ("fixed", "adaptive")
 
 
 def _bucket(match_length: int) -> int:
