@@ -64,6 +64,9 @@ class PromptResult:
     sampled_identical: bool = True  # plain-sampled == ngram-sampled
 
     def tps(self, variant: str) -> float:
+        """Tokens per second (best run); nan for a variant that was not run."""
+        if variant not in self.tokens:
+            return float("nan")
         return self.tokens[variant] / min(self.seconds[variant])
 
 
@@ -157,7 +160,9 @@ def run_bench(
     cache_speed: bool = True,
     cache_context: int | None = None,
     k_sweep: bool = True,
+    peers: bool = True,
 ) -> dict:
+    """`peers=False` leaves transformers' own generate() out (a shorter run for the adaptive-K comparison)."""
     from transformers import AutoModelForCausalLM
 
     from engine.backends.hf import TransformersBackend
@@ -173,11 +178,12 @@ def run_bench(
         max_context=settings.max_context,
     )
     backend.load(print_progress)
-    peer = AutoModelForCausalLM.from_pretrained(model_dir, dtype=backend.dtype).eval()  # stock kernels
+    # stock kernels
+    peer = AutoModelForCausalLM.from_pretrained(model_dir, dtype=backend.dtype).eval() if peers else None
     stop_ids = sorted(backend.stop_token_ids)
     prompts = prompts if prompts is not None else load_prompt_set(prompt_set)
     presets = _builtin_presets()
-    variants = _variants(sampled, k_sweep)
+    variants = _variants(sampled, k_sweep, peers)
     print(
         f"specchat bench: {len(prompts)} prompts ({prompt_set or 'given'}), max {max_new} new tokens, "
         f"{repeats} repeat(s), cache {backend.info.cache_mode}, model {model_dir}",
@@ -230,13 +236,14 @@ def run_bench(
                 outputs[variant] = ids
                 res.tokens[variant] = max(len(ids), 1)
                 res.seconds[variant].append(secs)
-        res.identical = all(outputs[v] == outputs["hf-plain"] for v in variants if v not in SAMPLED_VARIANTS)
-        res.matches_peer = outputs["ours-plain"] == outputs["hf-plain"]
+        reference = outputs["hf-plain" if peers else "ours-plain"]
+        res.identical = all(outputs[v] == reference for v in variants if v not in SAMPLED_VARIANTS)
+        res.matches_peer = outputs["ours-plain"] == reference
         if sampled:
             res.sampled_identical = outputs["plain-sampled"] == outputs["ngram-sampled"]
         results.append(res)
         _print_row(out, idx, res, sampled, k_sweep)
-    summary = _summarise(results, sampled, k_sweep)
+    summary = _summarise(results, sampled, k_sweep, peers)
     if costs is not None:
         summary["verify_cost"] = costs.as_dict()
     summary["kv_cache_bytes"] = _cache_memory(backend, positions=1024 if quick else 2048)
@@ -303,9 +310,13 @@ def _ratio(res: PromptResult, a: str, b: str) -> float:
     return res.tps(a) / res.tps(b)
 
 
-def _variants(sampled: bool, k_sweep: bool) -> tuple[str, ...]:
+def _variants(sampled: bool, k_sweep: bool, peers: bool = True) -> tuple[str, ...]:
     return tuple(
-        v for v in VARIANTS if (sampled or v not in SAMPLED_VARIANTS) and (k_sweep or v not in K_VARIANTS)
+        v
+        for v in VARIANTS
+        if (sampled or v not in SAMPLED_VARIANTS)
+        and (k_sweep or v not in K_VARIANTS)
+        and (peers or not v.startswith("hf-"))
     )
 
 
@@ -342,9 +353,11 @@ def _total_tps(results: list[PromptResult], variant: str) -> float:
     return tokens / seconds
 
 
-def _summarise(results: list[PromptResult], sampled: bool, k_sweep: bool = False) -> dict:
-    variants = _variants(sampled, k_sweep)
+def _summarise(results: list[PromptResult], sampled: bool, k_sweep: bool = False, peers: bool = True) -> dict:
+    variants = _variants(sampled, k_sweep, peers)
     totals = {v: _total_tps(results, v) for v in variants}
+    for v in ("hf-plain", "hf-lookup"):
+        totals.setdefault(v, float("nan"))  # not run
     drafted = sum(r.drafted for r in results)
     accepted = sum(r.accepted for r in results)
     rounds = sum(r.rounds for r in results)
