@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # llama.cpp bindings, built from source for this machine's CPU (several minutes on 2 cores; pip caches the wheel).
 LLAMA_CPP_SPEC ?= llama-cpp-python==0.3.36
 
-.PHONY: install run test test-fast bench lint format fetch gpu-check gpu-bundle clean
+.PHONY: install run test test-fast bench lint format fetch gpu-check gpu-bundle clean llama-server
 
 install: $(STAMP)
 
@@ -35,7 +35,14 @@ run: install
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	@$(MAKE) --no-print-directory llama-server
 	$(BIN)/python -m pytest -q
+
+# llama.cpp's llama-server (CPU), for the remote backend's real-server tests: built once into
+# ~/.cache/specchat/llama-server-<version>/ (about half an hour on 2 busy cores). Not fatal: without it those
+# tests skip and say why.
+llama-server:
+	@PYTHON=$(BIN)/python bash scripts/build_llama_server.sh || echo "note: llama-server did not build; the real-server tests of the remote backend will skip (README: Troubleshooting)"
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"

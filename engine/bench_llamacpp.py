@@ -197,7 +197,7 @@ def bench_llamacpp_if_usable(
     else:
         print("llama.cpp bench skipped: the model is not a GGUF file", file=out)
         return None
-    return run_llamacpp_bench(
+    summary = run_llamacpp_bench(
         path,
         quick=quick,
         out=out,
@@ -206,6 +206,22 @@ def bench_llamacpp_if_usable(
         threads=getattr(settings, "threads", None),
         model_name=name,
     )
+    from engine.bench import load_prompt_set
+    from engine.bench_remote import bench_llama_server_peer
+
+    print(
+        "\nllama.cpp's own server on the same GGUF (decode tok/s measured here over HTTP, first token to last):",
+        file=out,
+    )
+    bench_llama_server_peer(
+        path,
+        load_prompt_set(prompt_set),
+        96 if quick else 192,
+        out,
+        threads=summary.get("threads"),
+        context=settings.max_context,
+    )
+    return summary
 
 
 def _ratio(res: LlamaPromptResult, a: str, b: str) -> float:

@@ -32,7 +32,7 @@ ENV_PREFIX = "SPECCHAT_"
 CONFIG_FILE_ENV = "SPECCHAT_CONFIG_FILE"
 
 CacheMode = Literal["auto", "fp16", "q8", "q6", "q4"]
-BackendName = Literal["auto", "exllamav2", "transformers", "llamacpp"]
+BackendName = Literal["auto", "exllamav2", "transformers", "llamacpp", "remote"]
 
 # The draft setting takes these words or a model folder path.
 DRAFT_KEYWORDS = ("ngram", "none")
@@ -235,6 +235,30 @@ class Settings(BaseSettings):
     theme: str | None = (
         None  # the Textual theme; None: textual-dark. The app writes it when the user picks one
     )
+    # The remote backend: an OpenAI-compatible server's base URL, the NAME of the environment variable that
+    # holds its API key (the key itself is never stored), and the model to ask for (default: its first).
+    endpoint: str | None = None
+    api_key_env: str | None = None
+    remote_model: str | None = None
+
+    @field_validator("endpoint", mode="after")
+    @classmethod
+    def _check_endpoint(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        from engine.backends.remote_servers import normalize_endpoint
+
+        return normalize_endpoint(value)
+
+    @field_validator("api_key_env", mode="after")
+    @classmethod
+    def _check_key_env(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip().lstrip("$")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+            raise ValueError("must be the name of an environment variable (e.g. OPENAI_API_KEY), not the key")
+        return value
 
     @field_validator("model", "data_dir", mode="after")
     @classmethod

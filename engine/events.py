@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-DraftMode = Literal["none", "ngram", "model"]
+# "server": a remote server drafts by its own settings (its kind is not known to the client).
+DraftMode = Literal["none", "ngram", "model", "server"]
 StopReason = Literal["eos", "end_of_turn", "max_new_tokens", "cancelled", "stop_string", "context"]
 
 
@@ -32,6 +33,35 @@ class Chunk:
     # The draft length chosen for this round (adaptive K may pick less than the preset's K, 0 included);
     # None where the backend does not say (a scripted peer).
     k: int | None = None
+    # A remote server sends text, not token ids: `count` is how many tokens this chunk carries (from the
+    # server's counters), and such a chunk is not one verification round (`is_round` False).
+    count: int | None = None
+    is_round: bool = True
+
+    @property
+    def n_tokens(self) -> int:
+        return self.count if self.count is not None else len(self.token_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStats:
+    """Speculation figures for one reply as a remote server reported them (never estimated by the client).
+
+    None where the server did not say; `unavailable` names each MessageStats field left empty and why.
+    """
+
+    source: str
+    drafted: int | None = None
+    accepted: int | None = None
+    new_tokens: int | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    # Verification rounds that drafted (llama-server's / vLLM's "num_drafts").
+    drafting_rounds: int | None = None
+    # Per draft position: rounds whose draft reached that position and rounds that accepted it.
+    position_drafted: tuple[int, ...] | None = None
+    position_accepted: tuple[int, ...] | None = None
+    unavailable: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +79,8 @@ class Done:
     # Mean cost of one round (verify pass of 1 + k tokens, plus drafting) in plain steps, from the backend's
     # measured cost curve; None where the backend has no such curve (the speedup model then uses c and K).
     round_cost: float | None = None
+    # A remote server's own figures for the reply; when set they replace the client's chunk counts.
+    server: ServerStats | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +119,10 @@ class MessageStats:
     # k_per_round, one entry per verification round, where the backend reported it).
     k_mode: str = "fixed"
     k_per_round: list[int] = field(default_factory=list)
+    # Figures a remote server could not give: field name -> why (the inspector shows "—" and the reason).
+    unavailable: dict[str, str] = field(default_factory=dict)
+    # The server fixes K (the preset's K was not sent): shown as "K server", num_draft_tokens is 0.
+    k_by_server: bool = False
 
     @property
     def thinking_acceptance_rate(self) -> float | None:
@@ -115,6 +151,8 @@ class BackendInfo:
     draft_model: str | None
     max_context: int
     notes: tuple[str, ...] = ()
+    # A remote server that decides K itself (the preset's K is not sent): the status bar says "K server".
+    k_by_server: bool = False
 
 
 # --- session-level events ---------------------------------------------------------------------------------

@@ -165,14 +165,15 @@ class ChatSession(SessionHistory):
     def load(self, progress: ProgressCallback | None = None) -> BackendInfo:
         try:
             if self.backend is None:
-                from engine.backends.select import create_backend
+                from engine.backends.select import create_backend, uses_remote
 
                 settings = self.settings
-                if settings.model is None:  # fetch here, so the download and conversion show progress
+                # Fetch here, so the download and conversion show progress (a remote server needs no model).
+                if settings.model is None and not uses_remote(settings):
                     from engine.models import ensure_embedded_model
 
                     settings = settings.model_copy(update={"model": ensure_embedded_model(progress)})
-                self.model_dir = str(settings.model)
+                self.model_dir = str(settings.model) if settings.model is not None else None
                 self.backend, self.backend_reason = create_backend(settings, progress)
             self.backend.load(progress)
             self._info = self.backend.info
@@ -377,11 +378,14 @@ class ChatSession(SessionHistory):
                 undone=True,
             )
         drafting = preset.drafting and preset.k > 0 and info.draft_mode != "none"
+        if info.k_by_server:
+            # The server drafts by its own settings: the preset's K is neither sent nor claimed.
+            drafting = info.draft_mode != "none"
         request = GenerationRequest(
             prompt_ids=tuple(prompt_ids),
             sampler=preset.sampler(),
             max_new_tokens=max(1, min(preset.max_new_tokens, self.max_context - len(prompt_ids))),
-            num_draft_tokens=preset.k if drafting else 0,
+            num_draft_tokens=preset.k if drafting and not info.k_by_server else 0,
             drafting=drafting,
             seed=self.settings.seed,
             k_mode=preset.k_mode,
@@ -389,6 +393,7 @@ class ChatSession(SessionHistory):
             acceptance_prior=self.acceptance_seed(preset.name)
             if drafting and preset.k_mode == "adaptive"
             else (),
+            messages=tuple(self._messages(self.turns)),
         )
         started = ReplyStarted(
             preset=preset.name,
@@ -423,9 +428,9 @@ class ChatSession(SessionHistory):
                     token_ids.extend(event.token_ids)
                     origins.extend(event.origins)
                     pieces.append(event.text)
-                    marks.append((chars, len(event.token_ids), event.drafted, event.accepted))
+                    marks.append((chars, event.n_tokens, event.drafted, event.accepted))
                     chars += len(event.text)
-                    self.context_used = len(prompt_ids) + len(token_ids)
+                    self.context_used = len(prompt_ids) + accounting.live.new_tokens
                     on_event(event)
                     if self.recorder is not None:
                         self.recorder.reply_progress(reply_id, lambda: "".join(pieces))
@@ -458,10 +463,12 @@ class ChatSession(SessionHistory):
             cache_mode=info.cache_mode,
             k_mode=request.k_mode if drafting else "fixed",
         )
+        if info.k_by_server:
+            stats = dataclasses.replace(stats, k_by_server=True)
         stats = with_thinking_counts(stats, reply_text, marks)
         cancelled = done.stop_reason == "cancelled"
         self.last_stats = stats
-        if cancelled and not token_ids:
+        if cancelled and not token_ids and not reply_text:
             # Nothing came: a new message goes back to the user untouched, a regenerated reply's old one stays.
             self._discard_user(self._undo_turn(replaced))
             if self.recorder is not None:

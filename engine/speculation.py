@@ -9,6 +9,10 @@ Definitions (DESIGN.md):
   where the backend measures what a round costs (`Done.round_cost`, in plain steps, from its verify-cost curve),
   the prediction is over all rounds instead: tau / round_cost, rounds without a draft included
 
+A remote server's chunks are not rounds (`Chunk.is_round` False): they carry token and draft counts, rounds are
+counted as tokens - accepted drafts, and at the end the server's own figures (`Done.server`) replace what the
+chunks summed; whatever it does not report stays empty, with the reason in `MessageStats.unavailable`.
+
 A round that drafted nothing (drafting off, or an n-gram drafter that backed off) is still one target forward
 pass, so it counts in tau. Alpha and the speedup model look only at rounds that drafted, with K the mean number of
 drafts in such a round: that is the question they answer ("when we draft, how good is it").
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.events import Chunk, Done, LiveStats, MessageStats
+from engine.events import Chunk, Done, LiveStats, MessageStats, ServerStats
 from engine.rates import decode_tokens_per_s, time_to_first_token
 
 EMA_WEIGHT = 0.2  # weight of the newest round in the live acceptance EMA
@@ -84,16 +88,24 @@ class AcceptanceAccounting:
 
     def add(self, chunk: Chunk) -> None:
         live = self.live
-        n = len(chunk.token_ids)
+        n = chunk.n_tokens
         if self.t_first is None:
             self.t_first = chunk.t
             self.first_chunk_tokens = n
         self.t_last = chunk.t
         live.new_tokens += n
-        live.rounds += 1
         live.drafted += chunk.drafted
         live.accepted += chunk.accepted
         live.temperature = chunk.temperature
+        if not chunk.is_round:
+            # A remote server's update: counts, not a round. Every round emits one token of the target's own,
+            # so rounds = tokens - accepted drafts; the EMA follows the server's updates.
+            live.rounds = max(live.new_tokens - live.accepted, 0)
+            if chunk.drafted > 0:
+                self._follow_rate(chunk.accepted / chunk.drafted)
+            self._update_rates()
+            return
+        live.rounds += 1
         if chunk.k is not None:
             self.k_per_round.append(chunk.k)
             recent = sorted(self.k_per_round[-K_NOW_ROUNDS:])
@@ -106,14 +118,21 @@ class AcceptanceAccounting:
                 _bump(self.drafted_at_least, i)
             for i in range(chunk.accepted):
                 _bump(self.accepted_at_least, i)
-            rate = chunk.accepted / chunk.drafted
-            live.ema_acceptance = (
-                rate
-                if live.ema_acceptance is None
-                else (1 - EMA_WEIGHT) * live.ema_acceptance + EMA_WEIGHT * rate
-            )
-            live.recent_round_acceptance.append(rate)
-            del live.recent_round_acceptance[:-SPARKLINE_ROUNDS]
+            self._follow_rate(chunk.accepted / chunk.drafted)
+        self._update_rates()
+
+    def _follow_rate(self, rate: float) -> None:
+        live = self.live
+        live.ema_acceptance = (
+            rate
+            if live.ema_acceptance is None
+            else (1 - EMA_WEIGHT) * live.ema_acceptance + EMA_WEIGHT * rate
+        )
+        live.recent_round_acceptance.append(rate)
+        del live.recent_round_acceptance[:-SPARKLINE_ROUNDS]
+
+    def _update_rates(self) -> None:
+        live = self.live
         live.ttft_s = time_to_first_token(self.t_start, self.t_first)
         live.tokens_per_s = decode_tokens_per_s(
             live.new_tokens - self.first_chunk_tokens, self.t_first, self.t_last
@@ -163,19 +182,27 @@ class AcceptanceAccounting:
             )
         ttft = (self.t_first - self.t_start) if self.t_first is not None else t_end - self.t_start
         prefill_s = done.prefill_s if done.prefill_s > 0 else ttft
-        fresh_prompt = max(done.prompt_tokens - done.cached_tokens, 0)
+        figures = {
+            "prompt_tokens": done.prompt_tokens,
+            "cached_tokens": done.cached_tokens,
+            "new_tokens": live.new_tokens,
+            "drafted_tokens": live.drafted,
+            "accepted_tokens": live.accepted,
+            "rounds": live.rounds,
+            "acceptance_rate": live.acceptance_rate,
+            "mean_accepted_length": live.mean_accepted_length,
+            "per_position_acceptance": self.per_position_acceptance(),
+            "acceptance_histogram": list(self.accepted_counts),
+            "alpha": alpha,
+            "predicted_speedup": speedup,
+            "cost_ratio": c,
+            "unavailable": {},
+        }
+        if done.server is not None:
+            figures.update(server_figures(done.server, live.new_tokens))
+        fresh_prompt = max(figures["prompt_tokens"] - figures["cached_tokens"], 0)
         return MessageStats(
-            prompt_tokens=done.prompt_tokens,
-            new_tokens=live.new_tokens,
-            drafted_tokens=live.drafted,
-            accepted_tokens=live.accepted,
-            rounds=live.rounds,
-            acceptance_rate=live.acceptance_rate,
-            mean_accepted_length=live.mean_accepted_length,
-            per_position_acceptance=self.per_position_acceptance(),
-            acceptance_histogram=list(self.accepted_counts),
-            alpha=alpha,
-            predicted_speedup=speedup,
+            **figures,
             ttft_s=ttft,
             prefill_tokens_per_s=fresh_prompt / prefill_s if prefill_s > 0 and fresh_prompt else None,
             decode_tokens_per_s=decode_tokens_per_s(
@@ -189,13 +216,64 @@ class AcceptanceAccounting:
             backend=backend,
             model=model,
             stop_reason=done.stop_reason,
-            cached_tokens=done.cached_tokens,
-            cost_ratio=c,
             router_reason=router_reason,
             cache_mode=cache_mode,
             k_mode=k_mode,
             k_per_round=list(self.k_per_round),
         )
+
+
+# Reasons shown in the inspector for what no server reports.
+NO_HISTOGRAM = "the server does not report accepted drafts per round"
+NO_COST_RATIO = "the server does not report draft and target step times"
+
+
+def server_figures(server: ServerStats, counted_tokens: int) -> dict:
+    """MessageStats fields from a remote server's own figures: what it did not say stays empty, with a reason."""
+    unavailable = dict(server.unavailable)
+    new_tokens = server.new_tokens if server.new_tokens is not None else counted_tokens
+    drafted, accepted = server.drafted, server.accepted
+    figures: dict = {
+        "new_tokens": new_tokens,
+        "drafted_tokens": drafted or 0,
+        "accepted_tokens": accepted or 0,
+        "acceptance_rate": accepted / drafted if drafted and accepted is not None else None,
+        "acceptance_histogram": [],
+        "predicted_speedup": None,
+        "cost_ratio": None,
+        "per_position_acceptance": [],
+        "alpha": None,
+    }
+    unavailable.setdefault("acceptance_histogram", NO_HISTOGRAM)
+    unavailable.setdefault("cost_ratio", NO_COST_RATIO)
+    unavailable.setdefault("predicted_speedup", "needs the cost ratio c: " + NO_COST_RATIO)
+    if server.prompt_tokens is not None:
+        figures["prompt_tokens"] = server.prompt_tokens
+    if server.cached_tokens is not None:
+        figures["cached_tokens"] = server.cached_tokens
+    if accepted is not None:
+        # Every round emits one token of the target's own: rounds = tokens - accepted drafts.
+        rounds = max(new_tokens - accepted, 0)
+        figures["rounds"] = rounds
+        figures["mean_accepted_length"] = new_tokens / rounds if rounds else None
+    else:
+        figures["rounds"] = 0
+        figures["mean_accepted_length"] = None
+        unavailable.setdefault("mean_accepted_length", "the server did not report accepted drafts")
+        unavailable.setdefault("rounds", "the server did not report accepted drafts")
+    dr = server.drafting_rounds
+    if dr and drafted and accepted is not None:
+        figures["alpha"] = solve_alpha((accepted + dr) / dr, max(1, round(drafted / dr)))
+    else:
+        unavailable.setdefault("alpha", "the server did not report how many rounds drafted")
+    if server.position_drafted and server.position_accepted:
+        figures["per_position_acceptance"] = [
+            a / d for a, d in zip(server.position_accepted, server.position_drafted, strict=False) if d
+        ]
+    else:
+        unavailable.setdefault("per_position_acceptance", "the server does not report drafts per position")
+    figures["unavailable"] = unavailable
+    return figures
 
 
 def _bump(counts: list[int], index: int) -> None:

@@ -217,7 +217,7 @@ def test_command_line_error_names_command_line(config_home: Path, monkeypatch) -
     with pytest.raises(ConfigError) as error:
         load_settings(backend="vllm")
     assert assert_one_line(error) == (
-        "command line: backend: must be one of auto, exllamav2, transformers, llamacpp (got 'vllm')"
+        "command line: backend: must be one of auto, exllamav2, transformers, llamacpp, remote (got 'vllm')"
     )
 
 
@@ -259,7 +259,7 @@ def test_several_problems_stay_on_one_line(config_home: Path, monkeypatch) -> No
     message = assert_one_line(error)
     assert "command line: max_context: must be at least 256 (got 10)" in message
     assert (
-        "environment: SPECCHAT_BACKEND: must be one of auto, exllamav2, transformers, llamacpp (got 'cuda')"
+        "environment: SPECCHAT_BACKEND: must be one of auto, exllamav2, transformers, llamacpp, remote (got 'cuda')"
         in message
     )
     assert f"{path}: draft_cache_mode: must be one of auto, fp16, q8, q6, q4 (got 'fp8')" in message

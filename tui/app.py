@@ -28,7 +28,7 @@ from engine.errors import SpecchatError
 from engine.events import Chunk, ContextTrimmed, ReplyFailed, ReplyFinished, ReplyStarted
 from engine.presets import load_presets
 from engine.session import ChatSession
-from tui.formatting import preset_label
+from tui.formatting import k_label, preset_label
 from tui.keymap import APP_KEYS, bindings, check_keymap, key_for
 from tui.screens.error import ErrorScreen
 from tui.screens.help import HelpScreen
@@ -407,7 +407,9 @@ class SpecchatApp(App[None]):
         reply = self._reply
         if isinstance(event, ReplyStarted):
             why = f" — {event.router_reason}" if event.auto and event.router_reason else ""
-            drafting = f"K {event.num_draft_tokens}" if event.drafting else "draft off"
+            by_server = bool(self.session.info and self.session.info.k_by_server)
+            k_text = "K server" if by_server else f"K {event.num_draft_tokens}"
+            drafting = k_text if event.drafting else "draft off"
             reply.set_header(f"{preset_label(event.preset, event.auto)} · {drafting}{why}")
             self.refresh_status()
         elif isinstance(event, ContextTrimmed):
@@ -721,8 +723,8 @@ class SpecchatApp(App[None]):
         if stats is None:
             return
         drafting = (
-            f"K {stats.num_draft_tokens}"
-            if stats.draft_mode != "none" and stats.num_draft_tokens
+            k_label(stats)
+            if stats.draft_mode != "none" and (stats.num_draft_tokens or stats.k_by_server)
             else "draft off"
         )
         why = f" — {stats.router_reason}" if stats.router_reason else ""

@@ -54,8 +54,18 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, help="model folder (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--draft", help="drafting: ngram, none, or a draft model folder (same tokenizer family)")
     p.add_argument(
-        "--backend", choices=["auto", "exllamav2", "transformers", "llamacpp"], help="inference engine"
+        "--backend",
+        choices=["auto", "exllamav2", "transformers", "llamacpp", "remote"],
+        help="inference engine (remote: an OpenAI-compatible server at --endpoint)",
     )
+    p.add_argument(
+        "--endpoint",
+        help="remote server's base URL (llama-server, vLLM, TabbyAPI), e.g. http://127.0.0.1:8080",
+    )
+    p.add_argument(
+        "--api-key-env", metavar="VAR", help="environment variable holding the remote server's API key"
+    )
+    p.add_argument("--remote-model", metavar="NAME", help="model to ask the remote server for")
     p.add_argument(
         "--cache-mode",
         choices=["auto", "fp16", "q8", "q6", "q4"],
@@ -121,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="short replies, fewer repeats")
     bench.add_argument("--ui", action="store_true", help="also run the UI streaming benchmark")
     bench.add_argument(
+        "--remote",
+        metavar="URL",
+        help="run the prompts through this OpenAI-compatible server instead (with and without its drafting "
+        "where it can be switched per request)",
+    )
+    bench.add_argument(
         "--prompts",
         default="heldout",
         help="prompt set: heldout (default: never tuned on), public, or a JSON Lines file",
@@ -168,6 +184,9 @@ def _settings(args: argparse.Namespace, check_paths: bool = True):
         "system_prompt": getattr(args, "system_prompt", None),
         "seed": getattr(args, "seed", None),
         "preset": getattr(args, "preset", None),
+        "endpoint": getattr(args, "endpoint", None),
+        "api_key_env": getattr(args, "api_key_env", None),
+        "remote_model": getattr(args, "remote_model", None),
     }
     settings = load_settings(**overrides)
     if not check_paths:
@@ -254,7 +273,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
             record = {
                 "text": result.text,
                 "model": session.model_dir or info.model,
-                "prompt_token_ids": list(session.last_prompt_ids),
+                # A remote server without a tokenizer endpoint has no ids (the context was estimated).
+                "prompt_token_ids": [i for i in session.last_prompt_ids if i >= 0],
                 "token_ids": list(result.token_ids),
                 "stats": result.stats.to_dict(),
             }
@@ -484,6 +504,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     prompt_set = args.prompts
     if prompt_set not in ("heldout", "public") and not Path(prompt_set).is_file():
         raise CliError(f"--prompts: no such prompt set or file: {prompt_set}")
+    if args.remote:
+        from engine.bench_remote import run_remote_bench
+
+        run_remote_bench(settings, args.remote, quick=args.quick, prompt_set=prompt_set)
+        return 0
     if settings.backend != "llamacpp" and not str(settings.model or "").lower().endswith(".gguf"):
         run_bench(settings, quick=args.quick, prompt_set=prompt_set)
     bench_llamacpp_if_usable(settings, quick=args.quick, prompt_set=prompt_set)

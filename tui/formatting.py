@@ -43,7 +43,13 @@ def preset_label(preset: str, auto: bool) -> str:
 
 
 def stats_drafted(stats: MessageStats) -> bool:
-    return stats.draft_mode != "none" and stats.num_draft_tokens > 0 and stats.drafted_tokens > 0
+    k_known = stats.num_draft_tokens > 0 or stats.k_by_server
+    return stats.draft_mode != "none" and k_known and stats.drafted_tokens > 0
+
+
+def k_label(stats: MessageStats) -> str:
+    """`K 4`, or `K server` where a remote server fixes K (the preset's K was not sent)."""
+    return "K server" if stats.k_by_server else f"K {stats.num_draft_tokens}"
 
 
 def stats_line(stats: MessageStats, cancelled: bool = False) -> str:
@@ -57,12 +63,17 @@ def stats_line(stats: MessageStats, cancelled: bool = False) -> str:
         f"ttft {seconds(stats.ttft_s)}",
     ]
     if stats_drafted(stats):
-        parts += [f"accept {percent(stats.acceptance_rate)}", f"τ {number(stats.mean_accepted_length, 2)}"]
-        parts.append(f"K {stats.num_draft_tokens}")
-    elif stats.draft_mode == "none" or stats.num_draft_tokens == 0:
+        accept = f"accept {percent(stats.acceptance_rate)}"
+        if stats.k_by_server:  # a server's counts, as it reported them
+            accept += f" ({stats.accepted_tokens}/{stats.drafted_tokens})"
+        parts += [accept, f"τ {number(stats.mean_accepted_length, 2)}"]
+        parts.append(k_label(stats))
+    elif "drafted_tokens" in stats.unavailable and stats.draft_mode != "none":
+        parts += ["accept —", k_label(stats)]  # the server does not say (the inspector says why)
+    elif stats.draft_mode == "none" or (stats.num_draft_tokens == 0 and not stats.k_by_server):
         parts.append("draft off")
     else:  # drafting was on, but the drafter found nothing worth proposing (n-gram back-off)
-        parts += ["no drafts", f"K {stats.num_draft_tokens}"]
+        parts += ["no drafts", k_label(stats)]
     parts.append(f"T {stats.temperature:.2f}")
     parts.append(preset_label(stats.preset, bool(stats.router_reason)))
     if cancelled:

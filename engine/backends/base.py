@@ -66,6 +66,8 @@ class GenerationRequest:
     # per-position acceptance r_i to start them from (from the metrics log) the first time that key is seen.
     tuning_key: str = ""
     acceptance_prior: tuple[float, ...] = ()
+    # The conversation as chat messages (what `prompt_ids` renders): a remote server takes these, not ids.
+    messages: tuple[dict[str, str], ...] = ()
 
     @property
     def effective_k(self) -> int:

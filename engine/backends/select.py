@@ -56,6 +56,24 @@ def _llamacpp(settings: Any) -> Backend:
     )
 
 
+def _remote(settings: Any) -> Backend:
+    from engine.backends.remote import RemoteBackend
+
+    return RemoteBackend(
+        settings.endpoint,
+        api_key_env=getattr(settings, "api_key_env", None),
+        model=getattr(settings, "remote_model", None),
+        max_context=settings.max_context,
+    )
+
+
+def uses_remote(settings: Any) -> bool:
+    """Whether `settings` pick the remote backend (no local model is needed then)."""
+    return settings.backend == "remote" or (
+        settings.backend == "auto" and bool(getattr(settings, "endpoint", None))
+    )
+
+
 def _exllamav2(settings: Any, model_dir: Path) -> Backend:
     from engine.backends.exl2 import ExLlamaV2Backend
 
@@ -93,12 +111,21 @@ def create_backend(settings: Any, progress: ProgressCallback | None = None) -> t
     max_context, gpu_split. BackendError (one line) where a backend is asked for by name and cannot run here.
     `progress` hears about the first start's build of exllamav2's CUDA extension, which the probe may trigger.
     """
+    choice = settings.backend
+    if choice not in ("auto", "exllamav2", "transformers", "llamacpp", "remote"):
+        raise BackendError(
+            f"unknown backend {choice!r}: use auto, exllamav2, transformers, llamacpp or remote"
+        )
+    endpoint = getattr(settings, "endpoint", None)
+    if choice == "remote" or (choice == "auto" and endpoint):
+        if not endpoint:
+            raise BackendError("--backend remote needs --endpoint URL (the server's base URL)")
+        return _remote(settings), (
+            "remote: chosen in settings" if choice == "remote" else "auto: an endpoint is set -> remote"
+        )
     from engine.backends.exl2 import probe_exllamav2
     from engine.backends.llamacpp import probe_llamacpp
 
-    choice = settings.backend
-    if choice not in ("auto", "exllamav2", "transformers", "llamacpp"):
-        raise BackendError(f"unknown backend {choice!r}: use auto, exllamav2, transformers or llamacpp")
     gguf = settings.model is not None and is_gguf_path(Path(settings.model))
     if choice == "llamacpp":
         usable, reason = probe_llamacpp()

@@ -33,6 +33,8 @@ def k_runs(k_per_round: list[int], limit: int = K_RUNS_SHOWN) -> str:
 
 
 def drafting_line(stats: MessageStats) -> str:
+    if stats.k_by_server:
+        return f"{stats.draft_mode}  K server (the server fixes K)"
     if stats.k_mode == "adaptive":
         return f"{stats.draft_mode}  K adaptive, up to {stats.num_draft_tokens}"
     return f"{stats.draft_mode}  K {stats.num_draft_tokens}"
@@ -42,6 +44,12 @@ def stats_table(stats: MessageStats, cancelled: bool = False) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="dim", justify="right")
     table.add_column()
+    missing = stats.unavailable
+
+    def shown(field: str, value: str) -> str:
+        """A figure, or "—" and the reason where a remote server could not give it."""
+        return f"—  ({missing[field]})" if field in missing else value
+
     rows: list[tuple[str, str]] = [
         ("preset", preset_label(stats.preset, bool(stats.router_reason))),
         ("router", stats.router_reason or "chosen by hand"),
@@ -51,13 +59,19 @@ def stats_table(stats: MessageStats, cancelled: bool = False) -> Table:
         ("temperature", f"{stats.temperature:.2f}"),
         ("prompt tokens", f"{stats.prompt_tokens}  (cached {stats.cached_tokens})"),
         ("new tokens", str(stats.new_tokens)),
-        ("drafted / accepted", f"{stats.drafted_tokens} / {stats.accepted_tokens}"),
-        ("verification rounds", str(stats.rounds)),
-        ("acceptance rate", percent(stats.acceptance_rate)),
-        ("mean accepted length τ", number(stats.mean_accepted_length, 2)),
-        ("α (per-token acceptance)", number(stats.alpha, 3)),
-        ("cost ratio c", number(stats.cost_ratio, 3)),
-        ("predicted speedup", "–" if stats.predicted_speedup is None else f"{stats.predicted_speedup:.2f}×"),
+        ("drafted / accepted", shown("drafted_tokens", f"{stats.drafted_tokens} / {stats.accepted_tokens}")),
+        ("verification rounds", shown("rounds", str(stats.rounds))),
+        ("acceptance rate", shown("acceptance_rate", percent(stats.acceptance_rate))),
+        ("mean accepted length τ", shown("mean_accepted_length", number(stats.mean_accepted_length, 2))),
+        ("α (per-token acceptance)", shown("alpha", number(stats.alpha, 3))),
+        ("cost ratio c", shown("cost_ratio", number(stats.cost_ratio, 3))),
+        (
+            "predicted speedup",
+            shown(
+                "predicted_speedup",
+                "–" if stats.predicted_speedup is None else f"{stats.predicted_speedup:.2f}×",
+            ),
+        ),
         ("time to first token", seconds(stats.ttft_s)),
         ("prefill", f"{number(stats.prefill_tokens_per_s)} tok/s"),
         ("decode", f"{number(stats.decode_tokens_per_s)} tok/s"),
@@ -81,6 +95,8 @@ def stats_table(stats: MessageStats, cancelled: bool = False) -> Table:
 
 def position_bars(stats: MessageStats) -> Text:
     text = Text()
+    if "per_position_acceptance" in stats.unavailable:
+        return Text(f"—  ({stats.unavailable['per_position_acceptance']})", style="dim")
     if not stats.per_position_acceptance:
         return Text("no drafted positions", style="dim")
     for index, rate in enumerate(stats.per_position_acceptance, start=1):
@@ -93,6 +109,8 @@ def position_bars(stats: MessageStats) -> Text:
 
 def histogram_bars(stats: MessageStats) -> Text:
     counts = stats.acceptance_histogram
+    if "acceptance_histogram" in stats.unavailable:
+        return Text(f"—  ({stats.unavailable['acceptance_histogram']})", style="dim")
     if not counts or not sum(counts):
         return Text("no drafting rounds", style="dim")
     top = max(counts)

@@ -25,6 +25,7 @@ class StatusFigures:
     k: int | None = None
     k_now: int | None = None  # adaptive K's current draft length, where it moved away from k
     drafting: bool = True
+    k_by_server: bool = False  # a remote server fixes K: "K server"
     temperature: float | None = None
     acceptance: float | None = None
     measured_drafting: bool | None = None  # None: no reply yet
@@ -55,16 +56,20 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
     }
     live = session.live
     active = session.active
+    by_server = bool(getattr(info, "k_by_server", False))
+    if by_server:
+        base["k_by_server"] = True
     if active is not None:
+        drafting_now = active.drafting and (active.num_draft_tokens > 0 or by_server)
         return StatusFigures(
             state="streaming",
             preset=preset_label(active.preset, active.auto),
             k=active.num_draft_tokens,
             k_now=live.k_now if active.k_mode == "adaptive" else None,
-            drafting=active.drafting and active.num_draft_tokens > 0,
+            drafting=drafting_now,
             temperature=live.temperature if live.new_tokens else active.temperature,
             acceptance=live.acceptance_rate,
-            measured_drafting=active.drafting and active.num_draft_tokens > 0,
+            measured_drafting=drafting_now,
             spark=tuple(live.recent_round_acceptance),
             tau=live.mean_accepted_length,
             tokens_per_s=live.tokens_per_s,
@@ -93,7 +98,9 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
     measured = None
     if last is not None:
         # Drafting on but nothing drafted (n-gram back-off) shows "accept –", not "draft off".
-        measured = last.draft_mode != "none" and last.num_draft_tokens > 0
+        measured = last.draft_mode != "none" and (last.num_draft_tokens > 0 or last.k_by_server)
+    if by_server and info is not None:
+        drafting = info.draft_mode != "none"
     return StatusFigures(
         state="idle",
         preset=preset,
@@ -144,8 +151,16 @@ PRIORITY = {
 def status_fields(fig: StatusFigures) -> list[tuple[str, list[Any]]]:
     """(name, Text.assemble parts) per field of a ready bar, in display order."""
     fields: list[tuple[str, list[Any]]] = []
-    k_text = "off" if not fig.drafting else "–" if fig.k is None else str(fig.k)
-    if fig.drafting and fig.k is not None and fig.k_now is not None and fig.k_now != fig.k:
+    k_text = (
+        "off" if not fig.drafting else "server" if fig.k_by_server else "–" if fig.k is None else str(fig.k)
+    )
+    if (
+        fig.drafting
+        and not fig.k_by_server
+        and fig.k is not None
+        and fig.k_now is not None
+        and fig.k_now != fig.k
+    ):
         k_text = f"{fig.k}→{fig.k_now}"  # adaptive K moved away from the preset's ceiling
     fields.append(("k", [("K ", "dim"), k_text]))
     fields.append(("temperature", [("T ", "dim"), number(fig.temperature, 2)]))

@@ -1,0 +1,486 @@
+"""Remote backend: the chat runs on an OpenAI-compatible server (llama.cpp's llama-server, vLLM, TabbyAPI, ...).
+
+The server drafts and verifies; this client streams `/v1/chat/completions` (httpx + httpx-sse), sends what the
+server honours of the preset (engine.backends.remote_servers), and reports speculation only from what the server
+says: llama-server's per-token `timings` (live) and `/metrics` deltas (rounds), vLLM's `/metrics` counters
+(polled at most twice a second while a reply streams, and their before/after difference), TabbyAPI's finish
+fields where it forwards them. Anything else stays empty with a reason. Tokens/s and TTFT are the client's own.
+
+Failures (server down, refused, timed out, 401/404/5xx, a stream cut mid-reply) become one BackendError line that
+says what, where and what to do; the session keeps the partial reply. The API key is read from an environment
+variable at each request and is never stored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+from httpx_sse import SSEError, connect_sse
+
+from engine.backends.base import BackendError, GenerationRequest, ProgressCallback
+from engine.backends.remote_servers import (
+    EXTRA_SAMPLER_FIELDS,
+    ServerProfile,
+    SpecCounters,
+    StreamCounters,
+    build_profile,
+    chunk_reasoning,
+    chunk_text,
+    detect_kind,
+    error_message,
+    insecure_warning,
+    normalize_endpoint,
+    spec_counters,
+)
+from engine.events import BackendInfo, Chunk, Done, ServerStats, StopReason
+
+BACKEND_NAME = "remote"
+METRICS_POLL_S = 0.5  # at most 2 Hz: the server serves other clients too
+PROBE_TIMEOUT = httpx.Timeout(5.0)
+# Reading may wait long (a big prompt's prefill on a busy server); connecting may not.
+STREAM_TIMEOUT = httpx.Timeout(connect=5.0, read=300.0, write=30.0, pool=5.0)
+FINISH_REASONS: dict[str, StopReason] = {"stop": "end_of_turn", "length": "max_new_tokens", "eos": "eos"}
+
+
+class RemoteBackend:
+    name = BACKEND_NAME
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        api_key_env: str | None = None,
+        model: str | None = None,
+        max_context: int = 4096,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        try:
+            self.base = normalize_endpoint(endpoint)
+        except ValueError as exc:
+            raise BackendError(str(exc)) from None
+        self.api_key_env = api_key_env
+        self.model_override = model
+        self.default_context = max_context
+        self._transport = transport
+        self._client: httpx.Client | None = None
+        self.profile: ServerProfile | None = None
+        self._info: BackendInfo | None = None
+        self.warning = insecure_warning(self.base)
+
+    # --- connection ------------------------------------------------------------------------------------
+
+    def _headers(self) -> dict[str, str]:
+        if not self.api_key_env:
+            return {}
+        key = os.environ.get(self.api_key_env, "")
+        if not key:
+            raise BackendError(
+                f"the API key variable ${self.api_key_env} is empty or unset: export it, or drop --api-key-env"
+            )
+        # TabbyAPI reads x-api-key or Authorization (common/auth.py); the others read Authorization.
+        return {"Authorization": f"Bearer {key}", "x-api-key": key}
+
+    @property
+    def client(self) -> httpx.Client:
+        if self._client is None:
+            self._client = httpx.Client(base_url=self.base, transport=self._transport, follow_redirects=True)
+        return self._client
+
+    def _fail(self, exc: Exception, path: str, during: str = "") -> BackendError:
+        """One line: what went wrong, where, what to do."""
+        where = f"{self.base}{path}"
+        if isinstance(exc, httpx.ConnectError):
+            return BackendError(
+                f"cannot reach the server at {self.base} ({_reason(exc)}): start it, or check --endpoint"
+            )
+        if isinstance(exc, httpx.TimeoutException):
+            return BackendError(f"the server at {where} timed out{during}: it may be overloaded; try again")
+        if isinstance(exc, SSEError):
+            return BackendError(
+                f"the server at {where} answered without streaming ({_reason(exc)}): "
+                "is --endpoint an OpenAI-compatible server?"
+            )
+        if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
+            return BackendError(
+                f"the server at {self.base} dropped the connection{during} ({_reason(exc)}): "
+                "the partial reply is kept; ask again when the server is back"
+            )
+        return BackendError(f"request to {where} failed{during}: {_reason(exc)}")
+
+    def _status_error(self, response: httpx.Response, path: str) -> BackendError:
+        try:
+            body = response.json()
+        except (ValueError, httpx.ResponseNotRead):
+            body = None
+        detail = error_message(body)
+        detail = f": {detail}" if detail else ""
+        code, where = response.status_code, f"{self.base}{path}"
+        if code in (401, 403):
+            hint = (
+                f"check the key in ${self.api_key_env}"
+                if self.api_key_env
+                else "the server wants an API key: put it in an environment variable and pass --api-key-env VAR"
+            )
+            return BackendError(f"the server at {self.base} refused the request ({code}{detail}): {hint}")
+        if code == 404:
+            return BackendError(
+                f"{where} not found (404{detail}): --endpoint should be the server's base URL "
+                "(e.g. http://127.0.0.1:8080), and --remote-model a model it serves"
+            )
+        if code >= 500:
+            return BackendError(f"the server at {self.base} failed ({code}{detail}): see the server's log")
+        return BackendError(f"the server at {where} rejected the request ({code}{detail})")
+
+    def _get(self, path: str) -> httpx.Response | None:
+        """GET for the probe: None where the endpoint is absent; BackendError where the server is unusable."""
+        try:
+            response = self.client.get(path, headers=self._headers(), timeout=PROBE_TIMEOUT)
+        except httpx.HTTPError as exc:
+            raise self._fail(exc, path) from None
+        if response.status_code in (401, 403):
+            raise self._status_error(response, path)
+        return response if response.status_code == 200 else None
+
+    def _get_json(self, path: str) -> Any:
+        response = self._get(path)
+        if response is None:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            return None
+
+    def _metrics_text(self) -> str | None:
+        try:
+            response = self.client.get("/metrics", headers=self._headers(), timeout=PROBE_TIMEOUT)
+        except (httpx.HTTPError, BackendError):
+            return None
+        return response.text if response.status_code == 200 else None
+
+    # --- Backend protocol ------------------------------------------------------------------------------
+
+    @property
+    def info(self) -> BackendInfo:
+        if self._info is None:
+            raise BackendError("the remote backend is not connected yet")
+        return self._info
+
+    def load(self, progress: ProgressCallback | None = None) -> None:
+        if progress:
+            progress(f"connecting to {self.base}", None)
+        models = self._get_json("/v1/models")
+        if models is None:
+            raise BackendError(
+                f"{self.base} has no OpenAI-compatible API (GET /v1/models failed): "
+                "--endpoint should be the server's base URL, e.g. http://127.0.0.1:8080"
+            )
+        serviceinfo = self._get_json("/.well-known/serviceinfo")
+        props = self._get_json("/props")
+        version = self._get_json("/version")
+        kind = detect_kind(serviceinfo, props, version, models)
+        slots = self._get_json("/slots") if kind == "llama-server" else None
+        tabby_model = self._get_json("/v1/model") if kind == "tabbyapi" else None
+        metrics = self._metrics_text() if kind in ("llama-server", "vllm") else None
+        self.profile = profile = build_profile(
+            kind,
+            models=models,
+            props=props,
+            slots=slots,
+            tabby_model=tabby_model,
+            metrics_text=metrics,
+            model_override=self.model_override,
+        )
+        notes = [profile.summary(), *profile.notes]
+        if self.warning:
+            notes.insert(0, self.warning)
+        if profile.max_context is None:
+            notes.append(f"context length unknown: max_context {self.default_context} assumed")
+        notes.append("temperature ramps are not sent: the server samples at the preset's temperature")
+        draft_mode = "none" if profile.speculating is False else "server"
+        # llama-server names its model by the GGUF's path: the file name says the same, shorter.
+        shown = profile.model.rsplit("/", 1)[-1] if profile.model.endswith(".gguf") else profile.model
+        self._info = BackendInfo(
+            backend=BACKEND_NAME,
+            model=shown,
+            device=f"{profile.kind}@{self.base.split('://', 1)[1]}",
+            cache_mode="server",
+            draft_cache_mode="server",
+            draft_mode=draft_mode,  # type: ignore[arg-type]
+            draft_model=None,
+            max_context=profile.max_context or self.default_context,
+            notes=tuple(notes),
+            k_by_server=not profile.k_per_request,
+        )
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        """Token ids of the rendered conversation where the server tokenizes (llama-server, vLLM); else a
+        length estimate (about 3 characters a token, -1 for each) good enough to fit the context."""
+        profile = self.profile
+        kind = profile.tokenize if profile else "estimate"
+        try:
+            if kind == "llama-server":
+                prompt = self._post_json("/apply-template", {"messages": messages}).get("prompt", "")
+                tokens = self._post_json(
+                    "/tokenize", {"content": prompt, "add_special": True, "parse_special": True}
+                ).get("tokens")
+                if isinstance(tokens, list):
+                    return [int(t) for t in tokens]
+            elif kind == "vllm":
+                body = {"model": profile.model, "messages": messages, "add_generation_prompt": True}
+                tokens = self._post_json("/tokenize", body).get("tokens")
+                if isinstance(tokens, list):
+                    return [int(t) for t in tokens]
+        except BackendError as exc:
+            if "cannot reach" in str(exc) or "refused" in str(exc):
+                raise
+        chars = sum(len(m.get("content", "")) + 8 for m in messages)
+        return [-1] * math.ceil(chars / 3)
+
+    def _post_json(self, path: str, body: dict) -> dict:
+        try:
+            response = self.client.post(path, json=body, headers=self._headers(), timeout=PROBE_TIMEOUT)
+        except httpx.HTTPError as exc:
+            raise self._fail(exc, path) from None
+        if response.status_code != 200:
+            raise self._status_error(response, path)
+        data = response.json()
+        return data if isinstance(data, dict) else {}
+
+    def decode(self, token_ids: list[int]) -> str:
+        return ""  # replies arrive as text; nothing here decodes ids
+
+    def request_body(self, request: GenerationRequest) -> dict[str, Any]:
+        """The chat completion request: the preset's fields the server honours, and nothing it ignores."""
+        profile = self.profile
+        assert profile is not None
+        sampler = request.sampler
+        body: dict[str, Any] = {
+            "model": profile.model,
+            "messages": list(request.messages),
+            "stream": True,
+            "max_tokens": request.max_new_tokens,
+            "temperature": sampler.temperature,
+            "top_p": sampler.top_p,
+            "stream_options": {"include_usage": True},
+        }
+        if request.seed is not None:
+            body["seed"] = request.seed
+        neutral = {"top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
+        for ours, theirs in EXTRA_SAMPLER_FIELDS[profile.kind]:
+            value = getattr(sampler, ours)
+            if value != neutral[ours]:
+                body[theirs] = value
+        if profile.kind == "llama-server":
+            body["timings_per_token"] = True  # live draft counts in every chunk
+            if profile.k_per_request:
+                body["speculative.n_max"] = request.effective_k
+                body["speculative.n_min"] = 0
+        elif profile.kind == "vllm":
+            body["stream_options"]["continuous_usage_stats"] = True
+        return body
+
+    def generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Chunk | Done]:
+        profile = self.profile
+        if profile is None:
+            raise BackendError("the remote backend is not connected yet")
+        if not request.messages:
+            raise BackendError("the remote backend needs the conversation as messages")
+        before = spec_counters(profile.kind, self._metrics_text()) if profile.metrics else None
+        poller = _MetricsPoller(self, before) if profile.kind == "vllm" and before is not None else None
+        counters = StreamCounters()
+        path = "/v1/chat/completions"
+        temperature = request.sampler.temperature
+        seen_tokens = seen_drafted = seen_accepted = 0
+        content_events = 0
+        thinking = False
+        stop: StopReason = "eos"
+        try:
+            with connect_sse(
+                self.client,
+                "POST",
+                path,
+                json=self.request_body(request),
+                headers=self._headers(),
+                timeout=STREAM_TIMEOUT,
+            ) as source:
+                if source.response.status_code != 200:
+                    source.response.read()
+                    raise self._status_error(source.response, path)
+                for event in source.iter_sse():
+                    if cancel.is_set():
+                        stop = "cancelled"
+                        break
+                    if event.data.strip() == "[DONE]":
+                        break
+                    try:
+                        data = json.loads(event.data)
+                    except ValueError:
+                        continue
+                    if not isinstance(data, dict):
+                        continue
+                    if "error" in data and not data.get("choices"):
+                        raise BackendError(
+                            f"the server at {self.base} stopped the reply: {error_message(data) or 'error'}"
+                        )
+                    counters.read(data)
+                    reasoning, text = chunk_reasoning(data), chunk_text(data)
+                    piece = ""
+                    if reasoning and not thinking:
+                        piece, thinking = "<think>", True
+                    piece += reasoning
+                    if text and thinking:
+                        piece, thinking = piece + "</think>", False
+                    piece += text
+                    if text or reasoning:
+                        content_events += 1
+                    tokens = counters.tokens
+                    n = (tokens - seen_tokens) if tokens is not None else (1 if piece else 0)
+                    if poller is not None:
+                        live = poller.latest
+                        drafted, accepted = (
+                            (int(live.draft_tokens), int(live.accepted))
+                            if live
+                            else (seen_drafted, seen_accepted)
+                        )
+                    else:
+                        drafted = counters.drafted if counters.drafted is not None else seen_drafted
+                        accepted = counters.accepted if counters.accepted is not None else seen_accepted
+                    if not piece and n <= 0 and drafted == seen_drafted:
+                        continue
+                    yield Chunk(
+                        text=piece,
+                        token_ids=(),
+                        drafted=max(drafted - seen_drafted, 0),
+                        accepted=max(accepted - seen_accepted, 0),
+                        origins=(),
+                        t=time.perf_counter(),
+                        temperature=temperature,
+                        count=max(n, 0),
+                        is_round=False,
+                    )
+                    seen_tokens += max(n, 0)
+                    seen_drafted, seen_accepted = max(drafted, seen_drafted), max(accepted, seen_accepted)
+        except httpx.HTTPError as exc:
+            raise self._fail(exc, path, " mid-reply" if content_events else "") from None
+        except SSEError as exc:
+            raise self._fail(exc, path, " mid-reply" if content_events else "") from None
+        finally:
+            if poller is not None:
+                poller.stop()
+        if stop != "cancelled":
+            stop = FINISH_REASONS.get(counters.finish_reason or "", "eos")
+            if counters.finish_reason is None and content_events:
+                raise BackendError(
+                    f"the server at {self.base} ended the stream without finishing the reply: "
+                    "the partial reply is kept; ask again"
+                )
+        yield Done(
+            stop_reason=stop,
+            prompt_tokens=counters.prompt_tokens or len(request.prompt_ids),
+            cached_tokens=counters.cached_tokens or 0,
+            server=self._server_stats(profile, counters, before, seen_tokens),
+        )
+
+    def _server_stats(
+        self, profile: ServerProfile, counters: StreamCounters, before: SpecCounters | None, seen: int
+    ) -> ServerStats:
+        unavailable: list[tuple[str, str]] = []
+        new_tokens = counters.completion_tokens if counters.completion_tokens is not None else counters.tokens
+        if new_tokens is None:
+            unavailable.append(("new_tokens", "the server sent no token counts: stream chunks are counted"))
+        delta = None
+        if before is not None:
+            after = spec_counters(profile.kind, self._metrics_text())
+            delta = after.minus(before) if after is not None else None
+        drafted, accepted = counters.drafted, counters.accepted
+        drafting_rounds = None
+        position_drafted = position_accepted = None
+        if profile.kind == "llama-server":
+            if drafted is None and counters.predicted is not None:
+                # Its timings leave draft_n out when nothing was drafted (server_slot_stats::to_json): a real 0.
+                drafted, accepted = 0, 0
+            elif drafted is None:
+                drafted, accepted = 0, 0
+                unavailable.append(("drafted_tokens", "the server sent no timings for this reply"))
+            if delta is not None and int(delta.draft_tokens) == drafted:
+                drafting_rounds = int(delta.drafts)
+            elif profile.metrics:
+                unavailable.append(("alpha", "/metrics counters did not match this reply (another client?)"))
+            unavailable.append(
+                (
+                    "per_position_acceptance",
+                    "llama-server counts accepted drafts per position, but not drafts per position",
+                )
+            )
+        elif profile.kind == "vllm" and delta is not None:
+            drafted, accepted = int(delta.draft_tokens), int(delta.accepted)
+            drafting_rounds = int(delta.drafts)
+            if delta.per_position and delta.drafts:
+                # vLLM drafts a fixed K every round, so every round's draft reaches every position.
+                position_drafted = tuple(int(delta.drafts) for _ in delta.per_position)
+                position_accepted = tuple(int(a) for a in delta.per_position)
+        elif drafted is None:
+            why = {
+                "vllm": "vLLM's /metrics had no speculation counters (is --speculative-config set?)",
+                "tabbyapi": "TabbyAPI logs draft_accept / draft_reject but does not send them to clients",
+                "other": "this server reports no speculation statistics",
+            }[profile.kind]
+            unavailable.append(("drafted_tokens", why))
+            unavailable.append(("acceptance_rate", why))
+        return ServerStats(
+            source=profile.kind,
+            drafted=drafted,
+            accepted=accepted,
+            new_tokens=new_tokens if new_tokens is not None else seen,
+            prompt_tokens=counters.prompt_tokens,
+            cached_tokens=counters.cached_tokens,
+            drafting_rounds=drafting_rounds,
+            position_drafted=position_drafted,
+            position_accepted=position_accepted,
+            unavailable=tuple(unavailable),
+        )
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+class _MetricsPoller:
+    """Reads /metrics at most twice a second while a reply streams; `latest` is the difference from `before`."""
+
+    def __init__(self, backend: RemoteBackend, before: SpecCounters) -> None:
+        self.latest: SpecCounters | None = None
+        self._backend = backend
+        self._before = before
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="specchat-metrics", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(METRICS_POLL_S):
+            now = spec_counters(self._backend.profile.kind, self._backend._metrics_text())
+            if now is not None:
+                self.latest = now.minus(self._before) or self.latest
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    if not text:
+        return type(exc).__name__
+    for known in ("Connection refused", "Name or service not known", "No route to host"):
+        if known.lower() in text.lower():
+            return known.lower()
+    if "peer closed connection" in text or "incomplete chunked read" in text:
+        return "the connection closed before the reply was complete"
+    return text[:120]
