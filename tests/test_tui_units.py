@@ -236,3 +236,24 @@ def test_inspector_lists_k_per_round_in_runs():
     console = Console(width=120, record=True)
     console.print(stats_table(make_stats()))
     assert "K per round" not in console.export_text()
+
+
+def test_the_live_k_shows_while_an_adaptive_reply_runs_and_the_ceiling_between_replies():
+    from types import SimpleNamespace
+
+    from engine.events import LiveStats, ReplyStarted
+    from tui.widgets.status_bar import collect_status
+
+    def session(active, preset_k=5):
+        preset = SimpleNamespace(k=preset_k, temperature=0.5, drafting=True)
+        return SimpleNamespace(
+            info=None, live=LiveStats(k_now=3), active=active, last_stats=None, mode="qa",
+            presets={"qa": preset}, effective_preset=lambda name: preset,
+        )  # fmt: skip
+
+    def started(mode):
+        return ReplyStarted("qa", False, "", 5, 0.5, True, 10, k_mode=mode)
+
+    assert "K 5→3" in render_status(collect_status(session(started("adaptive")), "streaming")).plain
+    assert "K 5 │" in render_status(collect_status(session(started("fixed")), "streaming")).plain
+    assert "K 5 │" in render_status(collect_status(session(None), "idle")).plain

@@ -91,10 +91,6 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
         k = chosen.k if chosen is not None else None
         temperature = chosen.temperature if chosen is not None else None
         drafting = bool(chosen.drafting and chosen.k > 0) if chosen is not None else True
-    k_now = None
-    if last is not None and last.k_mode == "adaptive" and last.preset == preset and last.k_per_round:
-        recent = sorted(last.k_per_round[-8:])  # as the live figure: the median of the last rounds
-        k_now = recent[len(recent) // 2]
     measured = None
     if last is not None:
         # Drafting on but nothing drafted (n-gram back-off) shows "accept –", not "draft off".
@@ -104,8 +100,7 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
     return StatusFigures(
         state="idle",
         preset=preset,
-        k=k,
-        k_now=k_now,
+        k=k,  # the next reply's ceiling: adaptive K's moves show while a reply runs
         drafting=drafting,
         temperature=temperature,
         acceptance=last.acceptance_rate if last is not None else None,
