@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -442,13 +443,25 @@ def load_capturing_warnings(settings, progress=None):
     finally:
         for logger in loggers:
             logger.removeHandler(handler)
-    lines = [str(w.message) for w in caught] + handler.lines
-    return (
-        backend,
-        reason,
-        [" ".join(line.split()) for line in lines if line.strip()],
-        time.perf_counter() - start,
-    )
+    lines = [summarise_warning(line) for line in [str(w.message) for w in caught] + handler.lines]
+    return backend, reason, [line for line in lines if line], time.perf_counter() - start
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_MISSING = re.compile(r"^\s*(\S+)\s*\|\s*MISSING\b", re.MULTILINE)
+
+
+def summarise_warning(text: str) -> str:
+    """One line for a captured warning; transformers' load report becomes the weights it had to make up."""
+    text = _ANSI.sub("", text)
+    missing = _MISSING.findall(text)
+    if missing and "newly initialized" in text:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        return (
+            f"{len(missing)} weight(s) missing from the checkpoint were newly initialized (random): {shown}"
+        )
+    line = " ".join(text.split())
+    return line if len(line) <= 240 else line[:237] + "..."
 
 
 def _run(

@@ -129,3 +129,24 @@ def test_a_planted_baseline_10_points_higher_fails(tiny_model_dir, copy_model_di
     assert failed == ["regression"]
     assert "(10 points, rule: a drop of 8+ points fails)" in checks["regression"]["reason"]
     assert len(json.loads(path.read_text())) == 1  # a failed run is not saved as the new baseline
+
+
+@pytest.mark.slow
+def test_weights_newly_initialised_while_loading_fail_the_load_check(tiny_model_dir, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder = shutil.copytree(tiny_model_dir, tmp_path / "missing-weight")
+    tensors = load_file(folder / "model.safetensors")
+    del tensors["model.layers.1.mlp.down_proj.weight"]
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    proc = run_cli(
+        ["doctor", "--json", "--backend", "transformers", "--model", str(folder), "--draft", "none"]
+        + ["--max-new-tokens", "4", "--ladder", "128", "--no-save"]
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    load = checks_of(proc)["load"]
+    assert load["status"] == "fail"
+    assert "newly initialized (random): model.layers.1.mlp.down_proj.weight" in load["reason"]
+    assert load["details"]["warnings"]
