@@ -46,8 +46,8 @@ from engine.speculation import predicted_speedup
 TASKS = ("code", "qa", "creative")
 K_VALUES = (0, 1, 2, 3, 4, 5, 6, 7, 8)
 TEMPERATURES = (0.1, 0.5, 0.7, 1.0, 1.2)
-# A ramp setting changes only when on and off differ by more than this (one short sweep is noisy).
-RAMP_MARGIN = 0.03
+# A preset's K or ramp changes only when the alternative is faster by more than this (a short sweep is noisy).
+NOISE_MARGIN = 0.03
 # The ramp tried for a preset that has none: the first 16 tokens start at half the temperature.
 DEFAULT_RAMP_TOKENS = 16
 BACKUP_SUFFIX = ".bak"
@@ -207,9 +207,13 @@ class TaskDecision:
     best_speedup: float | None
     ramp: tuple[int, float] | None = None  # (ramp_tokens, ramp_start) to write; None: leave the ramp alone
     ramp_note: str = ""
+    apply_k: int | None = (
+        None  # the K to write: the best, or the preset's own when the best wins only by noise
+    )
+    k_note: str = ""
 
     def values(self) -> dict[str, Any]:
-        values: dict[str, Any] = {"k": self.best_k}
+        values: dict[str, Any] = {"k": self.best_k if self.apply_k is None else self.apply_k}
         if self.ramp is not None:
             values["ramp_tokens"], values["ramp_start"] = self.ramp
         return values
@@ -469,9 +473,7 @@ def run_tune(
             result.rows.extend(rows)
             winner = max(rows, key=lambda r: r.tokens_per_s)
             best[task] = winner.k
-            result.decisions[task] = TaskDecision(
-                task, presets[task].k, winner.k, winner.measured_speedup if winner.k else 1.0
-            )
+            result.decisions[task] = _decide_k(task, presets[task].k, winner, rows)
             # Temperatures and the ramp at the winning K. Their speedups divide by the plain row above: plain
             # decoding's speed per token does not depend on the sampler (only which tokens come out does).
             k = winner.k or max(plan.k_values)
@@ -537,6 +539,26 @@ def _second_load(
         backend.close()
 
 
+def _decide_k(task: str, preset_k: int, winner: TuneRow, rows: list[TuneRow]) -> TaskDecision:
+    decision = TaskDecision(task, preset_k, winner.k, winner.measured_speedup, apply_k=winner.k)
+    current = next((r for r in rows if r.k == preset_k), None)
+    if winner.k == preset_k:
+        decision.k_note = f"the preset's K {preset_k} is the best"
+    elif current is None:
+        decision.k_note = f"K {winner.k} is the best (the preset's K {preset_k} was not swept)"
+    elif winner.tokens_per_s > current.tokens_per_s * (1 + NOISE_MARGIN):
+        gain = winner.tokens_per_s / current.tokens_per_s - 1
+        decision.k_note = f"K {winner.k} beats the preset's K {preset_k} by {gain:.0%}"
+    else:
+        gain = winner.tokens_per_s / current.tokens_per_s - 1
+        decision.apply_k = preset_k
+        decision.k_note = (
+            f"K {winner.k} beats the preset's K {preset_k} by only {gain:.0%} (noise margin "
+            f"{NOISE_MARGIN:.0%}): K {preset_k} stays"
+        )
+    return decision
+
+
 def _decide_ramp(
     decision: TaskDecision,
     preset_sampler: SamplerSettings,
@@ -549,10 +571,10 @@ def _decide_ramp(
         return
     gain = on_row.tokens_per_s / off_row.tokens_per_s - 1 if off_row.tokens_per_s > 0 else 0.0
     had_ramp = preset_sampler.ramp_tokens > 0
-    if gain > RAMP_MARGIN and not had_ramp:
+    if gain > NOISE_MARGIN and not had_ramp:
         decision.ramp = (on.ramp_tokens, on.ramp_start)
         decision.ramp_note = f"a ramp pays ({gain:+.0%} tok/s): added"
-    elif gain < -RAMP_MARGIN and had_ramp:
+    elif gain < -NOISE_MARGIN and had_ramp:
         decision.ramp = (0, 0.0)
         decision.ramp_note = f"the ramp costs speed ({gain:+.0%} tok/s): turned off"
     else:
@@ -607,10 +629,9 @@ def format_tables(result: TuneResult) -> str:
                     f"  {r.sweep}: {r.drafting} drafting, cache {r.cache_mode} at K {r.k}: acceptance "
                     f"{_pct(r.acceptance)}, {r.tokens_per_s:.1f} tok/s, {_x(r.measured_speedup)}"
                 )
-        change = "keep" if decision.best_k == decision.preset_k else "change"
         lines.append(
-            f"  best K {decision.best_k} ({_x(decision.best_speedup)} vs plain; preset K {decision.preset_k}: "
-            f"{change}); {decision.ramp_note}"
+            f"  best K {decision.best_k} ({_x(decision.best_speedup)} vs plain): {decision.k_note}; "
+            f"{decision.ramp_note}"
         )
         lines.append("")
     return "\n".join(lines).rstrip()

@@ -211,11 +211,30 @@ def test_apply_writes_a_preset_that_presets_lists_and_keeps_a_backup(copy_model_
     )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(next(out.glob("*.json")).read_text())
-    best = result["best"]["code"]["best_k"]
+    best = result["best"]["code"]["apply_k"]  # the winner, or K 2 where it won only by noise
     written = tomllib.loads((folder / "code.toml").read_text())
     assert written["k"] == best and written["temperature"] == 0.3
     assert (folder / "code.toml.bak").read_text() == before
-    assert f"+k = {best}" in proc.stdout or best == 2  # the diff
+    assert (f"+k = {best}" in proc.stdout) == (best != 2)  # the diff
+    assert "+# specchat tune" in proc.stdout
     listing = run_cli(["presets"])
     line = next(line for line in listing.stdout.splitlines() if line.startswith("code "))
     assert (f"K={best}" if best else "draft off") in line and str(folder / "code.toml") in line
+
+
+def test_k_changes_only_when_the_winner_beats_the_presets_k_by_more_than_the_noise():
+    from engine.tune import TuneRow, _decide_k
+
+    def row(k: int, tps: float) -> TuneRow:
+        return TuneRow(
+            "code", "k", k, 0.2, True, "ngram", "fp16", 0.5, 2.0, tps, 1.2, tps / 50, 1, 48, 10, 5, 20
+        )
+
+    rows = [row(0, 50.0), row(4, 60.0), row(6, 61.5)]
+    close = _decide_k("code", 4, rows[2], rows)  # 2.5% faster: noise
+    assert (close.best_k, close.apply_k, close.values()["k"]) == (6, 4, 4)
+    assert "by only 2%" in close.k_note
+    rows[2] = row(6, 62.0)  # 3.3% faster: a real gain
+    real = _decide_k("code", 4, rows[2], rows)
+    assert (real.apply_k, real.values()["k"]) == (6, 6)
+    assert _decide_k("code", 5, rows[2], rows).apply_k == 6  # the preset's K was not swept
