@@ -206,11 +206,17 @@ def test_apply_writes_a_preset_that_presets_lists_and_keeps_a_backup(copy_model_
     out = Path(os.environ["XDG_DATA_HOME"]) / "tune-out"
     proc = run_cli(
         ["tune", "--quick", "--apply", "--model", str(copy_model_dir), "--backend", "transformers"]
+        + ["--draft", str(copy_model_dir)]  # the model drafts for itself; the drafting sweep tries n-gram
         + ["--tasks", "code", "--k-values", "0,3,6", "--temperatures", "0.5", "--max-new-tokens", "16"]
         + ["--no-cache-sweep", "--output", str(out)]
     )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(next(out.glob("*.json")).read_text())
+    drafters = {(r["sweep"], r["drafting"]) for r in result["rows"] if r["k"] > 0}
+    assert ("k", "model") in drafters and ("drafting", "ngram") in drafters
+    assert (
+        next(r for r in result["rows"] if r["sweep"] == "k" and r["k"] == 6)["acceptance"] > 0.5
+    )  # it drafts for itself
     best = result["best"]["code"]["apply_k"]  # the winner, or K 2 where it won only by noise
     written = tomllib.loads((folder / "code.toml").read_text())
     assert written["k"] == best and written["temperature"] == 0.3
