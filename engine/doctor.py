@@ -326,7 +326,7 @@ def check_memory(report: DoctorReport, settings, model_dir: Path, draft_dir: Pat
     report.add(
         "memory",
         status,
-        f"free {format_bytes(free)} of {format_bytes(total)}; plan {need}: {now.advice}; {tier_text}",
+        f"free {format_bytes(free)} of {format_bytes(total)}; GPU plan {need}: {now.advice}; {tier_text}",
         **details,
     )
 
