@@ -311,7 +311,7 @@ def check_memory(report: DoctorReport, settings, model_dir: Path, draft_dir: Pat
         report.add(
             "memory",
             "pass",
-            f"plan {need} ({mode} cache, {settings.max_context} context); {tier_text}",
+            f"GPU plan {need} (exllamav2, {mode} cache, {settings.max_context} context); {tier_text}",
             **details,
         )
         return
