@@ -207,9 +207,8 @@ class TaskDecision:
     best_speedup: float | None
     ramp: tuple[int, float] | None = None  # (ramp_tokens, ramp_start) to write; None: leave the ramp alone
     ramp_note: str = ""
-    apply_k: int | None = (
-        None  # the K to write: the best, or the preset's own when the best wins only by noise
-    )
+    # The K to write: the best, or the preset's own where the best wins only by noise.
+    apply_k: int | None = None
     k_note: str = ""
 
     def values(self) -> dict[str, Any]:

@@ -112,7 +112,7 @@ def test_incompatible_draft_fails_naming_the_rule(tiny_model_dir, tiny_model_dir
 @pytest.mark.slow
 def test_a_planted_baseline_10_points_higher_fails(tiny_model_dir, copy_model_dir):
     args = ["doctor", "--json", "--backend", "transformers", "--model", str(tiny_model_dir)]
-    args += ["--draft", str(copy_model_dir), "--max-new-tokens", "24", "--ladder", "128"]
+    args += ["--draft", str(copy_model_dir), "--max-new-tokens", "8", "--ladder", "128"]
     first = run_cli(args)
     assert first.returncode == 0, first.stdout + first.stderr
     report = json.loads(first.stdout)
