@@ -465,11 +465,20 @@ def summarise_warning(text: str) -> str:
 
 
 def _run(
-    backend, prompt_ids: list[int], k: int, max_new: int, sampler: SamplerSettings | None = None
+    backend,
+    prompt_ids: list[int],
+    k: int,
+    max_new: int,
+    sampler: SamplerSettings | None = None,
+    k_mode: str = "fixed",
 ) -> dict:
+    """One reply through the bench's runner. Fixed K by default: the baseline and the ladder judge the drafts
+    themselves, not the adaptive choice of when to draft (which follows the machine's load)."""
     from engine.bench import _ours
 
-    ids, seconds, accounting, _done = _ours(backend, prompt_ids, k, max_new, sampler)
+    ids, seconds, accounting, _done = _ours(
+        backend, prompt_ids, k, max_new, sampler, k_mode, f"doctor-{k_mode}"
+    )
     live = accounting.live
     return {
         "token_ids": ids,
@@ -631,7 +640,12 @@ def run_doctor(
             preset = presets[task]
             task_ids = backend.encode_chat([{"role": "user", "content": item["prompt"]}])
             run = _run(
-                backend, task_ids, preset.k if info.draft_mode != "none" else 0, max_new, preset.sampler()
+                backend,
+                task_ids,
+                preset.k if info.draft_mode != "none" else 0,
+                max_new,
+                preset.sampler(),
+                preset.k_mode,
             )
             run.pop("token_ids")
             tasks[task] = run

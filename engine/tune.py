@@ -55,6 +55,7 @@ ROW_FIELDS = (
     "task",
     "sweep",
     "k",
+    "k_mode",
     "temperature",
     "ramp",
     "drafting",
@@ -176,8 +177,9 @@ def pick_prompts(prompts: Sequence[TunePrompt], plan: TunePlan) -> dict[str, lis
 @dataclass(slots=True)
 class TuneRow:
     task: str
-    sweep: str  # k | temperature | ramp | drafting | cache
-    k: int
+    sweep: str  # k | adaptive | temperature | ramp | drafting | cache
+    k: int  # fixed: K; adaptive: the ceiling
+    k_mode: str  # fixed | adaptive
     temperature: float
     ramp: bool
     drafting: str  # none | ngram | model
@@ -210,9 +212,12 @@ class TaskDecision:
     # The K to write: the best, or the preset's own where the best wins only by noise.
     apply_k: int | None = None
     k_note: str = ""
+    k_mode: str | None = None  # a k_mode to write ("fixed" where a fixed K beats adaptive); None: leave it
 
     def values(self) -> dict[str, Any]:
         values: dict[str, Any] = {"k": self.best_k if self.apply_k is None else self.apply_k}
+        if self.k_mode is not None:
+            values["k_mode"] = self.k_mode
         if self.ramp is not None:
             values["ramp_tokens"], values["ramp_start"] = self.ramp
         return values
@@ -302,6 +307,8 @@ class _Cell:
 
     k: int
     sampler: SamplerSettings
+    k_mode: str = "fixed"
+    key: str = ""  # whose acceptance estimates the backend keeps for these runs (apart from the chat's)
     best_s: dict[int, float] = field(default_factory=dict)  # prompt index -> best seconds
     tokens: dict[int, int] = field(default_factory=dict)
     drafted: int = 0
@@ -351,7 +358,7 @@ def _measure(
             shift = (p + rep) % len(cells)
             for cell in cells[shift:] + cells[:shift]:
                 out, seconds, accounting, done = _ours(
-                    backend, ids, cell.k, plan.max_new_tokens, cell.sampler
+                    backend, ids, cell.k, plan.max_new_tokens, cell.sampler, cell.k_mode, cell.key
                 )
                 n = max(len(out), 1)
                 cell.best_s[p] = min(cell.best_s.get(p, math.inf), seconds)
@@ -362,7 +369,8 @@ def _measure(
                 cell.rounds += live.rounds
                 cell.emitted += live.new_tokens
                 cell.predicted_weighted += _prediction(accounting, done) * live.new_tokens
-                progress.advance(f"{label} K={cell.k} T={cell.sampler.temperature:g}")
+                mode = " adaptive" if cell.k_mode == "adaptive" else ""
+                progress.advance(f"{label} K={cell.k}{mode} T={cell.sampler.temperature:g}")
 
 
 def _row(task: str, sweep: str, cell: _Cell, plain: _Cell, drafting: str, cache_mode: str) -> TuneRow:
@@ -371,6 +379,7 @@ def _row(task: str, sweep: str, cell: _Cell, plain: _Cell, drafting: str, cache_
         task=task,
         sweep=sweep,
         k=cell.k,
+        k_mode=cell.k_mode,
         temperature=cell.sampler.temperature,
         ramp=cell.sampler.ramp_tokens > 0,
         drafting=drafting if cell.k > 0 else "none",
@@ -402,7 +411,7 @@ def _with_ramp(sampler: SamplerSettings) -> SamplerSettings:
 
 
 def planned_runs(plan: TunePlan, prompts: dict[str, list[str]], other_draft: bool, other_cache: bool) -> int:
-    per_task = len(plan.k_values) + len(plan.temperatures) + 2 + 2 * other_draft + 2 * other_cache
+    per_task = len(plan.k_values) + 2 + len(plan.temperatures) + 2 + 2 * other_draft + 2 * other_cache
     return sum(len(texts) * per_task * plan.repeats for texts in prompts.values())
 
 
@@ -465,14 +474,20 @@ def run_tune(
     try:
         for task, ids in encoded.items():
             sampler = samplers[task]
-            cells = [_Cell(k, sampler) for k in plan.k_values if k > 0]
+            cells = [_Cell(k, sampler, "fixed", f"tune:{task}:fixed-{k}") for k in plan.k_values if k > 0]
             plain = _Cell(0, sampler)
-            _measure(backend, ids, [plain, *cells], plan, progress, task)
+            # Adaptive K up to the preset's ceiling and up to the sweep's largest K, in the same rotation.
+            ceilings = sorted({presets[task].k, max(plan.k_values)} - {0})
+            adaptive = [_Cell(c, sampler, "adaptive", f"tune:{task}:adaptive-{c}") for c in ceilings]
+            _measure(backend, ids, [plain, *cells, *adaptive], plan, progress, task)
             rows = [_row(task, "k", c, plain, drafting, cache_mode) for c in [plain, *cells]]
-            result.rows.extend(rows)
+            adaptive_rows = [_row(task, "adaptive", c, plain, drafting, cache_mode) for c in adaptive]
+            result.rows.extend(rows + adaptive_rows)
             winner = max(rows, key=lambda r: r.tokens_per_s)
             best[task] = winner.k
-            result.decisions[task] = _decide_k(task, presets[task].k, winner, rows)
+            result.decisions[task] = _decide_k(
+                task, presets[task].k, winner, rows, adaptive_rows, presets[task].k_mode
+            )
             # Temperatures and the ramp at the winning K. Their speedups divide by the plain row above: plain
             # decoding's speed per token does not depend on the sampler (only which tokens come out does).
             k = winner.k or max(plan.k_values)
@@ -538,7 +553,19 @@ def _second_load(
         backend.close()
 
 
-def _decide_k(task: str, preset_k: int, winner: TuneRow, rows: list[TuneRow]) -> TaskDecision:
+def _decide_k(
+    task: str,
+    preset_k: int,
+    winner: TuneRow,
+    rows: list[TuneRow],
+    adaptive_rows: Sequence[TuneRow] = (),
+    k_mode: str = "fixed",
+) -> TaskDecision:
+    """The K to write. A fixed preset: the fastest fixed K, unless it beats the preset's K only by noise. An
+    adaptive preset (K is the ceiling): the faster of its own ceiling and the sweep's largest (its own unless the
+    other wins by more than noise), or a fixed K where the fastest fixed K beats adaptive by more than noise."""
+    if k_mode == "adaptive" and adaptive_rows:
+        return _decide_ceiling(task, preset_k, winner, adaptive_rows)
     decision = TaskDecision(task, preset_k, winner.k, winner.measured_speedup, apply_k=winner.k)
     current = next((r for r in rows if r.k == preset_k), None)
     if winner.k == preset_k:
@@ -554,6 +581,32 @@ def _decide_k(task: str, preset_k: int, winner: TuneRow, rows: list[TuneRow]) ->
         decision.k_note = (
             f"K {winner.k} beats the preset's K {preset_k} by only {gain:.0%} (noise margin "
             f"{NOISE_MARGIN:.0%}): K {preset_k} stays"
+        )
+    return decision
+
+
+def _decide_ceiling(
+    task: str, preset_k: int, winner: TuneRow, adaptive_rows: Sequence[TuneRow]
+) -> TaskDecision:
+    current = next((r for r in adaptive_rows if r.k == preset_k), None)
+    fastest = max(adaptive_rows, key=lambda r: r.tokens_per_s)
+    if current is None or fastest.tokens_per_s > current.tokens_per_s * (1 + NOISE_MARGIN):
+        chosen = fastest
+    else:
+        chosen = current
+    decision = TaskDecision(task, preset_k, winner.k, winner.measured_speedup, apply_k=chosen.k)
+    if winner.tokens_per_s > chosen.tokens_per_s * (1 + NOISE_MARGIN):
+        gain = winner.tokens_per_s / chosen.tokens_per_s - 1
+        decision.apply_k, decision.k_mode = winner.k, "fixed"
+        decision.k_note = (
+            f"fixed K {winner.k} beats adaptive K (up to {chosen.k}) by {gain:.0%}: k_mode fixed"
+        )
+    elif chosen.k == preset_k:
+        decision.k_note = f"adaptive K up to {preset_k} stays ({_x(chosen.measured_speedup)} vs plain)"
+    else:
+        decision.k_note = (
+            f"adaptive K up to {chosen.k} beats up to {preset_k} ({_x(chosen.measured_speedup)} vs plain): "
+            f"ceiling {chosen.k}"
         )
     return decision
 
@@ -611,6 +664,12 @@ def format_tables(result: TuneResult) -> str:
                 f"  {r.k:>2} | {_pct(r.acceptance):>10} | {tpr:>12} | {r.tokens_per_s:>7.1f} | "
                 f"{_x(r.predicted_speedup):>9} | {_x(r.measured_speedup):>8}{mark}"
             )
+        for r in rows:
+            if r.sweep == "adaptive":
+                lines.append(
+                    f"  adaptive K up to {r.k}: acceptance {_pct(r.acceptance)}, tokens/round "
+                    f"{(r.tokens_per_round or 0):.2f}, {r.tokens_per_s:.1f} tok/s, {_x(r.measured_speedup)}"
+                )
         temps = [r for r in rows if r.sweep == "temperature"]
         if temps:
             lines.append(

@@ -185,7 +185,9 @@ def test_quick_json_on_the_embedded_model_prints_every_field():
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert {tuple(sorted(r)) for r in rows} == {tuple(sorted(ROW_FIELDS))}
     k_rows = [r for r in rows if r["sweep"] == "k"]
-    assert [r["k"] for r in k_rows] == [0, 2, 4]
+    assert [r["k"] for r in k_rows] == [0, 2, 4] and {r["k_mode"] for r in k_rows} == {"fixed"}
+    # adaptive K up to the code preset's ceiling (6) and up to the sweep's largest K (4), beside the fixed ones
+    assert sorted(r["k"] for r in rows if r["sweep"] == "adaptive" and r["k_mode"] == "adaptive") == [4, 6]
     assert k_rows[0]["measured_speedup"] == pytest.approx(1.0) and k_rows[0]["drafting"] == "none"
     for r in k_rows[1:]:
         assert r["measured_speedup"] == pytest.approx(r["tokens_per_s"] / k_rows[0]["tokens_per_s"])
@@ -225,15 +227,34 @@ def test_apply_writes_a_preset_that_presets_lists_and_keeps_a_backup(copy_model_
     assert "+# specchat tune" in proc.stdout
     listing = run_cli(["presets"])
     line = next(line for line in listing.stdout.splitlines() if line.startswith("code "))
-    assert (f"K={best}" if best else "draft off") in line and str(folder / "code.toml") in line
+    mode = written.get("k_mode", "adaptive")  # the built-in code preset's, unless tune made it fixed
+    shown = (f"K≤{best}" if mode == "adaptive" else f"K={best}") if best else "draft off"
+    assert shown in line and str(folder / "code.toml") in line
 
 
 def test_k_changes_only_when_the_winner_beats_the_presets_k_by_more_than_the_noise():
     from engine.tune import TuneRow, _decide_k
 
-    def row(k: int, tps: float) -> TuneRow:
+    def row(k: int, tps: float, sweep: str = "k", k_mode: str = "fixed") -> TuneRow:
         return TuneRow(
-            "code", "k", k, 0.2, True, "ngram", "fp16", 0.5, 2.0, tps, 1.2, tps / 50, 1, 48, 10, 5, 20
+            task="code",
+            sweep=sweep,
+            k=k,
+            k_mode=k_mode,
+            temperature=0.2,
+            ramp=True,
+            drafting="ngram",
+            cache_mode="fp16",
+            acceptance=0.5,
+            tokens_per_round=2.0,
+            tokens_per_s=tps,
+            predicted_speedup=1.2,
+            measured_speedup=tps / 50,
+            prompts=1,
+            tokens=48,
+            drafted=10,
+            accepted=5,
+            rounds=20,
         )
 
     rows = [row(0, 50.0), row(4, 60.0), row(6, 61.5)]
@@ -244,3 +265,14 @@ def test_k_changes_only_when_the_winner_beats_the_presets_k_by_more_than_the_noi
     real = _decide_k("code", 4, rows[2], rows)
     assert (real.apply_k, real.values()["k"]) == (6, 6)
     assert _decide_k("code", 5, rows[2], rows).apply_k == 6  # the preset's K was not swept
+
+    # An adaptive preset: K is the ceiling. Its own ceiling stays unless the other wins by more than noise, and a
+    # fixed K that beats adaptive by more than noise makes the preset fixed.
+    adaptive = [row(4, 60.0, "adaptive", "adaptive"), row(8, 61.0, "adaptive", "adaptive")]
+    stays = _decide_k("code", 4, row(6, 61.5), rows, adaptive, "adaptive")
+    assert stays.values() == {"k": 4} and "adaptive K up to 4 stays" in stays.k_note
+    adaptive[1] = row(8, 66.0, "adaptive", "adaptive")
+    higher = _decide_k("code", 4, row(6, 61.5), rows, adaptive, "adaptive")
+    assert higher.values() == {"k": 8} and "ceiling 8" in higher.k_note
+    fixed = _decide_k("code", 4, row(6, 70.0), rows, adaptive, "adaptive")
+    assert fixed.values() == {"k": 6, "k_mode": "fixed"} and "k_mode fixed" in fixed.k_note
