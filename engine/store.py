@@ -579,6 +579,15 @@ class Store:
             node = by_id.get(node.parent_id) if node.parent_id is not None else None
         return path[::-1]
 
+    def user_messages(self, limit: int = 200) -> list[str]:
+        """The text of the user's own messages, newest first, each text once (`specchat tune --from-history`)."""
+        rows = self._query(
+            "SELECT text FROM messages WHERE role = 'user' AND trim(text) != '' "
+            "GROUP BY text ORDER BY max(id) DESC LIMIT ?",
+            (int(limit),),
+        )
+        return [row["text"] for row in rows]
+
     def siblings(self, message_id: int) -> list[MessageRecord]:
         """A message and its alternatives (same parent and role), oldest first: regenerated variants."""
         rows = self._query("SELECT * FROM messages WHERE id = ?", (message_id,))

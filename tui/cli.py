@@ -142,6 +142,46 @@ def build_parser() -> argparse.ArgumentParser:
         help="prompt set: heldout (default: never tuned on), public, or a JSON Lines file",
     )
 
+    tune = sub.add_parser(
+        "tune", help="sweep K, temperature, drafting and cache per task; --apply writes the winning K"
+    )
+    _add_model_flags(tune)
+    tsrc = tune.add_mutually_exclusive_group()
+    tsrc.add_argument(
+        "--prompts", type=Path, help="JSON Lines file: {'prompt', 'category'?: code|qa|creative} per line"
+    )
+    tsrc.add_argument(
+        "--from-history", action="store_true", help="your own past messages from the conversation store"
+    )
+    tune.add_argument("--quick", action="store_true", help="one prompt per task, short replies, one repeat")
+    tune.add_argument("--tasks", default="code,qa,creative", help="tasks to tune (default: code,qa,creative)")
+    tune.add_argument("--k-values", help="K values to sweep (default: 0,1,2,3,4,5,6,7,8)")
+    tune.add_argument("--temperatures", help="temperatures to sweep (default: 0.1,0.5,0.7,1.0,1.2)")
+    tune.add_argument("--max-new-tokens", type=int, help="reply length per run (default 128, quick 48)")
+    tune.add_argument("--prompts-per-task", type=int, help="prompts per task (default 3, quick 1)")
+    tune.add_argument(
+        "--no-cache-sweep", action="store_true", help="skip the second load in the other cache mode"
+    )
+    tune.add_argument("--json", action="store_true", help="one JSON object per measured row, one per line")
+    tune.add_argument("--output", type=Path, help="folder for the CSV and JSON results (default: data/tune)")
+    tune.add_argument(
+        "--apply", action="store_true", help="write the winning K (and ramp) into your preset files"
+    )
+
+    doctor = sub.add_parser(
+        "doctor", help="validate: environment, memory, draft compatibility, baseline, context, restart"
+    )
+    _add_model_flags(doctor)
+    doctor.add_argument("--json", action="store_true", help="the report as one JSON object")
+    doctor.add_argument("--max-new-tokens", type=int, default=96, help="reply length per run (default 96)")
+    doctor.add_argument(
+        "--ladder", help="context lengths to climb, e.g. 512,2048 (default: 512, 2k, 4k ... max_context)"
+    )
+    doctor.add_argument(
+        "--save-baseline", action="store_true", help="save this run as the baseline even if a check failed"
+    )
+    doctor.add_argument("--no-save", action="store_true", help="compare with the baseline but save nothing")
+
     history = sub.add_parser("history", help="saved chats: list, show, export, delete")
     hsub = history.add_subparsers(dest="history_command", parser_class=OneLineParser, metavar="ACTION")
     hsub.required = True
@@ -519,6 +559,127 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _number_list(text: str | None, flag: str, kind: type, low: float, high: float) -> tuple | None:
+    if text is None:
+        return None
+    try:
+        values = tuple(kind(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise CliError(f"{flag} must be a comma-separated list of numbers (got {text!r})") from None
+    if not values or any(not low <= v <= high for v in values):
+        raise CliError(f"{flag}: each value must be between {low:g} and {high:g} (got {text!r})")
+    return values
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    import shutil
+
+    import orjson
+
+    from engine.config import data_dir, presets_dir
+    from engine.models import print_progress
+    from engine.tune import (
+        TASKS,
+        TunePlan,
+        apply_results,
+        builtin_prompts,
+        format_tables,
+        plot,
+        prompts_from_history,
+        prompts_from_jsonl,
+        run_tune,
+        write_outputs,
+    )
+
+    tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
+    unknown = [t for t in tasks if t not in TASKS]
+    if not tasks or unknown:
+        raise CliError(f"--tasks: choose from code, qa, creative (got {args.tasks!r})")
+    changes: dict[str, Any] = {"tasks": tasks}
+    k_values = _number_list(args.k_values, "--k-values", int, 0, 16)
+    if k_values is not None:
+        changes["k_values"] = tuple(sorted(set(k_values) | {0}))  # plain decoding is every speedup's base
+    temperatures = _number_list(args.temperatures, "--temperatures", float, 0.0, 5.0)
+    if temperatures is not None:
+        changes["temperatures"] = temperatures
+    if args.max_new_tokens is not None:
+        if args.max_new_tokens < 4:
+            raise CliError(f"--max-new-tokens must be at least 4 (got {args.max_new_tokens})")
+        changes["max_new_tokens"] = args.max_new_tokens
+    if args.prompts_per_task is not None:
+        if args.prompts_per_task < 1:
+            raise CliError(f"--prompts-per-task must be at least 1 (got {args.prompts_per_task})")
+        changes["prompts_per_task"] = args.prompts_per_task
+    if args.no_cache_sweep:
+        changes["sweep_cache"] = False
+    plan = TunePlan.quick(**changes) if args.quick else TunePlan(**changes)
+    settings = _settings(args)
+    if args.prompts is not None:
+        prompts = prompts_from_jsonl(args.prompts)
+    elif args.from_history:
+        prompts = prompts_from_history(data_dir(settings))
+    else:
+        prompts = builtin_prompts()
+    result = run_tune(settings, prompts, plan, load_progress=print_progress)
+    for note in result.notes:
+        print(f"specchat: {note}", file=sys.stderr)
+    csv_path, json_path = write_outputs(result, args.output or data_dir(settings) / "tune")
+    if args.json:
+        for row in result.rows:
+            sys.stdout.buffer.write(orjson.dumps(row.to_dict()) + b"\n")
+        sys.stdout.flush()
+    else:
+        print(format_tables(result))
+        width = max(40, min(shutil.get_terminal_size((100, 24)).columns, 120))
+        print()
+        print(plot(result, width=width, color=sys.stdout.isatty()))
+    print(f"specchat: tune took {result.seconds:.0f} s; wrote {csv_path} and {json_path}", file=sys.stderr)
+    if args.apply:
+        import time
+
+        comment = time.strftime("%Y-%m-%d %H:%M") + f" ({result.backend}, {result.model}; {json_path.name})"
+        applied = apply_results(result.decisions, presets_dir(), comment)
+        out = sys.stderr if args.json else sys.stdout
+        for item in applied:
+            print(item.diff, end="", file=out)
+            kept = f"; the previous file is kept as {item.backup}" if item.backup else ""
+            print(f"specchat: wrote {item.path}{kept}", file=sys.stderr)
+        if not applied:
+            print("specchat: the presets already hold the winning values; nothing written", file=sys.stderr)
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    import orjson
+
+    from engine.config import data_dir
+    from engine.doctor import DoctorOptions, format_report, run_doctor
+
+    if args.max_new_tokens < 4:
+        raise CliError(f"--max-new-tokens must be at least 4 (got {args.max_new_tokens})")
+    ladder = _number_list(args.ladder, "--ladder", int, 64, 1 << 20)
+    if args.save_baseline and args.no_save:
+        raise CliError("--save-baseline and --no-save contradict each other")
+    settings = _settings(args)
+    options = DoctorOptions(
+        max_new_tokens=args.max_new_tokens,
+        ladder=ladder,
+        save_baseline=not args.no_save,
+        force_save=args.save_baseline,
+    )
+
+    def step(text: str) -> None:
+        print(f"specchat doctor: {text}...", file=sys.stderr, flush=True)
+
+    report = run_doctor(settings, options, data_dir=data_dir(settings), step=step)
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(report.to_dict()) + b"\n")
+        sys.stdout.flush()
+    else:
+        print(format_report(report))
+    return report.exit_code
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     from engine.config import ConfigError, Settings
     from engine.errors import SpecchatError
@@ -558,6 +719,8 @@ COMMANDS = {
     "bench": cmd_bench,
     "history": cmd_history,
     "metrics": cmd_metrics,
+    "tune": cmd_tune,
+    "doctor": cmd_doctor,
 }
 
 
