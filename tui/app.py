@@ -179,6 +179,7 @@ class SpecchatApp(App[None]):
         self._queued: tuple[str, UserMessage] | None = None
         # The reply a regenerate is replacing: hidden while the new one streams, shown again if that one ends empty.
         self._replaced: ReplyMessage | None = None
+        self._state_before_reload = "ready"  # what a failed reload of the model returns to
         # Timestamps for the UI benchmark: when the final text of the last reply was on screen.
         self.last_reply_rendered_at: float | None = None
         self.last_reply_last_chunk_t: float | None = None
@@ -273,6 +274,58 @@ class SpecchatApp(App[None]):
             self.call_from_thread(self._load_failed, str(exc))
             return
         self.call_from_thread(self._loaded, info)
+
+    # --- another model or draft for this chat (the settings dialog); the conversation stays -----------------
+
+    def start_reload(self, model: str | None, draft: str) -> None:
+        """Load `model` (None: the embedded one) with `draft` in the background; the chat stays on screen and
+        in the session, and messages sent meanwhile wait for the new model. A failure keeps the loaded one."""
+        self._state_before_reload = self.state
+        self.state = "loading"
+        self.state_message = "starting"
+        name = Path(model).name if model else "the embedded model"
+        self._set_banner(
+            Text.assemble(
+                ("◌ Loading ", "bold"),
+                (name, "bold"),
+                (f" (draft {Path(draft).name})", "bold"),
+                ("  the chat stays; you can type already", "dim"),
+            )
+        )
+        self.refresh_status()
+        self.reload_model(model, draft)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="reload")
+    def reload_model(self, model: str | None, draft: str) -> None:
+        def progress(stage: str, fraction: float | None) -> None:
+            self.post_message(LoadProgressed(stage, fraction))
+
+        try:
+            info = self.session.reload(model, draft, progress)
+        except SpecchatError as exc:
+            self.call_from_thread(self._reload_failed, str(exc))
+            return
+        self.call_from_thread(self._loaded, info)
+
+    def _reload_failed(self, message: str) -> None:
+        """The new model did not load: the old one (if any) stays, and so does everything typed."""
+        self.state = self._state_before_reload
+        self.state_message = (self.load_error or "") if self.state == "failed" else ""
+        if self.state == "failed":
+            self._set_banner(Text.assemble(("✖ The model did not load: ", "bold red"), message), error=True)
+        else:
+            self._set_banner(
+                self._config_banner() if self.startup_error else None, error=bool(self.startup_error)
+            )
+        loaded = self.session.info.model if self.session.info is not None else None
+        still = f" · still on {loaded}" if loaded and self.state != "failed" else ""
+        self.notify(f"{message}{still}", title="The model was not changed", severity="error", timeout=15)
+        self.refresh_status()
+        if self._queued is not None:  # a message typed meanwhile goes back to the prompt: nothing is lost
+            text, waiting = self._queued
+            self._queued = None
+            waiting.remove()
+            self._give_back(text)
 
     def on_load_progressed(self, message: LoadProgressed) -> None:
         if self.state != "loading":
@@ -483,6 +536,9 @@ class SpecchatApp(App[None]):
         elif event.worker.group == "load":
             self._load_failed(message)
             return
+        elif event.worker.group == "reload":
+            self._reload_failed(message)
+            return
         self.push_screen(ErrorScreen("Something went wrong", message))
 
     # --- actions ---------------------------------------------------------------------------------------------
@@ -527,8 +583,16 @@ class SpecchatApp(App[None]):
             values["drafting"] = preset.drafting
         title = f"Settings for this chat · preset {session.mode}"
 
-        def check(overrides: dict[str, Any]) -> None:
-            session.check_overrides(**overrides)
+        model, draft = session.model_dir or "", session.settings.draft
+
+        def model_changed(result: dict[str, Any]) -> bool:
+            return result["model"] != model or result["draft"] != draft
+
+        def check(result: dict[str, Any]) -> None:
+            session.check_overrides(**result["overrides"])
+            if model_changed(result) and (self.generating or self.state == "loading"):
+                busy = "a reply is streaming (esc stops it)" if self.generating else "a model is loading"
+                raise SpecchatError(f"{busy}: change the model or draft when it is done")
 
         def applied(result: dict[str, Any] | None) -> None:
             if result is None:
@@ -540,9 +604,23 @@ class SpecchatApp(App[None]):
             session.set_overrides(**overrides)
             if self.generating:
                 self.notify("The settings apply from the next reply.", timeout=2)
+            if model_changed(result):
+                self.start_reload(result["model"] or None, result["draft"])
             self.refresh_status()
 
-        self.push_screen(SettingsScreen(session.settings.system_prompt, values, check, title), applied)
+        self.push_screen(
+            SettingsScreen(
+                session.settings.system_prompt,
+                values,
+                check,
+                title,
+                model=model,
+                draft=draft,
+                check_model=lambda text: session.check_model_choice(model=text or None),
+                check_draft=lambda text: session.check_model_choice(draft=text),
+            ),
+            applied,
+        )
 
     def _apply_saved_theme(self) -> None:
         theme = self.settings.theme
