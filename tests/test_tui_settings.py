@@ -111,3 +111,23 @@ async def test_the_chosen_theme_is_written_to_the_config_and_used_on_the_next_st
     async with again.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         assert again.theme == "nord"
+
+
+async def test_at_80x24_the_whole_dialog_and_its_hint_are_on_screen_even_with_an_error():
+    app = make_app(ScriptedBackend(), preset="qa")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_ready(pilot)
+        screen = await open_settings(pilot)
+        footer_row = 23
+        for shown_error in (False, True):
+            if shown_error:
+                fill(screen, "k", "40")
+                await pilot.press("ctrl+s")
+                await pilot.pause(0.1)
+                assert screen.query_one("#settings-error").display
+            await pilot.pause(0.1)
+            dialog = screen.query_one("#settings").region
+            hint = screen.query_one("#settings .hint")
+            assert dialog.y >= 0 and dialog.bottom <= footer_row, dialog
+            assert hint.region.bottom <= dialog.bottom - 1 and hint.region.height == 1, hint.region
+            assert "esc close" in plain(hint)
