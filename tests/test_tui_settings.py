@@ -131,3 +131,19 @@ async def test_at_80x24_the_whole_dialog_and_its_hint_are_on_screen_even_with_an
             assert dialog.y >= 0 and dialog.bottom <= footer_row, dialog
             assert hint.region.bottom <= dialog.bottom - 1 and hint.region.height == 1, hint.region
             assert "esc close" in plain(hint)
+
+
+async def test_tab_and_shift_tab_move_between_the_fields_and_typing_replaces_a_path():
+    app = make_app(ScriptedBackend())
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await open_settings(pilot)
+        assert app.focused.id == "settings-system-prompt"
+        await pilot.press("tab")
+        assert app.focused.id == "settings-k"
+        await pilot.press("shift+tab", "shift+tab")
+        assert app.focused.id == "settings-draft"
+        await pilot.press(*"none")  # the field's text is selected on focus: typing replaces it
+        assert app.focused.value == "none"
+        await pilot.press("shift+tab")
+        assert app.focused.id == "settings-model"

@@ -544,7 +544,10 @@ class SpecchatApp(App[None]):
     # --- actions ---------------------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # App bindings are priority bindings; on a modal they must give way to the modal's own keys.
+        # App bindings are priority bindings; on a modal they must give way to the modal's own keys. Tab and
+        # shift+tab (the screen's bindings to the app's focus actions) still move between a dialog's fields.
+        if action in ("focus_next", "focus_previous"):
+            return True
         if action != "quit" and isinstance(self.screen, ModalScreen):
             return False
         if action == "cancel_reply":
