@@ -140,9 +140,22 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
                 yield Static("ctrl+s apply · esc close", classes="hint")
         yield FittingFooter()
 
+    # Rows around the scrolling fields: the dialog's border 2, title 2, error line 1, button row 2, footer 1,
+    # and one to spare. In cells, not vh: a vh height inside this auto-height dialog is measured too tall.
+    CHROME_ROWS = 9
+
     def on_mount(self) -> None:
-        self.query_one("#settings-error", Static).display = False
+        self._fit_height()
         self.query_one("#settings-system-prompt", TextArea).focus()
+
+    def on_resize(self) -> None:
+        self._fit_height()
+
+    def _fit_height(self) -> None:
+        """The fields scroll in what the screen leaves: the hint and the Apply button stay on screen at 80x24."""
+        self.query_one("#settings VerticalScroll").styles.max_height = max(
+            3, self.size.height - self.CHROME_ROWS
+        )
 
     def collect(self) -> dict[str, Any]:
         """The dialog's values; ValueError (one line) for a field that is not a number."""
@@ -161,10 +174,10 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
     def show_error(self, message: str) -> None:
         error = self.query_one("#settings-error", Static)
         error.update(Text(message.splitlines()[0] if message else "", style="bold red"))
-        error.display = True
 
     def hide_error(self) -> None:
-        self.query_one("#settings-error", Static).display = False
+        # Emptied, not hidden: the error's row stays, so the dialog keeps its height (and its hint stays put).
+        self.query_one("#settings-error", Static).update("")
 
     def on_input_changed(self, event: Input.Changed) -> None:
         """A model or draft path is checked as it is typed: what is wrong shows at once, on one line."""
