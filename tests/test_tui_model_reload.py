@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from textual.widgets import Input, TextArea
-from tui_helpers import plain, wait_until
+from tui_helpers import plain, status, wait_until
 
 from engine.config import Settings
 from engine.session import ChatSession
@@ -114,6 +114,8 @@ async def test_draft_none_and_back_to_ngram_reloads_and_the_store_follows(tiny_m
         await apply_settings(pilot, draft="none")
         await ready(pilot)
         assert app.session.info.draft_mode == "none"
+        assert "│ K off │" in status(app)
+        assert any("draft none" in t for t in toasts(app))
         assert stored_chat(app).draft == "none"
         await ask(pilot, "again")
         assert app.chat_log.replies()[-1].stats.draft_mode == "none"

@@ -148,3 +148,11 @@ async def test_tab_and_shift_tab_move_between_the_fields_and_typing_replaces_a_p
         assert app.focused.value == "none"
         await pilot.press("shift+tab")
         assert app.focused.id == "settings-model"
+
+
+@pytest.mark.parametrize("preset", ["auto", "qa"])
+async def test_a_model_loaded_without_a_drafter_shows_k_off_before_the_first_reply(preset):
+    app = make_app(ScriptedBackend(draft_mode="none"), preset=preset)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        assert "│ K off │" in status(app), status(app)

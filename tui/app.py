@@ -305,7 +305,7 @@ class SpecchatApp(App[None]):
         except SpecchatError as exc:
             self.call_from_thread(self._reload_failed, str(exc))
             return
-        self.call_from_thread(self._loaded, info)
+        self.call_from_thread(self._loaded, info, True)
 
     def _reload_failed(self, message: str) -> None:
         """The new model did not load: the old one (if any) stays, and so does everything typed."""
@@ -342,17 +342,26 @@ class SpecchatApp(App[None]):
             " (opened on the defaults)",
         )
 
-    async def _loaded(self, info: Any) -> None:
+    async def _loaded(self, info: Any, reloaded: bool = False) -> None:
         self.state = "ready"
         self.state_message = ""
         self._set_banner(
             self._config_banner() if self.startup_error else None, error=bool(self.startup_error)
         )
         notes = f" ({'; '.join(info.notes)})" if getattr(info, "notes", ()) else ""
-        reason = (
-            f" · {self.session.backend_reason}" if self.session.backend_reason not in ("", "given") else ""
-        )
-        self.notify(f"{info.model} on {info.backend}·{info.device}{reason}{notes}", title="Model loaded")
+        if reloaded:  # short: the chat is on screen under the toast
+            draft = info.draft_model or info.draft_mode
+            self.notify(
+                f"{info.model} · draft {draft} on {info.backend}·{info.device}{notes}; the chat goes on with it",
+                title="Model loaded",
+            )
+        else:
+            reason = (
+                f" · {self.session.backend_reason}"
+                if self.session.backend_reason not in ("", "given")
+                else ""
+            )
+            self.notify(f"{info.model} on {info.backend}·{info.device}{reason}{notes}", title="Model loaded")
         self.refresh_status()
         if self._queued is not None:
             text, message = self._queued

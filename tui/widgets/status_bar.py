@@ -90,6 +90,8 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
     if last is not None and last.k_mode == "adaptive" and last.preset == preset and last.k_per_round:
         recent = sorted(last.k_per_round[-8:])  # as the live figure: the median of the last rounds
         k_now = recent[len(recent) // 2]
+    if info is not None and info.draft_mode == "none":
+        drafting = False  # the loaded model runs without a drafter (draft "none"): no preset's K applies
     measured = None
     if last is not None:
         # Drafting on but nothing drafted (n-gram back-off) shows "accept –", not "draft off".
