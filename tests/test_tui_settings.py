@@ -143,10 +143,12 @@ async def test_tab_and_shift_tab_move_between_the_fields_and_typing_replaces_a_p
         await pilot.press("tab")
         assert app.focused.id == "settings-k"
         await pilot.press("shift+tab", "shift+tab")
+        assert app.focused.id == "settings-draft-browse"  # the "…" button that opens the folder tree
+        await pilot.press("shift+tab")
         assert app.focused.id == "settings-draft"
         await pilot.press(*"none")  # the field's text is selected on focus: typing replaces it
         assert app.focused.value == "none"
-        await pilot.press("shift+tab")
+        await pilot.press("shift+tab", "shift+tab")
         assert app.focused.id == "settings-model"
 
 
@@ -156,3 +158,33 @@ async def test_a_model_loaded_without_a_drafter_shows_k_off_before_the_first_rep
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         assert "│ K off │" in status(app), status(app)
+
+
+async def test_the_folder_tree_picks_a_model_folder_into_the_field(tmp_path):
+    models = tmp_path / "models"
+    for name in ("alpha", "beta"):
+        folder = models / name
+        folder.mkdir(parents=True)
+        for file in ("config.json", "tokenizer.json"):
+            (folder / file).write_text("{}")
+        (folder / "model.safetensors").write_bytes(b"")
+    app = make_app(ScriptedBackend())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_ready(pilot)
+        screen = await open_settings(pilot)
+        screen.query_one("#settings-model", Input).value = str(models / "alpha")
+        await pilot.click("#settings-model-browse")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "PathPickerScreen")
+        picker = app.screen
+        assert "esc back" in plain(picker.query_one(".hint"))  # the hint fits 80x24 too
+        assert picker.query_one(".hint").region.bottom <= 23
+        await wait_until(pilot, lambda: picker.highlighted() is not None)
+        for _ in range(5):  # the tree lists alpha, then beta
+            if picker.highlighted() == models / "beta":
+                break
+            await pilot.press("down")
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: app.screen is screen)
+        field = screen.query_one("#settings-model", Input)
+        assert field.value == str(models / "beta") and app.focused is field
+        assert plain(screen.query_one("#settings-error")).strip() == ""  # a model folder: valid

@@ -105,6 +105,9 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
                         valid_empty=True,
                         compact=True,
                     )
+                    yield Button(
+                        "…", id="settings-model-browse", compact=True, tooltip="pick a folder or file"
+                    )
                 with Horizontal(classes="settings-row"):
                     yield Label("draft")
                     yield Input(
@@ -113,6 +116,9 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
                         id="settings-draft",
                         validators=[ChoiceValidator(self.check_draft)],
                         compact=True,
+                    )
+                    yield Button(
+                        "…", id="settings-draft-browse", compact=True, tooltip="pick a folder or file"
                     )
                 yield Static(
                     Text("another model or draft is loaded on apply; the chat stays", style="dim"),
@@ -205,3 +211,20 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
         if event.button.id == "settings-apply":
             event.stop()
             self.action_apply()
+        elif event.button.id in ("settings-model-browse", "settings-draft-browse"):
+            event.stop()
+            self.browse(event.button.id.split("-")[1])
+
+    def browse(self, field: str) -> None:
+        """Pick the model or draft from a folder tree; the picked path goes into the field (and is checked)."""
+        from tui.screens.path_picker import PathPickerScreen, start_folder
+
+        target = self.query_one(f"#settings-{field}", Input)
+
+        def picked(path: str | None) -> None:
+            if path:
+                target.value = path
+            target.focus()
+
+        title = "Pick the model folder or .gguf file" if field == "model" else "Pick the draft model"
+        self.app.push_screen(PathPickerScreen(title, start_folder(target.value)), picked)
