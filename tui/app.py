@@ -116,7 +116,7 @@ class SpecchatCommands(Provider):
             (
                 "settings: edit",
                 app.action_show_settings,
-                "system prompt, K, temperature, top_p, ramp, drafting",
+                "model and draft, system prompt, K, temperature, top_p, ramp, drafting",
             ),
             ("help: keys", app.action_show_help, "list every key"),
         ]
