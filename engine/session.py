@@ -245,9 +245,8 @@ class ChatSession(SessionHistory):
         self.settings, self.backend_reason, self._info = settings, reason, info
         self.model_dir = str(loading.model)
         if old is not None:
-            with contextlib.suppress(
-                Exception
-            ):  # the new model is in: the old one's cleanup cannot undo that
+            # The new model is in: a failure in the old one's cleanup cannot undo that.
+            with contextlib.suppress(Exception):
                 old.close()
         self._recount_context()
         if self.recorder is not None:

@@ -188,3 +188,17 @@ async def test_the_folder_tree_picks_a_model_folder_into_the_field(tmp_path):
         field = screen.query_one("#settings-model", Input)
         assert field.value == str(models / "beta") and app.focused is field
         assert plain(screen.query_one("#settings-error")).strip() == ""  # a model folder: valid
+
+
+async def test_applying_the_same_model_and_draft_does_not_reload(tmp_path):
+    backend = ScriptedBackend()
+    app = make_app(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        for draft in ("ngram", "NGRAM "):  # unchanged, and the same word typed otherwise
+            screen = await open_settings(pilot)
+            fill(screen, "draft", draft)
+            await pilot.press("ctrl+s")
+            await wait_until(pilot, lambda: not isinstance(app.screen, SettingsScreen))
+            assert app.state == "ready" and app.session.backend is backend
+            assert not [w for w in app.workers if w.group == "reload"]

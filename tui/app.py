@@ -597,8 +597,14 @@ class SpecchatApp(App[None]):
 
         model, draft = session.model_dir or "", session.settings.draft
 
+        def same_choice(text: str, current: str) -> bool:
+            """'NGRAM' is ngram, '~/m/' is /home/me/m: only a real change reloads the model."""
+            if text.lower() in ("ngram", "none") or not text or not current:
+                return text.lower() == current.lower()
+            return Path(text).expanduser().resolve() == Path(current).expanduser().resolve()
+
         def model_changed(result: dict[str, Any]) -> bool:
-            return result["model"] != model or result["draft"] != draft
+            return not (same_choice(result["model"], model) and same_choice(result["draft"], draft))
 
         def check(result: dict[str, Any]) -> None:
             session.check_overrides(**result["overrides"])
