@@ -3,6 +3,8 @@ models on the transformers backend, a real SQLite store. The conversation stays;
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from textual.widgets import Input, TextArea
 from tui_helpers import plain, status, wait_until
@@ -36,14 +38,18 @@ async def ready(pilot) -> None:
     assert app.state == "ready", app.load_error
 
 
+def answered(app: SpecchatApp, replies: int) -> bool:
+    """`replies` replies on screen and the last one finished (its stats line is set when it ends)."""
+    shown = app.chat_log.replies()
+    return len(shown) == replies and shown[-1].stats is not None and not app.generating
+
+
 async def ask(pilot, text: str) -> None:
     app = pilot.app
     count = len(app.chat_log.replies())
     app.prompt.set_text(text)
     await pilot.press("enter")
-    await wait_until(
-        pilot, lambda: len(app.chat_log.replies()) > count and not app.generating, timeout=LOAD_S
-    )
+    await wait_until(pilot, lambda: answered(app, count + 1), timeout=LOAD_S)
 
 
 async def apply_settings(pilot, **fields: str) -> SettingsScreen:
@@ -60,6 +66,19 @@ async def apply_settings(pilot, **fields: str) -> SettingsScreen:
     await pilot.press("ctrl+s")
     await pilot.pause(0.1)
     return screen
+
+
+def hold_reloads(app: SpecchatApp) -> threading.Event:
+    """The session's real reload, started only once the returned event is set: the test sees the loading state."""
+    gate = threading.Event()
+    reload = app.session.reload
+
+    def held(*args, **kwargs):
+        gate.wait(LOAD_S)
+        return reload(*args, **kwargs)
+
+    app.session.reload = held
+    return gate
 
 
 def stored_chat(app: SpecchatApp):
@@ -83,17 +102,26 @@ async def test_a_reload_keeps_the_conversation_and_the_next_reply_comes_from_the
         assert first.stats.model == tiny_model_dir.name
         assert stored_chat(app).model == str(tiny_model_dir)
 
+        gate = hold_reloads(app)
         screen = await apply_settings(pilot, model=str(tiny_model_dir_other_vocab))
         assert app.screen is not screen  # the dialog closed: the paths were fine
-        await ready(pilot)
-        assert app.session.info.model == tiny_model_dir_other_vocab.name
-        assert any(tiny_model_dir_other_vocab.name in t for t in toasts(app))  # "Model loaded" says which
-        # The conversation stays on screen and in the session.
+        assert app.state == "loading"
+        # The conversation stays on screen and in the session while the new model loads ...
         assert [type(m).__name__ for m in app.chat_log.messages()] == ["UserMessage", "ReplyMessage"]
         assert app.chat_log.messages()[0].text == "Remember the word pineapple."
         assert [t.role for t in app.session.turns] == ["user", "assistant"]
-        # ... and is the next reply's context, rendered by the new model's own tokenizer.
-        await ask(pilot, "Which word?")
+        # ... and a message sent meanwhile waits for the new model.
+        app.prompt.set_text("Which word?")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(app.chat_log.messages()) == 3)
+        waiting = app.chat_log.messages()[-1]
+        assert waiting.text == "Which word?" and "waiting" in plain(waiting.query_one(".role"))
+        gate.set()
+        await ready(pilot)
+        assert app.session.info.model == tiny_model_dir_other_vocab.name
+        assert any(tiny_model_dir_other_vocab.name in t for t in toasts(app))  # "Model loaded" says which
+        await wait_until(pilot, lambda: answered(app, 2), timeout=LOAD_S)
+        # The conversation is the reply's context, rendered by the new model's own tokenizer.
         second = app.chat_log.replies()[-1]
         assert second.stats is not None and not second.failed
         assert second.stats.model == tiny_model_dir_other_vocab.name
@@ -164,8 +192,17 @@ async def test_an_incompatible_draft_is_one_line_and_the_old_model_stays(
         await ready(pilot)
         await ask(pilot, "hello")
         backend, info = app.session.backend, app.session.info
+        gate = hold_reloads(app)
         await apply_settings(pilot, draft=str(tiny_model_dir_other_vocab))
+        assert app.state == "loading"
+        app.prompt.set_text("still there?")
+        await pilot.press("enter")  # waits for the new model; back in the prompt when it does not load
+        await wait_until(pilot, lambda: len(app.chat_log.messages()) == 3)  # the waiting message
+        gate.set()
         await wait_until(pilot, lambda: app.state != "loading", timeout=LOAD_S)
+        await wait_until(pilot, lambda: len(app.chat_log.messages()) == 2)  # ... taken back
+        assert app.prompt.text == "still there?"
+        assert [type(m).__name__ for m in app.chat_log.messages()] == ["UserMessage", "ReplyMessage"]
         assert app.state == "ready"
         assert app.session.backend is backend and app.session.info == info
         assert app.session.settings.draft == "ngram"
@@ -176,7 +213,8 @@ async def test_an_incompatible_draft_is_one_line_and_the_old_model_stays(
         assert "\n" not in message
         assert stored_chat(app).draft == "ngram"
         # The old model still answers, with the conversation.
-        await ask(pilot, "still there?")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: answered(app, 2), timeout=LOAD_S)
         assert app.chat_log.replies()[-1].stats.model == tiny_model_dir.name
         assert len(app.session.turns) == 4
 
