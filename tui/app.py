@@ -623,7 +623,9 @@ class SpecchatApp(App[None]):
             if self.generating:
                 self.notify("The settings apply from the next reply.", timeout=2)
             if model_changed(result):
-                self.start_reload(result["model"] or None, result["draft"])
+                # After the dialog is gone from the screen: a load thread busy from the start keeps the app
+                # from repainting what the dialog covered (its border and keys stayed until the load ended).
+                self.call_after_refresh(self.start_reload, result["model"] or None, result["draft"])
             self.refresh_status()
 
         self.push_screen(
