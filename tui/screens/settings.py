@@ -70,6 +70,10 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
         Binding("ctrl+s", "apply", "apply", id="settings.apply", priority=True),
     ]
 
+    # Rows around the scrolling fields: the dialog's border 2, title 2, error line 1, button row 2, footer 1,
+    # and one to spare. In cells, not vh: a vh height inside this auto-height dialog is measured too tall.
+    CHROME_ROWS = 9
+
     def __init__(
         self,
         system_prompt: str | None,
@@ -145,10 +149,6 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
                 yield Button("Apply", id="settings-apply", variant="primary", compact=True)
                 yield Static("ctrl+s apply · esc close", classes="hint")
         yield FittingFooter()
-
-    # Rows around the scrolling fields: the dialog's border 2, title 2, error line 1, button row 2, footer 1,
-    # and one to spare. In cells, not vh: a vh height inside this auto-height dialog is measured too tall.
-    CHROME_ROWS = 9
 
     def on_mount(self) -> None:
         self._fit_height()
