@@ -528,6 +528,49 @@ def validate_model_folder(path: str | Path) -> Path:
     return folder.resolve()
 
 
+GGUF_MAGIC = b"GGUF"
+
+
+def check_model_path(path: str | Path, what: str = "model") -> Path:
+    """A model a backend can load, as an absolute path: a Hugging Face folder, a .gguf file or a folder holding one.
+
+    ModelError (one line, starting with `what`) for a path that does not exist or holds no model. Cheap: reads
+    file headers only, so the settings dialog can check a path as it is typed.
+    """
+    target = Path(path).expanduser()
+    if not target.exists():
+        raise ModelError(f"{what}: {target} does not exist")
+    if target.is_file():
+        if target.suffix.lower() != ".gguf":
+            raise ModelError(f"{what}: {target} is a file but not a .gguf model; give the model's folder")
+        try:
+            with target.open("rb") as handle:
+                magic = handle.read(len(GGUF_MAGIC))
+        except OSError as exc:
+            raise ModelError(f"{what}: cannot read {target} ({exc.strerror or exc})") from exc
+        if magic != GGUF_MAGIC:
+            raise ModelError(f"{what}: {target} is not a GGUF file (it does not start with GGUF)")
+        return target.resolve()
+    if any(target.glob("*.gguf")):
+        return target.resolve()  # llama.cpp loads the folder's GGUF file
+    try:
+        return validate_model_folder(target)
+    except ModelError as exc:
+        raise ModelError(f"{what}: {exc}") from exc
+
+
+def check_draft_choice(value: str) -> str:
+    """The draft setting: 'ngram', 'none' or a draft model (checked like a model path). ModelError otherwise."""
+    from engine.config import DRAFT_KEYWORDS
+
+    value = value.strip()
+    if not value:
+        raise ModelError("draft: give 'ngram', 'none' or a draft model folder")
+    if value.lower() in DRAFT_KEYWORDS:
+        return value.lower()
+    return str(check_model_path(value, "draft"))
+
+
 def estimate_param_count(config: dict[str, Any]) -> int | None:
     """Parameters of a Llama-style decoder from its config alone (None when the config lacks the sizes)."""
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config

@@ -98,6 +98,15 @@ class ChatRecorder:
 
         return self._guard(write)
 
+    def chat_settings_changed(self, **values: str | None) -> None:
+        """The open chat now runs on another model / draft / system prompt: the stored chat says so.
+
+        Before the chat's first message there is no row yet: that message creates it with the new values."""
+        if self.chat_id is None:
+            return
+        chat_id = self.chat_id
+        self._guard(lambda: self.store.update_chat(chat_id, **values))
+
     def reply_started(self, parent_id: int | None, preset: str, k: int, temperature: float) -> int | None:
         if self.chat_id is None:
             return None

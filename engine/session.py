@@ -6,6 +6,7 @@ The TUI polls the plain attributes (`live`, `active`, `last_stats`) for its stat
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import threading
@@ -186,6 +187,73 @@ class ChatSession(SessionHistory):
             ) from exc
         return self._info
 
+    @staticmethod
+    def check_model_choice(model: str | Path | None = None, draft: str | None = None) -> None:
+        """SpecchatError (one line) unless `model` (None: not checked) holds a model and `draft` (None: not
+        checked) is 'ngram', 'none' or a draft model. Reads file headers only: fit to run as a path is typed."""
+        from engine.models import ModelError, check_draft_choice, check_model_path
+
+        try:
+            if model is not None:
+                check_model_path(model)
+            if draft is not None:
+                check_draft_choice(draft)
+        except ModelError as exc:
+            raise SpecchatError(str(exc)) from exc
+
+    def reload(
+        self, model: str | Path | None, draft: str, progress: ProgressCallback | None = None
+    ) -> BackendInfo:
+        """Switch this chat to another model and/or draft; the conversation stays and goes on with the new one.
+
+        `model` is a model folder or .gguf file (None: the embedded model), `draft` 'ngram', 'none' or a draft
+        model. The new backend loads while the old one stays loaded: on any failure (no such path, not a model,
+        a draft that cannot draft for it, out of memory) SpecchatError says why in one line and nothing changed.
+        Call it between replies (from a thread: loading takes a while).
+        """
+        from engine.backends.select import create_backend
+        from engine.models import ModelError, check_draft_choice, check_model_path
+
+        if self.active is not None:
+            raise SpecchatError("a reply is being generated: stop it (esc) or let it finish, then reload")
+        try:
+            model_path = check_model_path(model) if model not in (None, "") else None
+            draft = check_draft_choice(draft)
+        except ModelError as exc:
+            raise SpecchatError(str(exc)) from exc
+        settings = self.settings.model_copy(update={"model": model_path, "draft": draft})
+        backend: Backend | None = None
+        try:
+            loading = settings
+            if model_path is None:  # the embedded model (fetched and converted on its first use)
+                from engine.models import ensure_embedded_model
+
+                loading = settings.model_copy(update={"model": ensure_embedded_model(progress)})
+            backend, reason = create_backend(loading, progress)
+            backend.load(progress)
+            info = backend.info
+        except (*user_error_types(), MemoryError) as exc:
+            if backend is not None:
+                with contextlib.suppress(Exception):  # half-loaded: free what it holds, keep the old one
+                    backend.close()
+            if isinstance(exc, MemoryError):
+                raise SpecchatError(
+                    "out of memory loading the new model: the current one stays loaded; "
+                    "try a smaller model or lower max_context"
+                ) from exc
+            raise SpecchatError(str(exc)) from exc
+        old, self.backend = self.backend, backend
+        self.settings, self.backend_reason, self._info = settings, reason, info
+        self.model_dir = str(loading.model)
+        if old is not None:
+            # The new model is in: a failure in the old one's cleanup cannot undo that.
+            with contextlib.suppress(Exception):
+                old.close()
+        self._recount_context()
+        if self.recorder is not None:
+            self.recorder.chat_settings_changed(model=self.model_dir, draft=draft)
+        return info
+
     def _where_model_came_from(self) -> str:
         """'SPECCHAT_MODEL: ' when the model folder was set through that variable, so a bad path names its source."""
         value = os.environ.get(env_name("model"))
@@ -234,9 +302,13 @@ class ChatSession(SessionHistory):
         return preset.model_copy(update=update)
 
     def set_system_prompt(self, text: str | None) -> None:
-        """The system prompt of this chat's next requests (empty: none)."""
+        """The system prompt of this chat's next requests (empty: none); the stored chat records it."""
         text = (text or "").strip() or None
+        if text == self.settings.system_prompt:
+            return
         self.settings = self.settings.model_copy(update={"system_prompt": text})
+        if self.recorder is not None:
+            self.recorder.chat_settings_changed(system_prompt=text)
 
     def choose_preset(self, text: str) -> tuple[Preset, bool, str]:
         """The preset for a message: (preset, chosen automatically, why)."""

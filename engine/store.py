@@ -419,6 +419,24 @@ class Store:
 
         return self._write(work)
 
+    # Chat fields that change while a chat goes on (the settings dialog: another model, draft or system prompt).
+    CHAT_SETTINGS = ("model", "draft", "system_prompt", "preset_mode")
+
+    def update_chat(self, chat_id: int, **values: str | None) -> None:
+        """Record a chat's new model, draft, system prompt or preset mode (only the fields given)."""
+        unknown = set(values) - set(self.CHAT_SETTINGS)
+        if unknown:
+            raise ValueError(f"not a chat setting: {', '.join(sorted(unknown))}")
+        if not values:
+            return
+        assignments = ", ".join(f"{name} = ?" for name in values)
+        self._write(
+            lambda con: con.execute(
+                f"UPDATE chats SET {assignments} WHERE id = ?",  # column names come from CHAT_SETTINGS
+                (*values.values(), chat_id),
+            )
+        )
+
     def add_message(
         self,
         chat_id: int,

@@ -18,6 +18,8 @@ from engine.models import (
     EMBEDDED_GGUF_MEMBER,
     ModelError,
     ProgressPrinter,
+    check_draft_choice,
+    check_model_path,
     embedded_model_dir,
     ensure_embedded_model,
     estimate_param_count,
@@ -328,6 +330,57 @@ def test_validate_folder_with_broken_config(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ModelError, match="config.json is not valid JSON"):
         validate_model_folder(tmp_path)
+
+
+def _hf_folder(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "tokenizer.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"")
+    return folder
+
+
+def test_check_model_path_takes_folders_and_gguf_files(tmp_path: Path) -> None:
+    folder = _hf_folder(tmp_path / "hf")
+    assert check_model_path(folder) == folder.resolve()
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF\x03\x00\x00\x00")
+    assert check_model_path(gguf) == gguf.resolve()
+    gguf_folder = tmp_path / "gguf-folder"
+    gguf_folder.mkdir()
+    (gguf_folder / "x.gguf").write_bytes(b"GGUF")
+    assert check_model_path(gguf_folder) == gguf_folder.resolve()
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "why"),
+    [
+        ("nowhere", None, r"model: .*nowhere does not exist$"),
+        ("notes.txt", b"hello", "is a file but not a .gguf model"),
+        ("fake.gguf", b"PK\x03\x04", "is not a GGUF file"),
+        ("empty", "dir", "has no config.json"),
+    ],
+)
+def test_check_model_path_says_in_one_line_what_is_wrong(tmp_path: Path, name, content, why) -> None:
+    path = tmp_path / name
+    if content == "dir":
+        path.mkdir()
+    elif content is not None:
+        path.write_bytes(content)
+    with pytest.raises(ModelError, match=why) as caught:
+        check_model_path(path)
+    assert "\n" not in str(caught.value)
+
+
+def test_check_draft_choice(tmp_path: Path) -> None:
+    assert check_draft_choice(" NGram ") == "ngram"
+    assert check_draft_choice("none") == "none"
+    folder = _hf_folder(tmp_path / "draft")
+    assert check_draft_choice(str(folder)) == str(folder.resolve())
+    with pytest.raises(ModelError, match="^draft: give 'ngram', 'none' or a draft model folder"):
+        check_draft_choice("  ")
+    with pytest.raises(ModelError, match="^draft: .*banana does not exist"):
+        check_draft_choice(str(tmp_path / "banana"))
 
 
 def test_validate_folder_without_tokenizer(tmp_path: Path) -> None:

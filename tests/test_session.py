@@ -232,3 +232,46 @@ def test_requests_carry_k_mode_tuning_key_and_the_logged_acceptance(tmp_path):
     session.set_overrides(k_mode="fixed")
     collect(session, "What is a page?")
     assert backend.requests[-1].k_mode == "fixed"
+
+
+# --- another model or draft for the same conversation (issue 9) ------------------------------------------------
+
+
+@pytest.mark.slow
+def test_reload_swaps_the_backend_keeps_the_turns_and_frees_the_old_one(
+    tiny_model_dir, tiny_model_dir_other_vocab, tmp_path
+):
+    settings = Settings(model=tiny_model_dir, backend="transformers", max_context=512, data_dir=tmp_path)
+    session = ChatSession(settings, presets=load_presets(None), save=True)
+    session.load()
+    session.set_overrides(max_new_tokens=4)
+    session.send("first", lambda e: None, threading.Event())
+    old = session.backend
+    info = session.reload(str(tiny_model_dir_other_vocab), "none")
+    assert info.model == tiny_model_dir_other_vocab.name and info.draft_mode == "none"
+    assert session.backend is not old and old.target is None  # closed: its memory is given back
+    assert session.settings.draft == "none" and session.model_dir == str(tiny_model_dir_other_vocab)
+    assert [t.role for t in session.turns] == ["user", "assistant"]
+    assert session.context_used == len(session.backend.encode_chat(session._messages(session.turns)))
+    chat = session.recorder.store.chat(session.chat_id)
+    assert (chat.model, chat.draft) == (str(tiny_model_dir_other_vocab), "none")
+
+
+@pytest.mark.slow
+def test_a_failed_reload_changes_nothing(tiny_model_dir, tiny_model_dir_other_vocab, tmp_path):
+    settings = Settings(model=tiny_model_dir, backend="transformers", max_context=512)
+    session = ChatSession(settings, presets=load_presets(None))
+    session.load()
+    backend, info, before = session.backend, session.info, session.settings
+    for model, draft, why in (
+        (tmp_path / "nowhere", "ngram", "model: .*nowhere does not exist"),
+        (tiny_model_dir, "bananas", "draft: .*bananas does not exist"),
+        (tiny_model_dir, str(tiny_model_dir_other_vocab), "cannot draft for .*vocabulary size differs"),
+    ):
+        with pytest.raises(SpecchatError, match=why):
+            session.reload(model, draft)
+        assert session.backend is backend and session.info == info and session.settings == before
+        assert backend.target is not None  # still loaded
+    session.active = object()  # a reply is being generated
+    with pytest.raises(SpecchatError, match="a reply is being generated"):
+        session.reload(tiny_model_dir, "none")

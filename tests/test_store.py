@@ -240,3 +240,20 @@ def test_stats_are_json_text_sqlite_can_query(tmp_path: Path):
         "SELECT json_extract(stats, '$.new_tokens') FROM messages WHERE role = 'assistant'",
     )
     assert rows == [(3,)]
+
+
+def test_update_chat_records_a_new_model_draft_and_system_prompt(tmp_path: Path):
+    store = Store.open(tmp_path)
+    chat, _, _ = make_chat(store)
+    before = store.chat(chat)
+    store.update_chat(chat, model="/models/other", draft="none")
+    store.update_chat(chat, system_prompt="Be brief.")
+    store.close()
+    again = Store.open(tmp_path)  # on disk, not only in this connection
+    after = again.chat(chat)
+    assert (after.model, after.draft, after.system_prompt) == ("/models/other", "none", "Be brief.")
+    assert after.title == before.title and after.preset_mode == before.preset_mode
+    again.update_chat(chat, system_prompt=None)
+    assert again.chat(chat).system_prompt is None
+    with pytest.raises(ValueError, match="not a chat setting: title"):
+        again.update_chat(chat, title="x")

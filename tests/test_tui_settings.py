@@ -111,3 +111,94 @@ async def test_the_chosen_theme_is_written_to_the_config_and_used_on_the_next_st
     async with again.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         assert again.theme == "nord"
+
+
+async def test_at_80x24_the_whole_dialog_and_its_hint_are_on_screen_even_with_an_error():
+    app = make_app(ScriptedBackend(), preset="qa")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_ready(pilot)
+        screen = await open_settings(pilot)
+        footer_row = 23
+        for shown_error in (False, True):
+            if shown_error:
+                fill(screen, "k", "40")
+                await pilot.press("ctrl+s")
+                await pilot.pause(0.1)
+                assert "k: must be between" in plain(screen.query_one("#settings-error"))
+            await pilot.pause(0.1)
+            dialog = screen.query_one("#settings").region
+            hint = screen.query_one("#settings .hint")
+            assert dialog.y >= 0 and dialog.bottom <= footer_row, dialog
+            # The hint is the last row inside the border: on screen, and no blank rows under it.
+            assert hint.region.bottom == dialog.bottom - 1 and hint.region.height == 1, (hint.region, dialog)
+            assert "esc close" in plain(hint)
+
+
+async def test_tab_and_shift_tab_move_between_the_fields_and_typing_replaces_a_path():
+    app = make_app(ScriptedBackend())
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await open_settings(pilot)
+        assert app.focused.id == "settings-system-prompt"
+        await pilot.press("tab")
+        assert app.focused.id == "settings-k"
+        await pilot.press("shift+tab", "shift+tab")
+        assert app.focused.id == "settings-draft-browse"  # the "…" button that opens the folder tree
+        await pilot.press("shift+tab")
+        assert app.focused.id == "settings-draft"
+        await pilot.press(*"none")  # the field's text is selected on focus: typing replaces it
+        assert app.focused.value == "none"
+        await pilot.press("shift+tab", "shift+tab")
+        assert app.focused.id == "settings-model"
+
+
+@pytest.mark.parametrize("preset", ["auto", "qa"])
+async def test_a_model_loaded_without_a_drafter_shows_k_off_before_the_first_reply(preset):
+    app = make_app(ScriptedBackend(draft_mode="none"), preset=preset)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        assert "│ K off │" in status(app), status(app)
+
+
+async def test_the_folder_tree_picks_a_model_folder_into_the_field(tmp_path):
+    models = tmp_path / "models"
+    for name in ("alpha", "beta"):
+        folder = models / name
+        folder.mkdir(parents=True)
+        for file in ("config.json", "tokenizer.json"):
+            (folder / file).write_text("{}")
+        (folder / "model.safetensors").write_bytes(b"")
+    app = make_app(ScriptedBackend())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_ready(pilot)
+        screen = await open_settings(pilot)
+        screen.query_one("#settings-model", Input).value = str(models / "alpha")
+        await pilot.click("#settings-model-browse")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "PathPickerScreen")
+        picker = app.screen
+        assert "esc back" in plain(picker.query_one(".hint"))  # the hint fits 80x24 too
+        assert picker.query_one(".hint").region.bottom <= 23
+        await wait_until(pilot, lambda: picker.highlighted() is not None)
+        for _ in range(5):  # the tree lists alpha, then beta
+            if picker.highlighted() == models / "beta":
+                break
+            await pilot.press("down")
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: app.screen is screen)
+        field = screen.query_one("#settings-model", Input)
+        assert field.value == str(models / "beta") and app.focused is field
+        assert plain(screen.query_one("#settings-error")).strip() == ""  # a model folder: valid
+
+
+async def test_applying_the_same_model_and_draft_does_not_reload(tmp_path):
+    backend = ScriptedBackend()
+    app = make_app(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        for draft in ("ngram", "NGRAM "):  # unchanged, and the same word typed otherwise
+            screen = await open_settings(pilot)
+            fill(screen, "draft", draft)
+            await pilot.press("ctrl+s")
+            await wait_until(pilot, lambda: not isinstance(app.screen, SettingsScreen))
+            assert app.state == "ready" and app.session.backend is backend
+            assert not [w for w in app.workers if w.group == "reload"]

@@ -138,3 +138,15 @@ def test_inspector_80x24_scrolled_to_the_histogram(snap_compare):
         await pilot.pause(0.3)
 
     assert snap_compare(app, terminal_size=SMALL_SIZE, run_before=run_before)
+
+
+def test_settings_80x24(snap_compare):
+    app = SpecchatApp(Settings(), backend=ScriptedBackend(clock=SteppingClock(step=0.02)))
+
+    async def run_before(pilot) -> None:
+        await wait_ready(pilot)
+        await settle(pilot)
+        await pilot.press("f12")
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, terminal_size=SMALL_SIZE, run_before=run_before)

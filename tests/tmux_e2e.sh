@@ -4,8 +4,10 @@
 # (while the model still loads: the message must wait and then be answered), wait for the reply, check that the
 # status bar shows `ctx`, open the inspector (ctrl+s), press End and check that the acceptance histogram and the
 # close hint are on screen, close it, press F4, and check that the status bar shows the creative preset and an
-# acceptance figure (`accept NN%`, or `accept –` when the drafter proposed nothing). Exits non-zero on failure
-# and prints the captured screen.
+# acceptance figure (`accept NN%`, or `accept –` when the drafter proposed nothing). Then, in the settings dialog
+# (F12, its hint on screen), switch the draft to `none` (the model reloads, the status bar says K off), ask a
+# follow-up question (answered without drafts), and switch back to `ngram`. Exits non-zero on failure and prints
+# the captured screen.
 #
 #   tests/tmux_e2e.sh                 # uses .venv/bin/specchat
 #   SPECCHAT=/path/to/specchat tests/tmux_e2e.sh
@@ -94,7 +96,50 @@ echo "$line" | grep -qE '^ ○ creative │ K 3 │ T 0\.90 │' || fail "status
 # The n-gram drafter drafts only where it pays, so a short factual reply may have no drafts: then `accept –`.
 echo "$line" | grep -qE 'accept ([0-9]+%|–)' || fail "status bar shows no acceptance figure: $line"
 
-echo "tmux_e2e: OK: $line"
+creative_line="$line"
+
+# Settings (F12) at 80x24: the whole dialog fits (its hint is on screen). Draft `none` reloads the model with the
+# chat kept (the status bar says K off), a question is answered without drafts, and `ngram` brings drafting back.
+tmux send-keys -t "$SESSION" F3
+qa() { status_line | grep -q '^ ○ qa │'; }
+wait_for 5 "the status bar to show the qa preset" qa
+set_draft() {
+    tmux send-keys -t "$SESSION" F12
+    settings() { screen | grep -q 'Settings for this chat'; }
+    wait_for 5 "the settings dialog to open" settings
+    screen | grep -q 'ctrl+s apply · esc close' || fail "the settings dialog's hint is cut off"
+    # Focus starts in the system prompt: shift+tab twice reaches the draft field (past its … button).
+    tmux send-keys -t "$SESSION" BTab BTab
+    sleep 0.3
+    tmux send-keys -t "$SESSION" -l "$1"
+    sleep 0.3
+    screen | grep -qE "│ draft +$1 " || fail "the draft field does not hold $1"
+    tmux send-keys -t "$SESSION" C-s
+}
+set_draft none
+k_off() { status_line | grep -q '^ ○ qa │ K off │'; }
+reloading() { status_line | grep -q '^ ◌ '; }
+wait_for "$LOAD_TIMEOUT" "the model to start reloading" eval 'reloading || k_off'
+# While the new model loads the dialog is gone from the terminal too: the main keys are back in the footer (the
+# dialog's border and keys once stayed on screen until the load ended).
+if reloading; then
+    screen | tail -n 1 | grep -q 'f1 auto' || fail "the settings dialog is still on screen while the model reloads"
+    echo "tmux_e2e: the dialog was gone while the model reloaded"
+fi
+wait_for "$LOAD_TIMEOUT" "the model to reload without a drafter (K off)" k_off
+echo "----- after the reload with draft none (80x24) -----"
+screen
+tmux send-keys -t "$SESSION" -l "And of Italy?"
+tmux send-keys -t "$SESSION" Enter
+undrafted() { ready && screen | grep -q 'And of Italy?' && screen | grep -qE '[0-9]+ tok · .*draft off'; }
+wait_for "$REPLY_TIMEOUT" "a reply without drafts after the reload" undrafted
+set_draft ngram
+k_back() { status_line | grep -qE '^ ○ qa │ K [0-9]+ │'; }
+wait_for "$LOAD_TIMEOUT" "the model to reload with n-gram drafting (K back)" k_back
+line="$(status_line)"
+
+echo "tmux_e2e: OK: $creative_line"
+echo "tmux_e2e: after the reloads: $line"
 echo "----- screen (80x24) -----"
 screen
 tmux send-keys -t "$SESSION" C-q

@@ -116,7 +116,7 @@ class SpecchatCommands(Provider):
             (
                 "settings: edit",
                 app.action_show_settings,
-                "system prompt, K, temperature, top_p, ramp, drafting",
+                "model and draft, system prompt, K, temperature, top_p, ramp, drafting",
             ),
             ("help: keys", app.action_show_help, "list every key"),
         ]
@@ -179,6 +179,7 @@ class SpecchatApp(App[None]):
         self._queued: tuple[str, UserMessage] | None = None
         # The reply a regenerate is replacing: hidden while the new one streams, shown again if that one ends empty.
         self._replaced: ReplyMessage | None = None
+        self._state_before_reload = "ready"  # what a failed reload of the model returns to
         # Timestamps for the UI benchmark: when the final text of the last reply was on screen.
         self.last_reply_rendered_at: float | None = None
         self.last_reply_last_chunk_t: float | None = None
@@ -274,6 +275,58 @@ class SpecchatApp(App[None]):
             return
         self.call_from_thread(self._loaded, info)
 
+    # --- another model or draft for this chat (the settings dialog); the conversation stays -----------------
+
+    def start_reload(self, model: str | None, draft: str) -> None:
+        """Load `model` (None: the embedded one) with `draft` in the background; the chat stays on screen and
+        in the session, and messages sent meanwhile wait for the new model. A failure keeps the loaded one."""
+        self._state_before_reload = self.state
+        self.state = "loading"
+        self.state_message = "starting"
+        name = Path(model).name if model else "the embedded model"
+        self._set_banner(
+            Text.assemble(
+                ("◌ Loading ", "bold"),
+                (name, "bold"),
+                (f" (draft {Path(draft).name})", "bold"),
+                ("  the chat stays; you can type already", "dim"),
+            )
+        )
+        self.refresh_status()
+        self.reload_model(model, draft)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="reload")
+    def reload_model(self, model: str | None, draft: str) -> None:
+        def progress(stage: str, fraction: float | None) -> None:
+            self.post_message(LoadProgressed(stage, fraction))
+
+        try:
+            info = self.session.reload(model, draft, progress)
+        except SpecchatError as exc:
+            self.call_from_thread(self._reload_failed, str(exc))
+            return
+        self.call_from_thread(self._loaded, info, True)
+
+    def _reload_failed(self, message: str) -> None:
+        """The new model did not load: the old one (if any) stays, and so does everything typed."""
+        self.state = self._state_before_reload
+        self.state_message = (self.load_error or "") if self.state == "failed" else ""
+        if self.state == "failed":
+            self._set_banner(Text.assemble(("✖ The model did not load: ", "bold red"), message), error=True)
+        else:
+            self._set_banner(
+                self._config_banner() if self.startup_error else None, error=bool(self.startup_error)
+            )
+        loaded = self.session.info.model if self.session.info is not None else None
+        still = f" · still on {loaded}" if loaded and self.state != "failed" else ""
+        self.notify(f"{message}{still}", title="The model was not changed", severity="error", timeout=15)
+        self.refresh_status()
+        if self._queued is not None:  # a message typed meanwhile goes back to the prompt: nothing is lost
+            text, waiting = self._queued
+            self._queued = None
+            waiting.remove()
+            self._give_back(text)
+
     def on_load_progressed(self, message: LoadProgressed) -> None:
         if self.state != "loading":
             return
@@ -289,17 +342,26 @@ class SpecchatApp(App[None]):
             " (opened on the defaults)",
         )
 
-    async def _loaded(self, info: Any) -> None:
+    async def _loaded(self, info: Any, reloaded: bool = False) -> None:
         self.state = "ready"
         self.state_message = ""
         self._set_banner(
             self._config_banner() if self.startup_error else None, error=bool(self.startup_error)
         )
         notes = f" ({'; '.join(info.notes)})" if getattr(info, "notes", ()) else ""
-        reason = (
-            f" · {self.session.backend_reason}" if self.session.backend_reason not in ("", "given") else ""
-        )
-        self.notify(f"{info.model} on {info.backend}·{info.device}{reason}{notes}", title="Model loaded")
+        if reloaded:  # short: the chat is on screen under the toast
+            draft = info.draft_model or info.draft_mode
+            self.notify(
+                f"{info.model} · draft {draft} on {info.backend}·{info.device}{notes}; the chat goes on with it",
+                title="Model loaded",
+            )
+        else:
+            reason = (
+                f" · {self.session.backend_reason}"
+                if self.session.backend_reason not in ("", "given")
+                else ""
+            )
+            self.notify(f"{info.model} on {info.backend}·{info.device}{reason}{notes}", title="Model loaded")
         self.refresh_status()
         if self._queued is not None:
             text, message = self._queued
@@ -485,12 +547,18 @@ class SpecchatApp(App[None]):
         elif event.worker.group == "load":
             self._load_failed(message)
             return
+        elif event.worker.group == "reload":
+            self._reload_failed(message)
+            return
         self.push_screen(ErrorScreen("Something went wrong", message))
 
     # --- actions ---------------------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # App bindings are priority bindings; on a modal they must give way to the modal's own keys.
+        # App bindings are priority bindings; on a modal they must give way to the modal's own keys. Tab and
+        # shift+tab (the screen's bindings to the app's focus actions) still move between a dialog's fields.
+        if action in ("focus_next", "focus_previous"):
+            return True
         if action != "quit" and isinstance(self.screen, ModalScreen):
             return False
         if action == "cancel_reply":
@@ -529,8 +597,22 @@ class SpecchatApp(App[None]):
             values["drafting"] = preset.drafting
         title = f"Settings for this chat · preset {session.mode}"
 
-        def check(overrides: dict[str, Any]) -> None:
-            session.check_overrides(**overrides)
+        model, draft = session.model_dir or "", session.settings.draft
+
+        def same_choice(text: str, current: str) -> bool:
+            """'NGRAM' is ngram, '~/m/' is /home/me/m: only a real change reloads the model."""
+            if text.lower() in ("ngram", "none") or not text or not current:
+                return text.lower() == current.lower()
+            return Path(text).expanduser().resolve() == Path(current).expanduser().resolve()
+
+        def model_changed(result: dict[str, Any]) -> bool:
+            return not (same_choice(result["model"], model) and same_choice(result["draft"], draft))
+
+        def check(result: dict[str, Any]) -> None:
+            session.check_overrides(**result["overrides"])
+            if model_changed(result) and (self.generating or self.state == "loading"):
+                busy = "a reply is streaming (esc stops it)" if self.generating else "a model is loading"
+                raise SpecchatError(f"{busy}: change the model or draft when it is done")
 
         def applied(result: dict[str, Any] | None) -> None:
             if result is None:
@@ -542,9 +624,25 @@ class SpecchatApp(App[None]):
             session.set_overrides(**overrides)
             if self.generating:
                 self.notify("The settings apply from the next reply.", timeout=2)
+            if model_changed(result):
+                # After the dialog is gone from the screen: a load thread busy from the start keeps the app
+                # from repainting what the dialog covered (its border and keys stayed until the load ended).
+                self.call_after_refresh(self.start_reload, result["model"] or None, result["draft"])
             self.refresh_status()
 
-        self.push_screen(SettingsScreen(session.settings.system_prompt, values, check, title), applied)
+        self.push_screen(
+            SettingsScreen(
+                session.settings.system_prompt,
+                values,
+                check,
+                title,
+                model=model,
+                draft=draft,
+                check_model=lambda text: session.check_model_choice(model=text or None),
+                check_draft=lambda text: session.check_model_choice(draft=text),
+            ),
+            applied,
+        )
 
     def _apply_saved_theme(self) -> None:
         theme = self.settings.theme

@@ -34,8 +34,8 @@ keys in the chat (binding id in brackets; remap under [keymap] in config.toml, e
   ctrl+n            new chat; the last one stays in the history [chat.new]  ctrl+q  quit [app.quit]
   ctrl+h or f7      saved chats: search, open, rename, delete, export [chat.history]
                     (f7 where the terminal sends ctrl+h as backspace)
-  f12               settings for this chat: system prompt, K, temperature, top_p, ramp, drafting
-                    [settings.open]
+  f12               settings for this chat: model and draft (reloaded, the chat stays), system prompt,
+                    K, temperature, top_p, ramp, drafting [settings.open]
 """
 
 

@@ -1,7 +1,11 @@
-"""Settings for this chat: the system prompt and the preset's K, temperature, top_p, ramp and drafting.
+"""Settings for this chat: the model and draft, the system prompt and the preset's K, temperature, top_p, ramp
+and drafting.
 
-The values are checked (by `check`, the session's preset rules) before the dialog closes: a bad one shows a
-one-line error in the dialog and every edit stays. An empty number field leaves that value to the preset.
+The values are checked (by `check`: the session's preset rules, and that the model and draft paths hold models)
+before the dialog closes: a bad one shows a one-line error in the dialog and every edit stays. An empty number
+field leaves that value to the preset; an empty model field means the embedded model. The model and draft fields
+are checked as they are typed (Input validators); another model or draft is loaded by the app after the dialog
+closes, and the conversation stays.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
+from textual.validation import ValidationResult, Validator
 from textual.widgets import Button, Input, Label, Static, Switch, TextArea
 
 from engine.errors import SpecchatError
@@ -41,13 +46,33 @@ def parse_number(field: str, text: str, kind: type) -> int | float | None:
         raise ValueError(f"{field}: must be {what} (got {text!r})") from None
 
 
+class ChoiceValidator(Validator):
+    """An Input validator around one of the session's checks (raises SpecchatError with a one-line message)."""
+
+    def __init__(self, check: Callable[[str], None]) -> None:
+        super().__init__()
+        self.check = check
+
+    def validate(self, value: str) -> ValidationResult:
+        try:
+            self.check(value)
+        except SpecchatError as exc:
+            return self.failure(str(exc))
+        return self.success()
+
+
 class SettingsScreen(ModalScreen[dict[str, Any] | None]):
-    """Dismisses with {"system_prompt": str, "overrides": {...}} on apply, None on escape."""
+    """Dismisses with {"system_prompt": str, "overrides": {...}, "model": str, "draft": str} on apply, None on
+    escape. `check_model` / `check_draft` check one field's text (SpecchatError, one line); `check` the whole."""
 
     BINDINGS = [
         Binding("escape", "dismiss(None)", "close", id="settings.close"),
         Binding("ctrl+s", "apply", "apply", id="settings.apply", priority=True),
     ]
+
+    # Rows around the scrolling fields: the dialog's border 2, title 2, error line 1, button row 2, footer 1,
+    # and one to spare. In cells, not vh: a vh height inside this auto-height dialog is measured too tall.
+    CHROME_ROWS = 9
 
     def __init__(
         self,
@@ -55,17 +80,54 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
         values: dict[str, Any],
         check: Callable[[dict[str, Any]], None],
         title: str = "Settings for this chat",
+        model: str = "",
+        draft: str = "ngram",
+        check_model: Callable[[str], None] | None = None,
+        check_draft: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__()
         self.system_prompt = system_prompt or ""
         self.values = values
         self.check = check  # raises SpecchatError with a one-line message
         self.title_text = title
+        self.model = model
+        self.draft = draft
+        self.check_model = check_model or (lambda _: None)
+        self.check_draft = check_draft or (lambda _: None)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="settings", classes="dialog"):
             yield Static(Text(self.title_text, style="bold"), classes="title")
             with VerticalScroll():
+                with Horizontal(classes="settings-row"):
+                    yield Label("model")
+                    yield Input(
+                        self.model,
+                        placeholder="a model folder or .gguf file (empty: the embedded model)",
+                        id="settings-model",
+                        validators=[ChoiceValidator(self.check_model)],
+                        valid_empty=True,
+                        compact=True,
+                    )
+                    yield Button(
+                        "…", id="settings-model-browse", compact=True, tooltip="pick a folder or file"
+                    )
+                with Horizontal(classes="settings-row"):
+                    yield Label("draft")
+                    yield Input(
+                        self.draft,
+                        placeholder="ngram, none, or a draft model folder",
+                        id="settings-draft",
+                        validators=[ChoiceValidator(self.check_draft)],
+                        compact=True,
+                    )
+                    yield Button(
+                        "…", id="settings-draft-browse", compact=True, tooltip="pick a folder or file"
+                    )
+                yield Static(
+                    Text("another model or draft is loaded on apply; the chat stays", style="dim"),
+                    classes="settings-note",
+                )
                 yield Label("system prompt")
                 yield TextArea(self.system_prompt, id="settings-system-prompt")
                 for field, label, _ in NUMBER_FIELDS:
@@ -76,18 +138,30 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
                             "" if value is None else str(value),
                             placeholder="preset's value",
                             id=f"settings-{field}",
+                            compact=True,
                         )
-                with Horizontal(classes="settings-row"):
+                with Horizontal(classes="settings-row switch-row"):
                     yield Label("drafting")
                     yield Switch(bool(self.values.get("drafting", True)), id="settings-drafting")
             yield Static("", id="settings-error")
-            yield Button("Apply", id="settings-apply", variant="primary")
-            yield Static("ctrl+s apply · esc close", classes="hint")
+            # One row for the button and the hint: the dialog fits 80x24 with the hint on screen.
+            with Horizontal(id="settings-actions"):
+                yield Button("Apply", id="settings-apply", variant="primary", compact=True)
+                yield Static("ctrl+s apply · esc close", classes="hint")
         yield FittingFooter()
 
     def on_mount(self) -> None:
-        self.query_one("#settings-error", Static).display = False
+        self._fit_height()
         self.query_one("#settings-system-prompt", TextArea).focus()
+
+    def on_resize(self) -> None:
+        self._fit_height()
+
+    def _fit_height(self) -> None:
+        """The fields scroll in what the screen leaves: the hint and the Apply button stay on screen at 80x24."""
+        self.query_one("#settings VerticalScroll").styles.max_height = max(
+            3, self.size.height - self.CHROME_ROWS
+        )
 
     def collect(self) -> dict[str, Any]:
         """The dialog's values; ValueError (one line) for a field that is not a number."""
@@ -96,17 +170,38 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
             overrides[field] = parse_number(field, self.query_one(f"#settings-{field}", Input).value, kind)
         overrides["drafting"] = self.query_one("#settings-drafting", Switch).value
         system_prompt = self.query_one("#settings-system-prompt", TextArea).text
-        return {"system_prompt": system_prompt, "overrides": overrides}
+        return {
+            "system_prompt": system_prompt,
+            "overrides": overrides,
+            "model": self.query_one("#settings-model", Input).value.strip(),
+            "draft": self.query_one("#settings-draft", Input).value.strip(),
+        }
 
     def show_error(self, message: str) -> None:
         error = self.query_one("#settings-error", Static)
         error.update(Text(message.splitlines()[0] if message else "", style="bold red"))
-        error.display = True
+
+    def hide_error(self) -> None:
+        # Emptied, not hidden: the error's row stays, so the dialog keeps its height (and its hint stays put).
+        self.query_one("#settings-error", Static).update("")
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        """A model or draft path is checked as it is typed: what is wrong shows at once, on one line."""
+        if event.input.id not in ("settings-model", "settings-draft"):
+            return
+        result = event.validation_result
+        if result is not None and not result.is_valid:
+            self.show_error(result.failure_descriptions[0])
+        else:
+            self.hide_error()
 
     def action_apply(self) -> None:
         try:
             result = self.collect()
-            self.check(result["overrides"])
+            for field, check in (("model", self.check_model), ("draft", self.check_draft)):
+                if result[field] or field == "draft":
+                    check(result[field])
+            self.check(result)
         except (ValueError, SpecchatError) as exc:
             self.show_error(str(exc))
             return
@@ -116,3 +211,20 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
         if event.button.id == "settings-apply":
             event.stop()
             self.action_apply()
+        elif event.button.id in ("settings-model-browse", "settings-draft-browse"):
+            event.stop()
+            self.browse(event.button.id.split("-")[1])
+
+    def browse(self, field: str) -> None:
+        """Pick the model or draft from a folder tree; the picked path goes into the field (and is checked)."""
+        from tui.screens.path_picker import PathPickerScreen, start_folder
+
+        target = self.query_one(f"#settings-{field}", Input)
+
+        def picked(path: str | None) -> None:
+            if path:
+                target.value = path
+            target.focus()
+
+        title = "Pick the model folder or .gguf file" if field == "model" else "Pick the draft model"
+        self.app.push_screen(PathPickerScreen(title, start_folder(target.value)), picked)

@@ -91,6 +91,8 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
         k = chosen.k if chosen is not None else None
         temperature = chosen.temperature if chosen is not None else None
         drafting = bool(chosen.drafting and chosen.k > 0) if chosen is not None else True
+    if info is not None and info.draft_mode == "none":
+        drafting = False  # the loaded model runs without a drafter (draft "none"): no preset's K applies
     measured = None
     if last is not None:
         # Drafting on but nothing drafted (n-gram back-off) shows "accept –", not "draft off".
