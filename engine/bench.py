@@ -25,10 +25,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
-
 from engine.backends.base import GenerationRequest, SamplerSettings
 from engine.events import Chunk, Done
+from engine.prompt_file import PromptFileError, read_prompt_file
 from engine.speculation import AcceptanceAccounting
 
 GREEDY_VARIANTS = ("ours-plain", "ours-ngram", "hf-plain", "hf-lookup")
@@ -70,13 +69,22 @@ class PromptResult:
         return self.tokens[variant] / min(self.seconds[variant])
 
 
+BENCH_CATEGORIES = ("code", "qa", "creative")
+
+
 def load_prompt_set(path: Path | str | None = None) -> list[dict[str, str]]:
     """A prompt set: None or "public", "heldout", or a JSON Lines file of {"category", "prompt"} objects."""
     if path is None or str(path) in PROMPT_SETS:
         name = PROMPT_SETS[str(path or "public")]
         path = Path(__file__).resolve().parent.parent / "bench" / name
-    text = Path(path).read_text(encoding="utf-8")
-    return [orjson.loads(line) for line in text.splitlines() if line.strip()]
+    prompts = []
+    for number, obj in read_prompt_file(Path(path)):  # PromptFileError: one line for the user
+        if obj.get("category") not in BENCH_CATEGORIES:
+            raise PromptFileError(
+                f"{path}:{number}: each line needs a category of code, qa or creative (got {obj.get('category')!r})"
+            )
+        prompts.append(obj)
+    return prompts
 
 
 def _builtin_presets() -> dict:

@@ -41,6 +41,7 @@ import orjson
 
 from engine.backends.base import SamplerSettings, resolve_cache_mode
 from engine.errors import SpecchatError
+from engine.prompt_file import PromptFileError, read_prompt_file
 from engine.speculation import predicted_speedup
 
 TASKS = ("code", "qa", "creative")
@@ -108,29 +109,17 @@ def prompts_from_jsonl(path: Path) -> list[TunePrompt]:
     from engine.router import route
 
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise TuneError(f"cannot read prompt file {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise TuneError(f"{path}: not UTF-8 text") from None
+        records = read_prompt_file(path)
+    except PromptFileError as exc:
+        raise TuneError(str(exc)) from None
     prompts = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise TuneError(f"{path}:{number}: not valid JSON ({exc})") from None
-        if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str) or not obj["prompt"].strip():
-            raise TuneError(f"{path}:{number}: each line needs a non-empty string 'prompt' field")
+    for number, obj in records:
         task = obj.get("category")
         if task is None:
             task = route(obj["prompt"]).preset
         elif task not in TASKS:
             raise TuneError(f"{path}:{number}: category must be code, qa or creative (got {task!r})")
         prompts.append(TunePrompt(task, obj["prompt"]))
-    if not prompts:
-        raise TuneError(f"{path}: no prompts in the file")
     return prompts
 
 

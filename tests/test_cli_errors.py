@@ -71,6 +71,18 @@ def test_prompt_file_without_prompt_field(tmp_path):
     assert_one_line_error(proc, "prompts.jsonl:1", "'prompt'")
 
 
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [('{"prompt": "no category"}\n', "category of code, qa or creative"), ('{"prompt": 3}\n', "'prompt'")],
+)
+def test_bench_prompt_file_without_category_is_one_line(tmp_path, content, said):
+    # Checked before any model loads: it used to be a KeyError traceback minutes into the run.
+    path = tmp_path / "bench.jsonl"
+    path.write_text(content, encoding="utf-8")
+    proc = run_cli(["bench", "--quick", "--prompts", str(path)], tmp_path)
+    assert_one_line_error(proc, "bench.jsonl:1", said)
+
+
 def test_missing_draft_folder(tmp_path):
     proc = run_cli(["generate", "--prompt", "hi", "--draft", str(tmp_path / "draft")], tmp_path)
     assert_one_line_error(proc, "draft", "not found")

@@ -240,29 +240,15 @@ def _settings(args: argparse.Namespace, check_paths: bool = True):
 
 
 def _read_prompts(args: argparse.Namespace) -> list[str]:
-    import orjson
+    from engine.prompt_file import PromptFileError, read_prompt_file
 
     if args.prompt is not None:
         prompts = [args.prompt]
     elif args.prompt_file is not None:
-        path: Path = args.prompt_file
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise CliError(f"cannot read prompt file {path}: {exc.strerror or exc}") from exc
-        prompts = []
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise CliError(f"{path}:{number}: not valid JSON ({exc})") from exc
-            if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
-                raise CliError(f"{path}:{number}: each line needs a string 'prompt' field")
-            prompts.append(obj["prompt"])
-        if not prompts:
-            raise CliError(f"{path}: no prompts in the file")
+            prompts = [obj["prompt"] for _, obj in read_prompt_file(args.prompt_file)]
+        except PromptFileError as exc:
+            raise CliError(str(exc)) from None
     else:
         raise CliError("generate needs --prompt TEXT or --prompt-file FILE")
     for i, prompt in enumerate(prompts, start=1):
@@ -537,13 +523,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from engine.bench import run_bench
+    from engine.bench import load_prompt_set, run_bench
     from engine.bench_llamacpp import bench_llamacpp_if_usable
 
     settings = _settings(args)
     prompt_set = args.prompts
     if prompt_set not in ("heldout", "public") and not Path(prompt_set).is_file():
         raise CliError(f"--prompts: no such prompt set or file: {prompt_set}")
+    from engine.prompt_file import PromptFileError
+
+    try:
+        load_prompt_set(prompt_set)  # a bad file is one line now, not a traceback minutes into the run
+    except PromptFileError as exc:
+        raise CliError(str(exc)) from None
     if args.remote:
         from engine.bench_remote import run_remote_bench
 
