@@ -25,6 +25,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.events import StopReason
 
 # Longest draft the cost model considers (a verify pass wider than this is extrapolated, never measured).
 MAX_DRAFT_LENGTH = 16
@@ -172,6 +176,24 @@ def round_cost(
     elif drafted and costs is not None:
         cost += drafted * costs.draft_ratio()
     return cost
+
+
+def round_limit(
+    *, cancelled: bool, produced: int, max_new: int, context_used: int, max_context: int, k_requested: int
+) -> tuple[StopReason | None, int]:
+    """Before a decoding round: why the reply stops here, or else the most drafts the round may use.
+
+    A round emits at most k + 1 tokens, so it never drafts past the token budget or the context (`context_used`:
+    prompt + reply so far; the last token still needs its position)."""
+    if cancelled:
+        return "cancelled", 0
+    remaining = max_new - produced
+    if remaining <= 0:
+        return "max_new_tokens", 0
+    room = max_context - context_used
+    if room <= 0:
+        return "context", 0
+    return None, min(k_requested, remaining - 1, room - 1)
 
 
 # --- acceptance estimates ------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ import torch
 from engine.backends.base import BackendError, GenerationRequest, ProgressCallback, resolve_cache_mode
 from engine.chat_template import END_OF_TURN_CANDIDATES, FALLBACK_TEMPLATE, ChatTemplate, ChatTemplateError
 from engine.compat import VocabView, check_draft_compatible
-from engine.drafting import AdaptiveK, NgramDrafter, VerifyCostModel, round_cost
+from engine.drafting import AdaptiveK, NgramDrafter, VerifyCostModel, round_cost, round_limit
 from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
 from engine.sampling import choose_tokens, count_accepted, reply_uniforms
 
@@ -626,19 +626,16 @@ class LlamaCppBackend:
         stop: StopReason | None = None
         stop_ids = self.stop_token_ids
         while stop is None:
-            if cancel.is_set():
-                stop = "cancelled"
+            stop, k = round_limit(
+                cancelled=cancel.is_set(),
+                produced=len(reply),
+                max_new=max_new,
+                context_used=len(seq),
+                max_context=self.max_context,
+                k_requested=k_requested,
+            )
+            if stop is not None:
                 break
-            remaining = max_new - len(reply)
-            if remaining <= 0:
-                stop = "max_new_tokens"
-                break
-            room = self.max_context - len(seq)  # positions left; the last token needs one
-            if room <= 0:
-                stop = "context"
-                break
-            # Never draft past the token budget or the context: a round emits at most k + 1 tokens.
-            k = min(k_requested, remaining - 1, room - 1)
             if k > 0 and adaptive and draft_model is not None:
                 k = tuner.choose(k, target.costs)
 
