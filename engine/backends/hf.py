@@ -180,7 +180,7 @@ class ModelState:
     @torch.inference_mode()
     def calibrate(self, max_width: int, vocab_size: int) -> VerifyCostModel:
         """Time forward passes of 1..max_width tokens on a short context: the prior of the cost model."""
-        widths = sorted({1, 2, max(2, max_width // 2), max_width})
+        widths = sorted({1, 2, 3, 4, max(2, max_width // 2), max_width})
         filler = [(7 + 13 * i) % max(vocab_size - 1, 1) + 1 for i in range(64 + max_width)]
         self.new_cache()
         self.forward(filler[:64], keep=1)
@@ -404,7 +404,13 @@ class TransformersBackend:
         if note:
             self.notes.append(note)
         state.switch = switch
-        state.invariant = self.kernels == "invariant" or (self.kernels == "auto" and state.cache_mode == "q8")
+        # rowlin is as fast as the stock kernels for one row, so "auto" runs every pass on it (bit-exact); the
+        # oneDNN fallback is slower for one row, so "auto" runs it for every pass only under q8.
+        state.invariant = self.kernels == "invariant" or (
+            self.kernels == "auto"
+            and switch is not None
+            and (state.cache_mode == "q8" or switch.kind == "rowlin")
+        )
 
     def _state(self, model: torch.nn.Module, requested: str, who: str) -> ModelState:
         mode = _cache_mode_for(model.config, requested, who, self.notes)

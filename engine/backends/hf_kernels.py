@@ -9,8 +9,9 @@ a verify pass computes rows 1 + k at once, plain decoding one row at a time. Sto
 Under the full-precision cache those differences only flip a near-tie now and then; under an int8 cache they
 move a value across a rounding boundary and the text diverges (issue: 1 prompt in 12).
 
-So the target's linear layers use oneDNN with weights packed once at load (each row's result is the same for
-any number of rows, and the weight is streamed once per pass, not re-packed), and attention for a short pass
+So the target's linear layers run a row-invariant kernel: our own (rowlin.c, compiled once per machine: as
+fast as MKL's gemv for one row, and a pass of 1 + K rows streams the weight once), or where it cannot be built,
+oneDNN with weights packed once at load (row-invariant too, ~1.3x slower for one row). Attention for a short pass
 runs each query row exactly as a one-row decode step would: SDPA over its own causal prefix of the keys, with
 grouped-query heads, no mask. Long passes (prefill) keep SDPA's causal kernel. `install()` checks the first
 property on the loaded model and leaves the stock kernels in place where it does not hold.
@@ -21,19 +22,23 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from engine.backends import rowlin
+
 
 class KernelSwitch:
     """Which linear kernels a model's next forward pass uses: packed (row-invariant) or stock (MKL gemv/gemm).
 
-    One-row passes are fastest on MKL's gemv (oneDNN's packed kernel took ~1.2x its time for one row here), so
-    the backend may run them stock and only multi-row verify passes packed ("hybrid"), or everything packed
-    ("invariant": bit-exact speculation, needed where an int8 cache would amplify the difference).
+    `kind` says which row-invariant kernel "packed" means: "rowlin" (rowlin.c: as fast as MKL's gemv for one
+    row, so every pass runs it and speculation is bit-exact) or "onednn" (~1.2x MKL's time for one row, so the
+    backend may run one-row passes stock and only multi-row verify passes packed ("hybrid"), or everything
+    packed ("invariant": needed where an int8 cache would amplify a last-bit difference)).
     """
 
-    __slots__ = ("packed",)
+    __slots__ = ("packed", "kind")
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str = "onednn") -> None:
         self.packed = True
+        self.kind = kind
 
 
 # Passes of at most this many rows (a verify pass: last token + K drafts) run attention row by row.
@@ -42,21 +47,31 @@ ATTENTION_NAME = "specchat_rowwise"
 
 
 class PackedLinear(nn.Module):
-    """nn.Linear on oneDNN with prepacked weights: a row's result does not depend on the number of rows.
+    """nn.Linear on a row-invariant kernel: a row's result does not depend on the number of rows.
 
-    oneDNN keeps that property only for reductions of at most `CHUNK` inputs (wider ones take another path for
-    one row than for several), so a wider layer is split into input chunks whose products are added in order.
+    With `kernel` (rowlin.c) passes of up to `rowlin.MAX_ROWS` rows run it and longer ones (prefill) stock.
+    Otherwise oneDNN with prepacked weights; it keeps the property only for reductions of at most `CHUNK`
+    inputs (wider ones take another path for one row than for several), so a wider layer is split into input
+    chunks whose products are added in order.
     """
 
     CHUNK = 1024
 
-    def __init__(self, linear: nn.Linear, switch: KernelSwitch | None = None) -> None:
+    def __init__(
+        self, linear: nn.Linear, switch: KernelSwitch | None = None, kernel: rowlin.Kernel | None = None
+    ) -> None:
         super().__init__()
         self.switch = switch or KernelSwitch()
-        # The stock weight stays for one-row passes in hybrid mode (the same tensor: no copy).
+        # The stock weight stays for stock passes (the same tensor: no copy).
         self.weight = linear.weight.detach()
         self.in_features = linear.in_features
         self.out_features = linear.out_features
+        self.bias = None if linear.bias is None else linear.bias.detach()
+        self.kernel = kernel
+        if kernel is not None:
+            self.rowlin_weight = kernel.pack(self.weight)
+            self.rowlin_bias = kernel.pack_bias(self.bias)
+            return
         weight = linear.weight.detach()
         pieces = -(-self.in_features // self.CHUNK)
         step = -(-self.in_features // pieces)
@@ -67,13 +82,16 @@ class PackedLinear(nn.Module):
         self.packed = [
             torch.ops.mkldnn._reorder_linear_weight(weight[:, a:b].contiguous(), 4) for a, b in self.bounds
         ]
-        self.bias = None if linear.bias is None else linear.bias.detach()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.switch.packed:
             return torch.nn.functional.linear(x, self.weight, self.bias)
         rows = x.reshape(-1, self.in_features)
-        if len(self.packed) == 1:
+        if self.kernel is not None:
+            if rows.shape[0] > rowlin.MAX_ROWS:
+                return torch.nn.functional.linear(x, self.weight, self.bias)
+            out = self.kernel.linear(rows, self.rowlin_weight, self.out_features, self.rowlin_bias)
+        elif len(self.packed) == 1:
             out = torch.ops.mkldnn._linear_pointwise(
                 rows.contiguous(), self.packed[0], self.bias, "none", [], ""
             )
@@ -139,7 +157,9 @@ FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 class _FusedProjections:
     """Several linears over one input, as one packed linear; each member returns its slice of the output."""
 
-    def __init__(self, linears: list[nn.Linear], switch: KernelSwitch) -> None:
+    def __init__(
+        self, linears: list[nn.Linear], switch: KernelSwitch, kernel: rowlin.Kernel | None = None
+    ) -> None:
         self.switch = switch
         self.stock = [
             (lin.weight.detach(), None if lin.bias is None else lin.bias.detach()) for lin in linears
@@ -156,7 +176,7 @@ class _FusedProjections:
                 ),
                 requires_grad=False,
             )
-        self.linear = PackedLinear(fused, switch)
+        self.linear = PackedLinear(fused, switch, kernel)
         edges = [0]
         for lin in linears:
             edges.append(edges[-1] + lin.out_features)
@@ -165,7 +185,9 @@ class _FusedProjections:
         self._output: torch.Tensor | None = None
 
     def output(self, x: torch.Tensor, index: int) -> torch.Tensor:
-        if not self.switch.packed:
+        if not self.switch.packed or (
+            self.linear.kernel is not None and x.numel() > rowlin.MAX_ROWS * self.linear.in_features
+        ):
             weight, bias = self.stock[index]
             return torch.nn.functional.linear(x, weight, bias)
         if x is not self._input:  # the first member called with this input computes all of them
@@ -184,7 +206,7 @@ class FusedMember(nn.Module):
         return self.group.output(x, self.index)
 
 
-def _pack_linears(module: nn.Module, switch: KernelSwitch) -> int:
+def _pack_linears(module: nn.Module, switch: KernelSwitch, kernel: rowlin.Kernel | None = None) -> int:
     """Replace every nn.Linear below `module` by a packed one (sibling projections fused); returns the count."""
     count = 0
     children = dict(module.named_children())
@@ -194,16 +216,16 @@ def _pack_linears(module: nn.Module, switch: KernelSwitch) -> int:
             all(isinstance(lin, nn.Linear) for lin in linears)
             and len({lin.in_features for lin in linears}) == 1
         ):
-            group = _FusedProjections(linears, switch)
+            group = _FusedProjections(linears, switch, kernel)
             for index, name in enumerate(names):
                 setattr(module, name, FusedMember(group, index))
             count += len(names)
     for name, child in module.named_children():
         if isinstance(child, nn.Linear):
-            setattr(module, name, PackedLinear(child, switch))
+            setattr(module, name, PackedLinear(child, switch, kernel))
             count += 1
         elif not isinstance(child, FusedMember):
-            count += _pack_linears(child, switch)
+            count += _pack_linears(child, switch, kernel)
     return count
 
 
@@ -221,10 +243,20 @@ def packing_is_row_invariant(features: int = 1536, outputs: int = 96) -> bool:
     return torch.equal(together, alone)
 
 
-def install(model: nn.Module, device: str) -> tuple[KernelSwitch | None, str | None]:
-    """Give `model` row-invariant kernels where this machine allows; the switch, or None and the reason."""
+def install(model: nn.Module, device: str, use_rowlin: bool = True) -> tuple[KernelSwitch | None, str | None]:
+    """Give `model` row-invariant kernels where this machine allows; the switch (None where the stock kernels
+    stay) and a note for the user, if any (why the fastest kernel is not used)."""
     if device != "cpu" or next(model.parameters()).dtype != torch.float32:
         return None, None  # GPU kernels and other dtypes: stock kernels, no note needed
+    note = None
+    if use_rowlin:
+        kernel, note = rowlin.load()
+        if kernel is not None:
+            _register_attention()
+            switch = KernelSwitch("rowlin")
+            _pack_linears(model, switch, kernel)
+            model.config._attn_implementation = ATTENTION_NAME
+            return switch, None
     if not torch.backends.mkldnn.is_available():
         return None, "oneDNN is not available in this PyTorch build: stock kernels (speculation may drift)"
     try:
@@ -236,4 +268,4 @@ def install(model: nn.Module, device: str) -> tuple[KernelSwitch | None, str | N
         model.config._attn_implementation = ATTENTION_NAME
     except Exception as exc:  # an old PyTorch without these ops: run as before, and say so
         return None, f"row-invariant kernels unavailable ({type(exc).__name__}): stock kernels"
-    return switch, None
+    return switch, note

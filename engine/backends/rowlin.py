@@ -1,0 +1,192 @@
+"""The row-invariant linear kernel (rowlin.c): compiled once per machine on first use, loaded with ctypes.
+
+Why a kernel of our own: PyTorch's CPU linears are either fast for one row (MKL's gemv) or row-invariant
+(oneDNN with prepacked weights, ~1.3x slower for one row), never both, and MKL's small-M gemm re-packs the
+weight on every call (a pass of 4+ rows costs ~2x one row). rowlin.c sums every output over k in order, one
+fused multiply-add per step, whatever the number of rows: speculative decoding is bit-exact, a one-token step is
+as fast as MKL's gemv, and a verify pass of 1 + K tokens streams the weights once.
+
+It is built with the machine's C compiler (`$CC`, else `cc`/`gcc`/`clang`) for the machine's own vector
+instructions into specchat's cache folder (under a second, once); the shared library's name carries a hash of
+the source, the flags and the machine, so a new version or another CPU builds anew. Where there is no compiler
+or the self-check fails, `load()` returns the reason and the backend keeps the oneDNN kernels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("rowlin.c")
+FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", "-shared", "-fPIC")
+# Passes of more rows than this (prefill) take PyTorch's own gemm: fast for many rows, and their exact bits
+# do not matter (plain and speculative decoding prefill the same prompt the same way).
+MAX_ROWS = 32
+COMPILE_TIMEOUT_S = 120
+
+_lock = threading.Lock()
+_loaded: tuple[Kernel | None, str | None] | None = None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    lib: ctypes.CDLL
+    lanes: int
+    path: Path
+
+    def pack(self, weight: torch.Tensor) -> torch.Tensor:
+        """[N, K] -> [N_padded / lanes, K, lanes], contiguous float32 (padded outputs are zero)."""
+        n, k = weight.shape
+        padded = -(-n // self.lanes) * self.lanes
+        w = weight.detach().float()
+        if padded != n:
+            w = torch.cat([w, w.new_zeros(padded - n, k)])
+        return w.reshape(padded // self.lanes, self.lanes, k).transpose(1, 2).contiguous()
+
+    def pack_bias(self, bias: torch.Tensor | None) -> torch.Tensor | None:
+        """The bias padded like the packed weight's outputs (None stays None)."""
+        if bias is None:
+            return None
+        n = bias.shape[0]
+        padded = -(-n // self.lanes) * self.lanes
+        bias = bias.detach().float()
+        return (bias if padded == n else torch.cat([bias, bias.new_zeros(padded - n)])).contiguous()
+
+    def linear(
+        self, rows: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        """rows [M, K] (float32) times the packed weight plus the packed bias (`pack_bias`): [M, out_features]."""
+        rows = rows.contiguous()
+        m, k = rows.shape
+        padded = packed.shape[0] * self.lanes
+        out = torch.empty((m, padded), dtype=torch.float32)
+        self.lib.rowlin(
+            rows.data_ptr(),
+            m,
+            k,
+            packed.data_ptr(),
+            padded,
+            None if bias is None else bias.data_ptr(),
+            out.data_ptr(),
+            torch.get_num_threads(),
+        )
+        return out if padded == out_features else out[:, :out_features]
+
+
+def _compiler() -> str | None:
+    for candidate in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if candidate and shutil.which(candidate):
+            return candidate
+    return None
+
+
+def _library_path(compiler: str, folder: Path) -> Path:
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    cpu = ""
+    with contextlib.suppress(OSError):
+        cpu = next(
+            (line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), ""
+        )
+    digest = hashlib.sha256(
+        "\0".join([SOURCE.read_text(), " ".join(FLAGS), version, platform.machine(), cpu]).encode()
+    ).hexdigest()[:16]
+    return folder / f"rowlin-{digest}.so"
+
+
+def _build(compiler: str, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        built = Path(tmp) / target.name
+        result = subprocess.run(
+            [compiler, *FLAGS, "-o", str(built), str(SOURCE)],
+            capture_output=True,
+            text=True,
+            timeout=COMPILE_TIMEOUT_S,
+        )
+        if result.returncode != 0:
+            lines = (result.stderr or result.stdout).strip().splitlines()
+            raise RuntimeError(lines[0] if lines else f"{compiler} exited with {result.returncode}")
+        os.replace(built, target)  # atomic: a second process never loads a half-written file
+
+
+def _open(path: Path) -> Kernel:
+    lib = ctypes.CDLL(str(path))
+    lib.rowlin.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_int,
+    ]
+    lib.rowlin.restype = None
+    lib.rowlin_lanes.restype = ctypes.c_int
+    return Kernel(lib, int(lib.rowlin_lanes()), path)
+
+
+def self_check(kernel: Kernel) -> str | None:
+    """None if the kernel is row-invariant and agrees with PyTorch's linear; else what is wrong."""
+    generator = torch.Generator().manual_seed(0)
+    for n, k in ((96, 1536), (40, 576)):  # a padded width too
+        weight = torch.randn(n, k, generator=generator) * 0.05
+        bias = torch.randn(n, generator=generator)
+        x = torch.randn(13, k, generator=generator)
+        packed, packed_bias = kernel.pack(weight), kernel.pack_bias(bias)
+        together = kernel.linear(x, packed, n, packed_bias)
+        alone = torch.cat([kernel.linear(x[i : i + 1], packed, n, packed_bias) for i in range(x.shape[0])])
+        if not torch.equal(together, alone):
+            return "its rows depend on the number of rows in a call"
+        if not torch.allclose(together, torch.nn.functional.linear(x, weight, bias), atol=1e-4, rtol=1e-4):
+            return "it disagrees with PyTorch's linear"
+    return None
+
+
+def load(folder: Path | None = None) -> tuple[Kernel | None, str | None]:
+    """The compiled kernel (built on first use), or None and a one-line reason. Cached per process."""
+    global _loaded
+    with _lock:
+        if _loaded is None:
+            _loaded = _load(folder)
+        return _loaded
+
+
+def _load(folder: Path | None) -> tuple[Kernel | None, str | None]:
+    if os.environ.get("SPECCHAT_ROWLIN", "1") == "0":
+        return None, "the row-invariant C kernel is off (SPECCHAT_ROWLIN=0)"
+    compiler = _compiler()
+    if compiler is None:
+        return None, "no C compiler (cc) for the fast row-invariant kernel: oneDNN kernels instead"
+    if folder is None:
+        from engine.models import cache_dir
+
+        folder = cache_dir() / "kernels"
+    try:
+        path = _library_path(compiler, folder)
+        if not path.exists():
+            _build(compiler, path)
+        kernel = _open(path)
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        return None, f"could not build the row-invariant C kernel ({exc}): oneDNN kernels instead"
+    problem = self_check(kernel)
+    if problem:
+        return None, f"the row-invariant C kernel failed its check ({problem}): oneDNN kernels instead"
+    return kernel, None
+
+
+def reset_for_tests() -> None:
+    global _loaded
+    with _lock:
+        _loaded = None

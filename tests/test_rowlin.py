@@ -1,0 +1,137 @@
+"""The row-invariant C kernel (engine/backends/rowlin.c): built here, exact per row, and a clean fallback.
+
+Mutations checked by hand (each sent a test here red): accumulating a tile's rows in a different order than a
+single row's (a two-way split of k for tiles of more than one row), dropping the bias in the tile store, and a
+`self_check` that compared only the first row.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.backends import hf_kernels, rowlin
+from engine.backends.base import GenerationRequest, SamplerSettings
+from engine.backends.hf import TransformersBackend
+
+needs_compiler = pytest.mark.skipif(
+    not any(shutil.which(c) for c in ("cc", "gcc", "clang")), reason="no C compiler on this machine"
+)
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> rowlin.Kernel:
+    built, note = rowlin._load(tmp_path)
+    assert built is not None, note
+    return built
+
+
+@needs_compiler
+@pytest.mark.parametrize(("outputs", "inputs"), [(96, 576), (40, 1536), (3, 7)])
+def test_every_row_gets_the_same_bits_in_any_batch(kernel: rowlin.Kernel, outputs: int, inputs: int) -> None:
+    generator = torch.Generator().manual_seed(outputs)
+    weight = torch.randn(outputs, inputs, generator=generator) * 0.05
+    bias = torch.randn(outputs, generator=generator)
+    x = torch.randn(rowlin.MAX_ROWS, inputs, generator=generator)
+    packed, packed_bias = kernel.pack(weight), kernel.pack_bias(bias)
+    alone = torch.cat([kernel.linear(x[i : i + 1], packed, outputs, packed_bias) for i in range(x.shape[0])])
+    assert alone.shape == (rowlin.MAX_ROWS, outputs)
+    for rows in range(2, rowlin.MAX_ROWS + 1):
+        assert torch.equal(kernel.linear(x[:rows], packed, outputs, packed_bias), alone[:rows]), rows
+    expected = torch.nn.functional.linear(x, weight, bias)
+    assert torch.allclose(alone, expected, atol=1e-5, rtol=1e-5)
+
+
+@needs_compiler
+def test_the_library_is_built_once_and_reused(tmp_path: Path) -> None:
+    first, _ = rowlin._load(tmp_path)
+    libraries = list(tmp_path.glob("rowlin-*.so"))
+    assert first is not None and len(libraries) == 1
+    stamp = libraries[0].stat().st_mtime_ns
+    second, _ = rowlin._load(tmp_path)
+    assert second is not None and second.path == first.path
+    assert libraries[0].stat().st_mtime_ns == stamp  # not rebuilt
+
+
+def test_no_compiler_is_one_line_and_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", "specchat-no-such-compiler")
+    monkeypatch.setattr(rowlin.shutil, "which", lambda name: None)
+    built, note = rowlin._load(tmp_path)
+    assert built is None
+    assert "no C compiler" in note and "\n" not in note
+
+
+def test_a_failing_build_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "badcc"
+    fake.write_text("#!/bin/sh\necho 'badcc: error: cannot do this' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CC", str(fake))
+    built, note = rowlin._load(tmp_path / "kernels")
+    assert built is None
+    assert "could not build" in note and "cannot do this" in note and "\n" not in note
+
+
+class _RowDependent(rowlin.Kernel):
+    """A kernel whose result for a row changes with the number of rows (what the check must refuse)."""
+
+    def linear(self, rows, packed, out_features, bias):
+        out = super().linear(rows, packed, out_features, bias)
+        return out + 1e-3 * (rows.shape[0] > 1)
+
+
+@needs_compiler
+def test_the_self_check_refuses_a_row_dependent_kernel(kernel: rowlin.Kernel) -> None:
+    assert rowlin.self_check(kernel) is None
+    broken = _RowDependent(kernel.lib, kernel.lanes, kernel.path)
+    assert "number of rows" in rowlin.self_check(broken)
+
+
+@pytest.mark.slow
+@needs_compiler
+def test_the_backend_runs_every_pass_on_rowlin_and_stays_exact(smol_dir: Path) -> None:
+    """Default settings on the real model: every decode pass on the kernel, spec == plain, cache == prefill."""
+    rowlin.reset_for_tests()
+    backend = TransformersBackend(smol_dir, draft="ngram")
+    backend.load()
+    try:
+        state = backend.target
+        assert state.switch is not None and state.switch.kind == "rowlin" and state.invariant
+        assert isinstance(backend.model.lm_head, hf_kernels.PackedLinear)
+        text = "Repeat exactly: the cat sat on the mat, the cat sat on the mat, the cat sat on the mat."
+        prompt = backend.encode_chat([{"role": "user", "content": text}])
+
+        def reply(k: int) -> tuple[list[int], int]:
+            request = GenerationRequest(
+                prompt_ids=tuple(prompt),
+                sampler=SamplerSettings(temperature=0.0),
+                max_new_tokens=40,
+                num_draft_tokens=k,
+                k_mode="fixed",
+            )
+            tokens, accepted = [], 0
+            for event in backend.generate(request, threading.Event()):
+                if hasattr(event, "token_ids"):
+                    tokens += list(event.token_ids)
+                    accepted += event.accepted
+            return tokens, accepted
+
+        plain, _ = reply(0)
+        drafted, accepted = reply(5)
+        assert accepted > 0  # drafts were proposed and accepted
+        assert drafted == plain
+        # The cache written by verify passes holds the bits a fresh pass over the same ids gives.
+        ids = list(state.ids)
+        kept = [layer._key_buffer[:, :, : layer.length].clone() for layer in state.cache.layers]
+        state.new_cache()
+        state.prefill(prompt[:-1])  # as the reply began
+        for token in ids[len(prompt) - 1 :]:  # then one-row steps, as plain decoding writes them
+            state.forward([token], keep=1)
+        for keys, layer in zip(kept, state.cache.layers, strict=True):
+            assert torch.equal(keys, layer._key_buffer[:, :, : layer.length])
+    finally:
+        backend.close()
+        rowlin.reset_for_tests()
