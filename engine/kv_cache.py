@@ -14,6 +14,8 @@ from transformers.cache_utils import Cache, DynamicLayer
 # Buffers start at this many positions and double when full.
 INITIAL_CAPACITY = 256
 INT8_MAX = 127.0
+# Keys of a fused q8 layer are stored in blocks of this many tokens (rowlin.c's KBLOCK).
+KEY_BLOCK = 16
 
 
 class GrowingLayer(DynamicLayer):
@@ -32,23 +34,30 @@ class GrowingLayer(DynamicLayer):
         self.dtype = key_states.dtype
         self.is_initialized = True
 
-    def _buffer_specs(self, head_dim: int) -> dict[str, tuple[int, torch.dtype]]:
-        """Buffers this layer keeps per position: attribute name -> (last dimension, dtype)."""
-        return {"_key_buffer": (head_dim, self.dtype), "_value_buffer": (head_dim, self.dtype)}
+    def _buffer_specs(self, head_dim: int, capacity: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """Buffers this layer keeps: attribute name -> (shape after [batch, heads], dtype)."""
+        return {
+            "_key_buffer": ((capacity, head_dim), self.dtype),
+            "_value_buffer": ((capacity, head_dim), self.dtype),
+        }
+
+    @property
+    def capacity(self) -> int:
+        return 0 if self._value_buffer is None else self._value_buffer.shape[2]
 
     def _grow(self, needed: int, template: torch.Tensor) -> None:
-        capacity = 0 if self._key_buffer is None else self._key_buffer.shape[-2]
+        capacity = self.capacity
         if needed <= capacity:
             return
         new_capacity = max(INITIAL_CAPACITY, capacity)
         while new_capacity < needed:
             new_capacity *= 2
         batch, heads, _, head_dim = template.shape
-        for name, (last_dim, dtype) in self._buffer_specs(head_dim).items():
-            tensor = torch.empty((batch, heads, new_capacity, last_dim), dtype=dtype, device=self.device)
+        for name, (shape, dtype) in self._buffer_specs(head_dim, new_capacity).items():
+            tensor = torch.empty((batch, heads, *shape), dtype=dtype, device=self.device)
             old = getattr(self, name)
             if self.length and old is not None:
-                tensor[:, :, : self.length] = old[:, :, : self.length]
+                tensor[:, :, : old.shape[2]] = old  # every buffer's third dimension grows with capacity
             setattr(self, name, tensor)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
@@ -66,6 +75,10 @@ class GrowingLayer(DynamicLayer):
     def get_seq_length(self) -> int:
         return self.length
 
+    def stored_keys(self) -> torch.Tensor:
+        """The keys kept for the positions in use, [batch, heads, length, head_dim], as stored (for checks)."""
+        return self._key_buffer[:, :, : self.length]
+
     def crop(self, tokens_to_remove: int) -> None:
         """Drop the last `-tokens_to_remove` positions (transformers' convention: a negative count)."""
         if tokens_to_remove > 0:
@@ -82,11 +95,14 @@ class GrowingLayer(DynamicLayer):
 
     def storage_bytes(self, used_only: bool = True) -> int:
         """Bytes of the cache tensors: of the `length` positions in use, or of the whole allocated buffers."""
-        if self._key_buffer is None:
+        if self._value_buffer is None:
             return 0
-        positions = self.length if used_only else self._key_buffer.shape[-2]
-        per_position = self._key_buffer[:, :, :1].numel() * self._key_buffer.element_size()
-        return 2 * positions * per_position
+        head_dim = self._value_buffer.shape[-1]
+        allocated = sum(
+            getattr(self, name).numel() * getattr(self, name).element_size()
+            for name in self._buffer_specs(head_dim, self.capacity)
+        )
+        return allocated * self.length // self.capacity if used_only else allocated
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         raise NotImplementedError("specchat decodes one sequence; beam search is not supported")
@@ -121,27 +137,65 @@ class DequantScratch:
 
 
 class Int8Layer(GrowingLayer):
-    """K/V stored as int8 with one float32 scale per (token, head), dequantized for attention.
+    """K/V stored as int8 with one float32 scale per (token, head).
 
     A token's scale comes from that token's own values, so what is stored does not depend on how many tokens
     were written at once; with row-invariant kernels (engine/backends/hf_kernels.py) speculative and plain
-    decoding store the same bytes and give the same text. Dequantization is one fused multiply per layer into
-    a scratch buffer shared by all layers (`DequantScratch`).
+    decoding store the same bytes and give the same text.
+
+    With `fused` (the target model on the row-invariant C kernels) attention reads the int8 bytes as they are
+    (rowlin.c: q8attn), and the keys are stored in blocks of KEY_BLOCK tokens, dimension-major within a block,
+    the layout that kernel reads; `update` then returns the int8 buffers themselves, each carrying its layer
+    (`specchat_layer`). Otherwise (and for long prefill passes) the history is dequantized for attention: one
+    fused multiply per layer into a scratch buffer shared by all layers (`DequantScratch`).
     """
 
-    def __init__(self, scratch: DequantScratch | None = None, **kwargs) -> None:
+    def __init__(self, scratch: DequantScratch | None = None, fused: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
         self._key_scales: torch.Tensor | None = None
         self._value_scales: torch.Tensor | None = None
         self.scratch = scratch or DequantScratch()
+        self.fused = fused
 
-    def _buffer_specs(self, head_dim: int) -> dict[str, tuple[int, torch.dtype]]:
+    def _buffer_specs(self, head_dim: int, capacity: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        keys = (capacity // KEY_BLOCK, head_dim, KEY_BLOCK) if self.fused else (capacity, head_dim)
         return {
-            "_key_buffer": (head_dim, torch.int8),
-            "_value_buffer": (head_dim, torch.int8),
-            "_key_scales": (1, torch.float32),
-            "_value_scales": (1, torch.float32),
+            "_key_buffer": (keys, torch.int8),
+            "_value_buffer": ((capacity, head_dim), torch.int8),
+            "_key_scales": ((capacity, 1), torch.float32),
+            "_value_scales": ((capacity, 1), torch.float32),
         }
+
+    def _write_keys(self, quantized: torch.Tensor, start: int) -> None:
+        if not self.fused:
+            self._key_buffer[:, :, start : start + quantized.shape[2]] = quantized
+            return
+        end = start + quantized.shape[2]
+        for block in range(start // KEY_BLOCK, (end - 1) // KEY_BLOCK + 1):
+            a, b = max(start, block * KEY_BLOCK), min(end, (block + 1) * KEY_BLOCK)
+            lanes = slice(a - block * KEY_BLOCK, b - block * KEY_BLOCK)
+            self._key_buffer[:, :, block, :, lanes] = quantized[:, :, a - start : b - start].transpose(-1, -2)
+
+    def _token_major_keys(self, length: int) -> torch.Tensor:
+        if not self.fused:
+            return self._key_buffer[:, :, :length]
+        batch, heads, blocks, head_dim, _ = self._key_buffer.shape
+        used = -(-length // KEY_BLOCK)
+        keys = (
+            self._key_buffer[:, :, :used].transpose(-1, -2).reshape(batch, heads, used * KEY_BLOCK, head_dim)
+        )
+        return keys[:, :, :length]
+
+    def stored_keys(self) -> torch.Tensor:
+        return self._token_major_keys(self.length)
+
+    def dequantized(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The float keys and values of the positions in use (views of the shared scratch buffers)."""
+        end = self.length
+        keys, values = self.scratch.views(self._value_buffer, self.dtype, end)
+        torch.mul(self._token_major_keys(end), self._key_scales[:, :, :end], out=keys)
+        torch.mul(self._value_buffer[:, :, :end], self._value_scales[:, :, :end], out=values)
+        return keys, values
 
     @staticmethod
     def quantize(states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -156,17 +210,18 @@ class Int8Layer(GrowingLayer):
         self._grow(end, key_states)
         qk, sk = self.quantize(key_states)
         qv, sv = self.quantize(value_states)
-        self._key_buffer[:, :, start:end] = qk
+        self._write_keys(qk, start)
         self._key_scales[:, :, start:end] = sk
         self._value_buffer[:, :, start:end] = qv
         self._value_scales[:, :, start:end] = sv
         self.length = end
-        # Only the quantized form is kept; these dequantized views live for this layer's attention.
-        keys, values = self.scratch.views(self._key_buffer, self.dtype, end)
-        torch.mul(self._key_buffer[:, :, :end], self._key_scales[:, :, :end], out=keys)
-        torch.mul(self._value_buffer[:, :, :end], self._value_scales[:, :, :end], out=values)
         self.keys = self.values = None
-        return keys, values
+        if self.fused:  # attention reads the int8 buffers itself (hf_kernels.rowwise_attention)
+            self._key_buffer.specchat_layer = self
+            self._value_buffer.specchat_layer = self
+            return self._key_buffer, self._value_buffer
+        # Only the quantized form is kept; these dequantized views live for this layer's attention.
+        return self.dequantized()
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove > 0:
@@ -177,28 +232,19 @@ class Int8Layer(GrowingLayer):
         self._key_scales = self._value_scales = None
         super().reset()
 
-    def storage_bytes(self, used_only: bool = True) -> int:
-        if self._key_buffer is None:
-            return 0
-        positions = self.length if used_only else self._key_buffer.shape[-2]
-        per_position = (
-            self._key_buffer[:, :, :1].numel() * self._key_buffer.element_size()
-            + self._key_scales[:, :, :1].numel() * self._key_scales.element_size()
-        )
-        return 2 * positions * per_position
-
 
 class SpecCache(Cache):
     """A croppable cache of `GrowingLayer`s (full precision) or `Int8Layer`s (q8), one per model layer."""
 
-    def __init__(self, mode: str = "fp16") -> None:
+    def __init__(self, mode: str = "fp16", fused: bool = False) -> None:
+        """`fused` (q8 only): attention reads the int8 cache itself (a model on hf_kernels' attention)."""
         if mode not in ("fp16", "q8"):
             raise ValueError(f"cache mode {mode!r}: this cache holds fp16 (full precision) or q8")
         self.mode = mode
         super().__init__(layer_class_to_replicate=GrowingLayer)
         if mode == "q8":
             scratch = DequantScratch()
-            self.layer_class_to_replicate = lambda **kwargs: Int8Layer(scratch=scratch, **kwargs)
+            self.layer_class_to_replicate = lambda **kwargs: Int8Layer(scratch=scratch, fused=fused, **kwargs)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         if layer_idx >= len(self.layers):
@@ -220,6 +266,6 @@ def full_precision_bytes(cache: SpecCache, dtype: torch.dtype) -> int:
     total = 0
     element = torch.empty((), dtype=dtype).element_size()
     for layer in cache.layers:
-        if layer._key_buffer is not None:
-            total += 2 * layer.length * layer._key_buffer[:, :, :1].numel() * element
+        if layer._value_buffer is not None:
+            total += 2 * layer.length * layer._value_buffer[:, :, :1].numel() * element
     return total

@@ -43,12 +43,12 @@ def assert_cache_matches_a_fresh_prefill(backend: TransformersBackend, expected_
     state = backend.target
     ids = list(state.ids)
     assert ids == expected_ids  # no rejected draft left behind
-    kept = [(layer.length, layer._key_buffer[:, :, : layer.length].clone()) for layer in state.cache.layers]
+    kept = [(layer.length, layer.stored_keys().clone()) for layer in state.cache.layers]
     state.new_cache()
     state.prefill(ids)
     for (length, keys), layer in zip(kept, state.cache.layers, strict=True):
         assert length == layer.length == len(ids)
-        fresh = layer._key_buffer[:, :, :length]
+        fresh = layer.stored_keys()
         if state.invariant:
             assert torch.equal(keys, fresh)
         else:

@@ -125,13 +125,93 @@ def test_the_backend_runs_every_pass_on_rowlin_and_stays_exact(smol_dir: Path) -
         assert drafted == plain
         # The cache written by verify passes holds the bits a fresh pass over the same ids gives.
         ids = list(state.ids)
-        kept = [layer._key_buffer[:, :, : layer.length].clone() for layer in state.cache.layers]
+        kept = [layer.stored_keys().clone() for layer in state.cache.layers]
         state.new_cache()
         state.prefill(prompt[:-1])  # as the reply began
         for token in ids[len(prompt) - 1 :]:  # then one-row steps, as plain decoding writes them
             state.forward([token], keep=1)
         for keys, layer in zip(kept, state.cache.layers, strict=True):
-            assert torch.equal(keys, layer._key_buffer[:, :, : layer.length])
+            assert torch.equal(keys, layer.stored_keys())
     finally:
         backend.close()
         rowlin.reset_for_tests()
+
+
+def _quantized_history(heads: int, capacity: int, head_dim: int, seed: int):
+    from engine.kv_cache import Int8Layer
+
+    generator = torch.Generator().manual_seed(seed)
+    keys = torch.randn(1, heads, capacity, head_dim, generator=generator)
+    values = torch.randn(1, heads, capacity, head_dim, generator=generator)
+    plain, fused = Int8Layer(), Int8Layer(fused=True)
+    for layer in (plain, fused):
+        layer.update(keys, values)
+    return plain, fused
+
+
+@needs_compiler
+@pytest.mark.parametrize(("length", "rows"), [(37, 1), (100, 5), (700, 7), (16, 16)])
+def test_q8_attention_matches_dequantized_sdpa_and_every_row_stands_alone(
+    kernel: rowlin.Kernel, length: int, rows: int
+) -> None:
+    heads, query_heads, dim = 3, 9, 64
+    plain, fused = _quantized_history(heads, length, dim, seed=length)
+    assert torch.equal(plain.stored_keys(), fused.stored_keys())  # the blocked layout holds the same bytes
+    query = torch.randn(1, query_heads, rows, dim, generator=torch.Generator().manual_seed(rows))
+    out = rowlin.q8_attention(
+        kernel,
+        query,
+        fused._key_buffer,
+        fused._key_scales,
+        fused._value_buffer,
+        fused._value_scales,
+        length,
+        0.125,
+    )
+    keys, values = plain.dequantized()
+    expected = []
+    for j in range(rows):
+        visible = length - rows + j + 1
+        expected.append(
+            torch.nn.functional.scaled_dot_product_attention(
+                query[:, :, j : j + 1],
+                keys[:, :, :visible],
+                values[:, :, :visible],
+                scale=0.125,
+                enable_gqa=True,
+            )
+        )
+    expected = torch.cat(expected, dim=2).transpose(1, 2)
+    assert torch.allclose(out, expected, atol=2e-6, rtol=1e-5)
+    alone = [
+        rowlin.q8_attention(
+            kernel,
+            query[:, :, j : j + 1],
+            fused._key_buffer,
+            fused._key_scales,
+            fused._value_buffer,
+            fused._value_scales,
+            length - rows + j + 1,
+            0.125,
+        )
+        for j in range(rows)
+    ]
+    assert torch.equal(out, torch.cat(alone, dim=1))
+
+
+def test_a_fused_int8_layer_keeps_what_the_plain_one_keeps_across_crops_and_growth() -> None:
+    from engine.kv_cache import INITIAL_CAPACITY, Int8Layer
+
+    generator = torch.Generator().manual_seed(5)
+    plain, fused = Int8Layer(), Int8Layer(fused=True)
+    writes = [INITIAL_CAPACITY - 21, 3, 1, 7, 40]  # odd sizes that straddle key blocks, then the doubling
+    for count in writes:
+        states = torch.randn(1, 2, count, 16, generator=generator)
+        for layer in (plain, fused):
+            layer.update(states, states * 3)
+            layer.crop(-2)  # a rejected draft
+    assert plain.length == fused.length == sum(writes) - 2 * len(writes)
+    assert torch.equal(plain.stored_keys(), fused.stored_keys())
+    for a, b in zip(plain.dequantized(), fused.dequantized(), strict=True):
+        assert torch.equal(a, b)
+    assert plain.storage_bytes() == fused.storage_bytes()

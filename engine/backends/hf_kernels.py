@@ -121,6 +121,23 @@ def rowwise_attention(
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     rows = query.shape[2]
+    if key.dtype == torch.int8:  # a fused q8 cache layer (engine/kv_cache.py: Int8Layer) handed its bytes
+        layer = key.specchat_layer
+        kernel, _ = rowlin.load()
+        if rows <= ROWWISE_MAX_ROWS and kernel is not None:
+            scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+            out = rowlin.q8_attention(
+                kernel,
+                query,
+                layer._key_buffer,
+                layer._key_scales,
+                layer._value_buffer,
+                layer._value_scales,
+                layer.length,
+                scale,
+            )
+            return out, None
+        key, value = layer.dequantized()
     if rows > ROWWISE_MAX_ROWS:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
@@ -140,6 +157,23 @@ def rowwise_attention(
         outputs.append(out)
     attn = outputs[0] if rows == 1 else torch.cat(outputs, dim=2)
     return attn.transpose(1, 2).contiguous(), None
+
+
+def fused_q8_fits(config) -> bool:
+    """Can the q8 attention kernel serve this architecture? (plain causal attention, head_dim in whole vectors)"""
+    kernel, _ = rowlin.load()
+    if kernel is None:
+        return False
+    heads = int(getattr(config, "num_attention_heads", 0) or 0)
+    kv_heads = int(getattr(config, "num_key_value_heads", 0) or heads)
+    head_dim = getattr(config, "head_dim", None) or (config.hidden_size // heads if heads else 0)
+    return (
+        heads > 0
+        and heads % kv_heads == 0
+        and head_dim % kernel.lanes == 0
+        and not getattr(config, "sliding_window", None)
+        and not getattr(config, "attn_logit_softcapping", None)
+    )
 
 
 def _register_attention() -> None:

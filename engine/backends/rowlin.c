@@ -11,6 +11,9 @@
 
    W is packed as [N / LANES][K][LANES] (N padded to a multiple of LANES by the caller). */
 #include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdlib.h>
 
 #if defined(__AVX512F__)
 #define LANES 16
@@ -99,4 +102,126 @@ void rowlin(const float *x, int M, int K, const float *Wp, int N, const float *b
             }
         }
     }
+}
+
+/* ---- attention over the q8 cache, one query row at a time, int8 keys and values read as they are stored ----
+
+   Keys are stored in blocks of KBLOCK tokens, dimension-major within a block ([heads][blocks][D][KBLOCK] int8),
+   so the scores of KBLOCK tokens are D fused multiply-adds with no horizontal sums; values token-major
+   ([heads][capacity][D] int8); one float scale per (token, head) each. Every (row, query head) is computed on
+   its own, in one fixed order, over exactly its visible prefix: a row's output does not depend on how many rows
+   share the call. Masked lanes (past the row's prefix) are excluded by selects, never by arithmetic. */
+
+#define KBLOCK 16
+#define KVECS (KBLOCK / LANES)
+
+typedef int32_t ivec __attribute__((vector_size(LANES * sizeof(int32_t))));
+typedef int8_t bvec __attribute__((vector_size(LANES), aligned(1)));
+
+static inline vec select_vec(ivec mask, vec a, vec b) { return (vec)(((ivec)a & mask) | ((ivec)b & ~mask)); }
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+static inline vec int8_vec(const int8_t *p) {
+    return (vec)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+#elif defined(__AVX2__)
+#include <immintrin.h>
+static inline vec int8_vec(const int8_t *p) {
+    return (vec)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+#else
+static inline vec int8_vec(const int8_t *p) {
+    vec v;
+    for (int l = 0; l < LANES; l++) v[l] = (float)p[l];
+    return v;
+}
+#endif
+
+/* exp(x) for x <= 0 (Cephes' single-precision polynomial): deterministic, within 2 ulp. */
+static inline vec vexp(vec x) {
+    vec lo = splat(-87.0f);
+    x = select_vec(x < lo, lo, x);
+    vec fx = x * 1.44269504088896341f + 0.5f;
+    ivec n = __builtin_convertvector(fx, ivec);
+    vec nf = __builtin_convertvector(n, vec);
+    n += (ivec)(nf > fx); /* truncation rounded up a negative value: one less (the mask is -1) */
+    nf = __builtin_convertvector(n, vec);
+    vec r = x - nf * 0.693359375f;
+    r = r - nf * -2.12194440e-4f;
+    vec y = splat(1.9875691500e-4f);
+    y = y * r + 1.3981999507e-3f;
+    y = y * r + 8.3334519073e-3f;
+    y = y * r + 4.1665795894e-2f;
+    y = y * r + 1.6666665459e-1f;
+    y = y * r + 5.0000001201e-1f;
+    y = y * (r * r) + r + 1.0f;
+    return y * (vec)((n + 127) << 23);
+}
+
+/* q: query rows (q[row * q_row + head * q_head + d]); kb/ks/v/vs: one layer's cache (capacity `cap` tokens);
+   row j sees `past + j + 1` tokens; out: [rows][hq][D]. D must be a multiple of LANES. */
+int q8attn(const float *q, long q_row, long q_head, const int8_t *kb, const float *ks, const int8_t *v,
+           const float *vs, long cap, int rows, int hq, int hkv, int D, int past, float scale, float *out,
+           int threads) {
+    if (D % LANES || hq % hkv) return 1;
+    int group = hq / hkv;
+    long units = (long)rows * hq;
+    int failed = 0;
+#pragma omp parallel for schedule(static) num_threads(threads) reduction(| : failed)
+    for (long u = 0; u < units; u++) {
+        int j = (int)(u / hq), head = (int)(u % hq), h = head / group;
+        long n = past + j + 1;
+        long blocks = (n + KBLOCK - 1) / KBLOCK;
+        float *scores = malloc(sizeof(float) * blocks * KBLOCK);
+        if (!scores) {
+            failed = 1;
+            continue;
+        }
+        const float *qr = q + (long)j * q_row + (long)head * q_head;
+        const int8_t *kh = kb + (long)h * (cap / KBLOCK) * D * KBLOCK;
+        const float *ksh = ks + (long)h * cap;
+        vec vmax = splat(-INFINITY);
+        for (long b = 0; b < blocks; b++) {
+            vec acc[KVECS];
+            for (int i = 0; i < KVECS; i++) acc[i] = splat(0.0f);
+            const int8_t *kblock = kh + b * D * KBLOCK;
+            for (int d = 0; d < D; d++) {
+                vec qd = splat(qr[d]);
+                for (int i = 0; i < KVECS; i++) acc[i] += qd * int8_vec(kblock + d * KBLOCK + i * LANES);
+            }
+            for (int i = 0; i < KVECS; i++) {
+                long t0 = b * KBLOCK + i * LANES;
+                ivec lane;
+                for (int l = 0; l < LANES; l++) lane[l] = (int32_t)(t0 + l < n ? -1 : 0);
+                vec sc = load(ksh + t0);
+                vec s = select_vec(lane, acc[i] * sc * scale, splat(-INFINITY));
+                vmax = select_vec(s > vmax, s, vmax);
+                store(scores + t0, s);
+            }
+        }
+        float m = vmax[0];
+        for (int l = 1; l < LANES; l++) m = vmax[l] > m ? vmax[l] : m;
+        vec vsum = splat(0.0f);
+        for (long b = 0; b < blocks * KVECS; b++) {
+            long t0 = b * LANES;
+            ivec lane;
+            for (int l = 0; l < LANES; l++) lane[l] = (int32_t)(t0 + l < n ? -1 : 0);
+            vec p = select_vec(lane, vexp(load(scores + t0) - m), splat(0.0f));
+            vsum += p;
+            store(scores + t0, p);
+        }
+        float total = 0.0f;
+        for (int l = 0; l < LANES; l++) total += vsum[l];
+        const int8_t *vh = v + (long)h * cap * D;
+        const float *vsh = vs + (long)h * cap;
+        float *o = out + ((long)j * hq + head) * D;
+        for (int c = 0; c < D; c += LANES) {
+            vec acc = splat(0.0f);
+            for (long t = 0; t < n; t++) acc += splat(scores[t] * vsh[t]) * int8_vec(vh + t * D + c);
+            store(o + c, acc / total);
+        }
+        free(scores);
+    }
+    return failed;
 }

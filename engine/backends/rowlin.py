@@ -84,6 +84,51 @@ class Kernel:
         return out if padded == out_features else out[:, :out_features]
 
 
+# The q8 cache stores keys in blocks of this many tokens, dimension-major within a block (rowlin.c: KBLOCK).
+KEY_BLOCK = 16
+
+
+def q8_attention(
+    kernel: Kernel,
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    key_scales: torch.Tensor,
+    values: torch.Tensor,
+    value_scales: torch.Tensor,
+    length: int,
+    scale: float,
+) -> torch.Tensor:
+    """Attention of `query` [1, Hq, rows, D] (float32, the last `rows` of `length` tokens) over one layer of
+    the q8 cache: keys [1, Hkv, capacity / KEY_BLOCK, D, KEY_BLOCK] int8, values [1, Hkv, capacity, D] int8,
+    scales [1, Hkv, capacity, 1]. Returns [1, rows, Hq, D] (transformers' layout after attention)."""
+    _, hq, rows, dim = query.shape
+    hkv, capacity = values.shape[1], values.shape[2]
+    if query.stride(-1) != 1:
+        query = query.contiguous()
+    out = torch.empty((1, rows, hq, dim), dtype=torch.float32)
+    failed = kernel.lib.q8attn(
+        query.data_ptr(),
+        query.stride(2),
+        query.stride(1),
+        keys.data_ptr(),
+        key_scales.data_ptr(),
+        values.data_ptr(),
+        value_scales.data_ptr(),
+        capacity,
+        rows,
+        hq,
+        hkv,
+        dim,
+        length - rows,
+        scale,
+        out.data_ptr(),
+        torch.get_num_threads(),
+    )
+    if failed:
+        raise MemoryError("q8 attention: out of memory for the scores")
+    return out
+
+
 def _compiler() -> str | None:
     for candidate in (os.environ.get("CC"), "cc", "gcc", "clang"):
         if candidate and shutil.which(candidate):
@@ -134,6 +179,25 @@ def _open(path: Path) -> Kernel:
     ]
     lib.rowlin.restype = None
     lib.rowlin_lanes.restype = ctypes.c_int
+    lib.q8attn.argtypes = [
+        ctypes.c_void_p,  # q
+        ctypes.c_long,  # q row stride
+        ctypes.c_long,  # q head stride
+        ctypes.c_void_p,  # keys (blocked int8)
+        ctypes.c_void_p,  # key scales
+        ctypes.c_void_p,  # values (int8)
+        ctypes.c_void_p,  # value scales
+        ctypes.c_long,  # capacity
+        ctypes.c_int,  # rows
+        ctypes.c_int,  # query heads
+        ctypes.c_int,  # key/value heads
+        ctypes.c_int,  # head dim
+        ctypes.c_int,  # past
+        ctypes.c_float,  # scale
+        ctypes.c_void_p,  # out
+        ctypes.c_int,  # threads
+    ]
+    lib.q8attn.restype = ctypes.c_int
     return Kernel(lib, int(lib.rowlin_lanes()), path)
 
 
