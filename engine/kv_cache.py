@@ -19,12 +19,19 @@ KEY_BLOCK = 16
 
 
 class GrowingLayer(DynamicLayer):
-    """Full-precision layer: states in a buffer of shape [batch, heads, capacity, head_dim]."""
+    """Full-precision layer: states in a buffer of shape [batch, heads, capacity, head_dim].
+
+    With `fused` (the target model on the row-invariant C kernels) attention reads the buffers itself
+    (rowlin.c), and the keys are stored in blocks of KEY_BLOCK tokens, dimension-major within a block
+    ([batch, heads, capacity / KEY_BLOCK, head_dim, KEY_BLOCK]: the kernel scores a block per vector step);
+    `update` then returns the buffers themselves, each carrying its layer (`specchat_layer`).
+    """
 
     is_croppable = True
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, fused: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.fused = fused
         self.length = 0
         self._key_buffer: torch.Tensor | None = None
         self._value_buffer: torch.Tensor | None = None
@@ -37,9 +44,42 @@ class GrowingLayer(DynamicLayer):
     def _buffer_specs(self, head_dim: int, capacity: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         """Buffers this layer keeps: attribute name -> (shape after [batch, heads], dtype)."""
         return {
-            "_key_buffer": ((capacity, head_dim), self.dtype),
+            "_key_buffer": (self._key_shape(head_dim, capacity), self.dtype),
             "_value_buffer": ((capacity, head_dim), self.dtype),
         }
+
+    def _key_shape(self, head_dim: int, capacity: int) -> tuple[int, ...]:
+        return (capacity // KEY_BLOCK, head_dim, KEY_BLOCK) if self.fused else (capacity, head_dim)
+
+    def _write_keys(self, keys: torch.Tensor, start: int) -> None:
+        end = start + keys.shape[2]
+        if not self.fused:
+            self._key_buffer[:, :, start:end] = keys
+            return
+        for block in range(start // KEY_BLOCK, (end - 1) // KEY_BLOCK + 1):
+            a, b = max(start, block * KEY_BLOCK), min(end, (block + 1) * KEY_BLOCK)
+            lanes = slice(a - block * KEY_BLOCK, b - block * KEY_BLOCK)
+            self._key_buffer[:, :, block, :, lanes] = keys[:, :, a - start : b - start].transpose(-1, -2)
+
+    def _token_major_keys(self, length: int) -> torch.Tensor:
+        """The stored keys as [batch, heads, length, head_dim] (a copy where the layout is blocked)."""
+        if not self.fused:
+            return self._key_buffer[:, :, :length]
+        batch, heads, _, head_dim, _ = self._key_buffer.shape
+        used = -(-length // KEY_BLOCK)
+        keys = (
+            self._key_buffer[:, :, :used].transpose(-1, -2).reshape(batch, heads, used * KEY_BLOCK, head_dim)
+        )
+        return keys[:, :, :length]
+
+    def _fused_result(self) -> tuple[torch.Tensor, torch.Tensor]:
+        self._key_buffer.specchat_layer = self
+        self._value_buffer.specchat_layer = self
+        return self._key_buffer, self._value_buffer
+
+    def attention_states(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Float keys and values [batch, heads, length, head_dim] for a stock attention (long passes)."""
+        return self._token_major_keys(self.length), self._value_buffer[:, :, : self.length]
 
     @property
     def capacity(self) -> int:
@@ -65,9 +105,12 @@ class GrowingLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         start, end = self.length, self.length + key_states.shape[-2]
         self._grow(end, key_states)
-        self._key_buffer[:, :, start:end] = key_states
+        self._write_keys(key_states, start)
         self._value_buffer[:, :, start:end] = value_states
         self.length = end
+        if self.fused:  # attention reads the buffers itself (hf_kernels.rowwise_attention)
+            self.keys = self.values = None
+            return self._fused_result()
         self.keys = self._key_buffer[:, :, :end]
         self.values = self._value_buffer[:, :, :end]
         return self.keys, self.values
@@ -77,14 +120,14 @@ class GrowingLayer(DynamicLayer):
 
     def stored_keys(self) -> torch.Tensor:
         """The keys kept for the positions in use, [batch, heads, length, head_dim], as stored (for checks)."""
-        return self._key_buffer[:, :, : self.length]
+        return self._token_major_keys(self.length)
 
     def crop(self, tokens_to_remove: int) -> None:
         """Drop the last `-tokens_to_remove` positions (transformers' convention: a negative count)."""
         if tokens_to_remove > 0:
             raise ValueError("crop takes a negative number of positions to remove")
         self.length = max(0, self.length + tokens_to_remove)
-        if self._key_buffer is not None:
+        if self._key_buffer is not None and not self.fused:
             self.keys = self._key_buffer[:, :, : self.length]
             self.values = self._value_buffer[:, :, : self.length]
 
@@ -151,43 +194,18 @@ class Int8Layer(GrowingLayer):
     """
 
     def __init__(self, scratch: DequantScratch | None = None, fused: bool = False, **kwargs) -> None:
-        super().__init__(**kwargs)
+        super().__init__(fused=fused, **kwargs)
         self._key_scales: torch.Tensor | None = None
         self._value_scales: torch.Tensor | None = None
         self.scratch = scratch or DequantScratch()
-        self.fused = fused
 
     def _buffer_specs(self, head_dim: int, capacity: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-        keys = (capacity // KEY_BLOCK, head_dim, KEY_BLOCK) if self.fused else (capacity, head_dim)
         return {
-            "_key_buffer": (keys, torch.int8),
+            "_key_buffer": (self._key_shape(head_dim, capacity), torch.int8),
             "_value_buffer": ((capacity, head_dim), torch.int8),
             "_key_scales": ((capacity, 1), torch.float32),
             "_value_scales": ((capacity, 1), torch.float32),
         }
-
-    def _write_keys(self, quantized: torch.Tensor, start: int) -> None:
-        if not self.fused:
-            self._key_buffer[:, :, start : start + quantized.shape[2]] = quantized
-            return
-        end = start + quantized.shape[2]
-        for block in range(start // KEY_BLOCK, (end - 1) // KEY_BLOCK + 1):
-            a, b = max(start, block * KEY_BLOCK), min(end, (block + 1) * KEY_BLOCK)
-            lanes = slice(a - block * KEY_BLOCK, b - block * KEY_BLOCK)
-            self._key_buffer[:, :, block, :, lanes] = quantized[:, :, a - start : b - start].transpose(-1, -2)
-
-    def _token_major_keys(self, length: int) -> torch.Tensor:
-        if not self.fused:
-            return self._key_buffer[:, :, :length]
-        batch, heads, blocks, head_dim, _ = self._key_buffer.shape
-        used = -(-length // KEY_BLOCK)
-        keys = (
-            self._key_buffer[:, :, :used].transpose(-1, -2).reshape(batch, heads, used * KEY_BLOCK, head_dim)
-        )
-        return keys[:, :, :length]
-
-    def stored_keys(self) -> torch.Tensor:
-        return self._token_major_keys(self.length)
 
     def dequantized(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The float keys and values of the positions in use (views of the shared scratch buffers)."""
@@ -196,6 +214,9 @@ class Int8Layer(GrowingLayer):
         torch.mul(self._token_major_keys(end), self._key_scales[:, :, :end], out=keys)
         torch.mul(self._value_buffer[:, :, :end], self._value_scales[:, :, :end], out=values)
         return keys, values
+
+    def attention_states(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.dequantized()
 
     @staticmethod
     def quantize(states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -217,9 +238,7 @@ class Int8Layer(GrowingLayer):
         self.length = end
         self.keys = self.values = None
         if self.fused:  # attention reads the int8 buffers itself (hf_kernels.rowwise_attention)
-            self._key_buffer.specchat_layer = self
-            self._value_buffer.specchat_layer = self
-            return self._key_buffer, self._value_buffer
+            return self._fused_result()
         # Only the quantized form is kept; these dequantized views live for this layer's attention.
         return self.dequantized()
 
@@ -237,11 +256,11 @@ class SpecCache(Cache):
     """A croppable cache of `GrowingLayer`s (full precision) or `Int8Layer`s (q8), one per model layer."""
 
     def __init__(self, mode: str = "fp16", fused: bool = False) -> None:
-        """`fused` (q8 only): attention reads the int8 cache itself (a model on hf_kernels' attention)."""
+        """`fused`: attention reads the cache buffers itself (a model on hf_kernels' attention with rowlin)."""
         if mode not in ("fp16", "q8"):
             raise ValueError(f"cache mode {mode!r}: this cache holds fp16 (full precision) or q8")
         self.mode = mode
-        super().__init__(layer_class_to_replicate=GrowingLayer)
+        super().__init__(layer_class_to_replicate=lambda **kwargs: GrowingLayer(fused=fused, **kwargs))
         if mode == "q8":
             scratch = DequantScratch()
             self.layer_class_to_replicate = lambda **kwargs: Int8Layer(scratch=scratch, fused=fused, **kwargs)

@@ -137,38 +137,32 @@ def test_the_backend_runs_every_pass_on_rowlin_and_stays_exact(smol_dir: Path) -
         rowlin.reset_for_tests()
 
 
-def _quantized_history(heads: int, capacity: int, head_dim: int, seed: int):
-    from engine.kv_cache import Int8Layer
+def _history(kind: str, heads: int, length: int, head_dim: int, seed: int):
+    """The same keys/values written into a plain and a fused layer of `kind` ("q8" or "fp32")."""
+    from engine.kv_cache import GrowingLayer, Int8Layer
 
     generator = torch.Generator().manual_seed(seed)
-    keys = torch.randn(1, heads, capacity, head_dim, generator=generator)
-    values = torch.randn(1, heads, capacity, head_dim, generator=generator)
-    plain, fused = Int8Layer(), Int8Layer(fused=True)
+    keys = torch.randn(1, heads, length, head_dim, generator=generator)
+    values = torch.randn(1, heads, length, head_dim, generator=generator)
+    layer_class = Int8Layer if kind == "q8" else GrowingLayer
+    plain, fused = layer_class(), layer_class(fused=True)
     for layer in (plain, fused):
         layer.update(keys, values)
     return plain, fused
 
 
 @needs_compiler
+@pytest.mark.parametrize("kind", ["q8", "fp32"])
 @pytest.mark.parametrize(("length", "rows"), [(37, 1), (100, 5), (700, 7), (16, 16)])
-def test_q8_attention_matches_dequantized_sdpa_and_every_row_stands_alone(
-    kernel: rowlin.Kernel, length: int, rows: int
+def test_cache_attention_matches_sdpa_and_every_row_stands_alone(
+    kernel: rowlin.Kernel, kind: str, length: int, rows: int
 ) -> None:
     heads, query_heads, dim = 3, 9, 64
-    plain, fused = _quantized_history(heads, length, dim, seed=length)
-    assert torch.equal(plain.stored_keys(), fused.stored_keys())  # the blocked layout holds the same bytes
+    plain, fused = _history(kind, heads, length, dim, seed=length)
+    assert torch.equal(plain.stored_keys(), fused.stored_keys())  # the blocked layout holds the same values
     query = torch.randn(1, query_heads, rows, dim, generator=torch.Generator().manual_seed(rows))
-    out = rowlin.q8_attention(
-        kernel,
-        query,
-        fused._key_buffer,
-        fused._key_scales,
-        fused._value_buffer,
-        fused._value_scales,
-        length,
-        0.125,
-    )
-    keys, values = plain.dequantized()
+    out = rowlin.cached_attention(kernel, query, fused, 0.125)
+    keys, values = plain.attention_states()
     expected = []
     for j in range(rows):
         visible = length - rows + j + 1
@@ -183,19 +177,11 @@ def test_q8_attention_matches_dequantized_sdpa_and_every_row_stands_alone(
         )
     expected = torch.cat(expected, dim=2).transpose(1, 2)
     assert torch.allclose(out, expected, atol=2e-6, rtol=1e-5)
-    alone = [
-        rowlin.q8_attention(
-            kernel,
-            query[:, :, j : j + 1],
-            fused._key_buffer,
-            fused._key_scales,
-            fused._value_buffer,
-            fused._value_scales,
-            length - rows + j + 1,
-            0.125,
-        )
-        for j in range(rows)
-    ]
+    alone = []
+    for j in range(rows):
+        fused.length = length - rows + j + 1  # the cache as a one-row step sees it
+        alone.append(rowlin.cached_attention(kernel, query[:, :, j : j + 1], fused, 0.125))
+    fused.length = length
     assert torch.equal(out, torch.cat(alone, dim=1))
 
 

@@ -104,12 +104,13 @@ class ModelState:
     invariant: bool = False
     # Measured forward cost by pass width (target only), for the drafter's cost model.
     costs: VerifyCostModel | None = None
-    # q8 attention reads the int8 cache itself (rowlin.c), not a dequantized copy of the whole history.
-    fused_q8: bool = False
+    # Attention reads the cache buffers itself (rowlin.c): row-invariant in one call per layer, and under q8
+    # straight from the int8 bytes, not a dequantized copy of the whole history.
+    fused_attention: bool = False
 
     def new_cache(self) -> None:
         if self.cache_mode in NATIVE_CACHE_MODES:
-            self.cache = SpecCache(self.cache_mode, fused=self.fused_q8)
+            self.cache = SpecCache(self.cache_mode, fused=self.fused_attention)
         else:  # an architecture our layers do not fit: transformers' own croppable cache
             from transformers import DynamicCache
 
@@ -406,8 +407,8 @@ class TransformersBackend:
         if note:
             self.notes.append(note)
         state.switch = switch
-        if switch is not None and switch.kind == "rowlin" and state.cache_mode == "q8":
-            state.fused_q8 = hf_kernels.fused_q8_fits(state.model.config)
+        if switch is not None and switch.kind == "rowlin":
+            state.fused_attention = hf_kernels.fused_attention_fits(state.model.config)
             state.new_cache()
         # rowlin is as fast as the stock kernels for one row, so "auto" runs every pass on it (bit-exact); the
         # oneDNN fallback is slower for one row, so "auto" runs it for every pass only under q8.

@@ -121,23 +121,13 @@ def rowwise_attention(
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     rows = query.shape[2]
-    if key.dtype == torch.int8:  # a fused q8 cache layer (engine/kv_cache.py: Int8Layer) handed its bytes
-        layer = key.specchat_layer
+    layer = getattr(key, "specchat_layer", None)
+    if layer is not None:  # a fused cache layer (engine/kv_cache.py) handed its buffers: attention reads them
         kernel, _ = rowlin.load()
         if rows <= ROWWISE_MAX_ROWS and kernel is not None:
             scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-            out = rowlin.q8_attention(
-                kernel,
-                query,
-                layer._key_buffer,
-                layer._key_scales,
-                layer._value_buffer,
-                layer._value_scales,
-                layer.length,
-                scale,
-            )
-            return out, None
-        key, value = layer.dequantized()
+            return rowlin.cached_attention(kernel, query, layer, scale), None
+        key, value = layer.attention_states()
     if rows > ROWWISE_MAX_ROWS:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
@@ -159,8 +149,8 @@ def rowwise_attention(
     return attn.transpose(1, 2).contiguous(), None
 
 
-def fused_q8_fits(config) -> bool:
-    """Can the q8 attention kernel serve this architecture? (plain causal attention, head_dim in whole vectors)"""
+def fused_attention_fits(config) -> bool:
+    """Can the cache attention kernel serve this architecture? (plain causal attention, whole vectors per head)"""
     kernel, _ = rowlin.load()
     if kernel is None:
         return False

@@ -159,69 +159,76 @@ static inline vec vexp(vec x) {
     return y * (vec)((n + 127) << 23);
 }
 
+static inline vec float_vec(const float *p) { return load(p); }
+
 /* q: query rows (q[row * q_row + head * q_head + d]); kb/ks/v/vs: one layer's cache (capacity `cap` tokens);
-   row j sees `past + j + 1` tokens; out: [rows][hq][D]. D must be a multiple of LANES. */
-int q8attn(const float *q, long q_row, long q_head, const int8_t *kb, const float *ks, const int8_t *v,
-           const float *vs, long cap, int rows, int hq, int hkv, int D, int past, float scale, float *out,
-           int threads) {
-    if (D % LANES || hq % hkv) return 1;
-    int group = hq / hkv;
-    long units = (long)rows * hq;
-    int failed = 0;
-#pragma omp parallel for schedule(static) num_threads(threads) reduction(| : failed)
-    for (long u = 0; u < units; u++) {
-        int j = (int)(u / hq), head = (int)(u % hq), h = head / group;
-        long n = past + j + 1;
-        long blocks = (n + KBLOCK - 1) / KBLOCK;
-        float *scores = malloc(sizeof(float) * blocks * KBLOCK);
-        if (!scores) {
-            failed = 1;
-            continue;
-        }
-        const float *qr = q + (long)j * q_row + (long)head * q_head;
-        const int8_t *kh = kb + (long)h * (cap / KBLOCK) * D * KBLOCK;
-        const float *ksh = ks + (long)h * cap;
-        vec vmax = splat(-INFINITY);
-        for (long b = 0; b < blocks; b++) {
-            vec acc[KVECS];
-            for (int i = 0; i < KVECS; i++) acc[i] = splat(0.0f);
-            const int8_t *kblock = kh + b * D * KBLOCK;
-            for (int d = 0; d < D; d++) {
-                vec qd = splat(qr[d]);
-                for (int i = 0; i < KVECS; i++) acc[i] += qd * int8_vec(kblock + d * KBLOCK + i * LANES);
-            }
-            for (int i = 0; i < KVECS; i++) {
-                long t0 = b * KBLOCK + i * LANES;
-                ivec lane;
-                for (int l = 0; l < LANES; l++) lane[l] = (int32_t)(t0 + l < n ? -1 : 0);
-                vec sc = load(ksh + t0);
-                vec s = select_vec(lane, acc[i] * sc * scale, splat(-INFINITY));
-                vmax = select_vec(s > vmax, s, vmax);
-                store(scores + t0, s);
-            }
-        }
-        float m = vmax[0];
-        for (int l = 1; l < LANES; l++) m = vmax[l] > m ? vmax[l] : m;
-        vec vsum = splat(0.0f);
-        for (long b = 0; b < blocks * KVECS; b++) {
-            long t0 = b * LANES;
-            ivec lane;
-            for (int l = 0; l < LANES; l++) lane[l] = (int32_t)(t0 + l < n ? -1 : 0);
-            vec p = select_vec(lane, vexp(load(scores + t0) - m), splat(0.0f));
-            vsum += p;
-            store(scores + t0, p);
-        }
-        float total = 0.0f;
-        for (int l = 0; l < LANES; l++) total += vsum[l];
-        const int8_t *vh = v + (long)h * cap * D;
-        const float *vsh = vs + (long)h * cap;
-        float *o = out + ((long)j * hq + head) * D;
-        for (int c = 0; c < D; c += LANES) {
-            vec acc = splat(0.0f);
-            for (long t = 0; t < n; t++) acc += splat(scores[t] * vsh[t]) * int8_vec(vh + t * D + c);
-            store(o + c, acc / total);
-        }
-        free(scores);
+   row j sees `past + j + 1` tokens; out: [rows][hq][D]. D must be a multiple of LANES. ELEM is the stored type
+   (int8 with per-(token, head) scales, or float without: ks/vs NULL, and no multiply by a scale). */
+#define ATTENTION(NAME, ELEM, TO_VEC, SCALED)                                                                  \
+    int NAME(const float *q, long q_row, long q_head, const ELEM *kb, const float *ks, const ELEM *v,          \
+             const float *vs, long cap, int rows, int hq, int hkv, int D, int past, float scale, float *out,    \
+             int threads) {                                                                                    \
+        if (D % LANES || hq % hkv) return 1;                                                                   \
+        int group = hq / hkv;                                                                                  \
+        long units = (long)rows * hq;                                                                          \
+        int failed = 0;                                                                                        \
+        _Pragma("omp parallel for schedule(static) num_threads(threads) reduction(| : failed)")              \
+        for (long u = 0; u < units; u++) {                                                                     \
+            int j = (int)(u / hq), head = (int)(u % hq), h = head / group;                                     \
+            long n = past + j + 1;                                                                             \
+            long blocks = (n + KBLOCK - 1) / KBLOCK;                                                           \
+            float *scores = malloc(sizeof(float) * blocks * KBLOCK);                                           \
+            if (!scores) {                                                                                     \
+                failed = 1;                                                                                    \
+                continue;                                                                                      \
+            }                                                                                                  \
+            const float *qr = q + (long)j * q_row + (long)head * q_head;                                       \
+            const ELEM *kh = kb + (long)h * (cap / KBLOCK) * D * KBLOCK;                                       \
+            vec vmax = splat(-INFINITY);                                                                       \
+            for (long b = 0; b < blocks; b++) {                                                                \
+                vec acc[KVECS];                                                                                \
+                for (int i = 0; i < KVECS; i++) acc[i] = splat(0.0f);                                          \
+                const ELEM *kblock = kh + b * D * KBLOCK;                                                      \
+                for (int d = 0; d < D; d++) {                                                                  \
+                    vec qd = splat(qr[d]);                                                                     \
+                    for (int i = 0; i < KVECS; i++) acc[i] += qd * TO_VEC(kblock + d * KBLOCK + i * LANES);    \
+                }                                                                                              \
+                for (int i = 0; i < KVECS; i++) {                                                              \
+                    long t0 = b * KBLOCK + i * LANES;                                                          \
+                    ivec lane;                                                                                 \
+                    for (int l = 0; l < LANES; l++) lane[l] = (int32_t)(t0 + l < n ? -1 : 0);                  \
+                    vec s = SCALED ? acc[i] * load(ks + (long)h * cap + t0) * scale : acc[i] * scale;          \
+                    s = select_vec(lane, s, splat(-INFINITY));                                                 \
+                    vmax = select_vec(s > vmax, s, vmax);                                                      \
+                    store(scores + t0, s);                                                                     \
+                }                                                                                              \
+            }                                                                                                  \
+            float m = vmax[0];                                                                                 \
+            for (int l = 1; l < LANES; l++) m = vmax[l] > m ? vmax[l] : m;                                     \
+            vec vsum = splat(0.0f);                                                                            \
+            for (long b = 0; b < blocks * KVECS; b++) {                                                        \
+                long t0 = b * LANES;                                                                           \
+                ivec lane;                                                                                     \
+                for (int l = 0; l < LANES; l++) lane[l] = (int32_t)(t0 + l < n ? -1 : 0);                      \
+                vec p = select_vec(lane, vexp(load(scores + t0) - m), splat(0.0f));                            \
+                vsum += p;                                                                                     \
+                store(scores + t0, p);                                                                         \
+            }                                                                                                  \
+            float total = 0.0f;                                                                                \
+            for (int l = 0; l < LANES; l++) total += vsum[l];                                                  \
+            if (SCALED)                                                                                        \
+                for (long t = 0; t < n; t++) scores[t] *= vs[(long)h * cap + t];                               \
+            const ELEM *vh = v + (long)h * cap * D;                                                            \
+            float *o = out + ((long)j * hq + head) * D;                                                        \
+            for (int c = 0; c < D; c += LANES) {                                                               \
+                vec acc = splat(0.0f);                                                                         \
+                for (long t = 0; t < n; t++) acc += splat(scores[t]) * TO_VEC(vh + t * D + c);                 \
+                store(o + c, acc / total);                                                                     \
+            }                                                                                                  \
+            free(scores);                                                                                      \
+        }                                                                                                      \
+        return failed;                                                                                         \
     }
-    return failed;
-}
+
+ATTENTION(q8attn, int8_t, int8_vec, 1)
+ATTENTION(f32attn, float, float_vec, 0)

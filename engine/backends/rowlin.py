@@ -88,44 +88,39 @@ class Kernel:
 KEY_BLOCK = 16
 
 
-def q8_attention(
-    kernel: Kernel,
-    query: torch.Tensor,
-    keys: torch.Tensor,
-    key_scales: torch.Tensor,
-    values: torch.Tensor,
-    value_scales: torch.Tensor,
-    length: int,
-    scale: float,
-) -> torch.Tensor:
-    """Attention of `query` [1, Hq, rows, D] (float32, the last `rows` of `length` tokens) over one layer of
-    the q8 cache: keys [1, Hkv, capacity / KEY_BLOCK, D, KEY_BLOCK] int8, values [1, Hkv, capacity, D] int8,
-    scales [1, Hkv, capacity, 1]. Returns [1, rows, Hq, D] (transformers' layout after attention)."""
+def cached_attention(kernel: Kernel, query: torch.Tensor, layer, scale: float) -> torch.Tensor:
+    """Attention of `query` [1, Hq, rows, D] (float32: the last `rows` of the layer's `length` tokens) over a
+    fused cache layer (engine/kv_cache.py): keys [1, Hkv, capacity / KEY_BLOCK, D, KEY_BLOCK], values
+    [1, Hkv, capacity, D], int8 with scales [1, Hkv, capacity, 1] or float32 without. Each query row sees
+    exactly its own prefix. Returns [1, rows, Hq, D] (transformers' layout after attention)."""
     _, hq, rows, dim = query.shape
+    values = layer._value_buffer
     hkv, capacity = values.shape[1], values.shape[2]
     if query.stride(-1) != 1:
         query = query.contiguous()
     out = torch.empty((1, rows, hq, dim), dtype=torch.float32)
-    failed = kernel.lib.q8attn(
+    int8 = values.dtype == torch.int8
+    function = kernel.lib.q8attn if int8 else kernel.lib.f32attn
+    failed = function(
         query.data_ptr(),
         query.stride(2),
         query.stride(1),
-        keys.data_ptr(),
-        key_scales.data_ptr(),
+        layer._key_buffer.data_ptr(),
+        layer._key_scales.data_ptr() if int8 else None,
         values.data_ptr(),
-        value_scales.data_ptr(),
+        layer._value_scales.data_ptr() if int8 else None,
         capacity,
         rows,
         hq,
         hkv,
         dim,
-        length - rows,
+        layer.length - rows,
         scale,
         out.data_ptr(),
         torch.get_num_threads(),
     )
     if failed:
-        raise MemoryError("q8 attention: out of memory for the scores")
+        raise MemoryError("cache attention: out of memory for the scores")
     return out
 
 
@@ -179,7 +174,7 @@ def _open(path: Path) -> Kernel:
     ]
     lib.rowlin.restype = None
     lib.rowlin_lanes.restype = ctypes.c_int
-    lib.q8attn.argtypes = [
+    lib.q8attn.argtypes = lib.f32attn.argtypes = [
         ctypes.c_void_p,  # q
         ctypes.c_long,  # q row stride
         ctypes.c_long,  # q head stride
@@ -197,7 +192,7 @@ def _open(path: Path) -> Kernel:
         ctypes.c_void_p,  # out
         ctypes.c_int,  # threads
     ]
-    lib.q8attn.restype = ctypes.c_int
+    lib.q8attn.restype = lib.f32attn.restype = ctypes.c_int
     return Kernel(lib, int(lib.rowlin_lanes()), path)
 
 
