@@ -43,6 +43,7 @@ CHECK_NAMES = (
     "exllamav2",
     "flash_attn",
     "llama_cpp",
+    "cpu_kernels",
     "memory",
     "compatibility",
     "load",
@@ -273,6 +274,19 @@ def check_environment(report: DoctorReport) -> bool:
 
     usable, reason = probe_llamacpp()
     report.add("llama_cpp", "pass" if usable else "warn", reason)
+    from engine.backends import rowlin
+
+    kernel, why = rowlin.load()
+    if kernel is not None:
+        report.add(
+            "cpu_kernels",
+            "pass",
+            f"row-invariant C kernel built ({kernel.lanes} float lanes): exact and fast speculation on the CPU",
+            path=str(kernel.path),
+            lanes=kernel.lanes,
+        )
+    else:
+        report.add("cpu_kernels", "warn", f"{why} (install a C compiler for ~1.2x faster CPU decoding)")
     return cuda
 
 
