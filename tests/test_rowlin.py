@@ -201,3 +201,45 @@ def test_a_fused_int8_layer_keeps_what_the_plain_one_keeps_across_crops_and_grow
     for a, b in zip(plain.dequantized(), fused.dequantized(), strict=True):
         assert torch.equal(a, b)
     assert plain.storage_bytes() == fused.storage_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cache_mode", ["fp16", "q8"])
+def test_without_the_c_kernel_the_onednn_fallback_still_drafts_exactly(
+    copy_model_dir: Path, cache_mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPECCHAT_ROWLIN=0 (as on a machine without a compiler): oneDNN kernels, a note, and the same text."""
+    from tests.conftest import COPY_CYCLE, FreeVerify
+
+    monkeypatch.setenv("SPECCHAT_ROWLIN", "0")
+    rowlin.reset_for_tests()
+    backend = TransformersBackend(copy_model_dir, draft="ngram", cache_mode=cache_mode)
+    try:
+        backend.load()
+        state = backend.target
+        assert state.switch is not None and state.switch.kind == "onednn"
+        assert not state.fused_attention
+        assert any("SPECCHAT_ROWLIN=0" in note for note in backend.info.notes)
+        backend.target.costs = FreeVerify()
+        prompt = [*COPY_CYCLE, 100, 101]
+
+        def reply(k: int) -> tuple[list[int], int]:
+            request = GenerationRequest(
+                prompt_ids=tuple(prompt),
+                sampler=SamplerSettings(temperature=0.0),
+                max_new_tokens=12,
+                num_draft_tokens=k,
+            )
+            tokens, accepted = [], 0
+            for event in backend.generate(request, threading.Event()):
+                if hasattr(event, "token_ids"):
+                    tokens += list(event.token_ids)
+                    accepted += event.accepted
+            return tokens, accepted
+
+        plain, _ = reply(0)
+        drafted, accepted = reply(5)
+        assert accepted > 0 and drafted == plain
+    finally:
+        backend.close()
+        rowlin.reset_for_tests()
