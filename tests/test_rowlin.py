@@ -101,6 +101,9 @@ def test_the_backend_runs_every_pass_on_rowlin_and_stays_exact(smol_dir: Path) -
         state = backend.target
         assert state.switch is not None and state.switch.kind == "rowlin" and state.invariant
         assert isinstance(backend.model.lm_head, hf_kernels.PackedLinear)
+        # The stock weights are let go (the packed copy serves prefill too): one copy of the weights in memory.
+        packed = [m for m in backend.model.modules() if isinstance(m, hf_kernels.PackedLinear)]
+        assert packed and all(m.weight is None for m in packed)
         text = "Repeat exactly: the cat sat on the mat, the cat sat on the mat, the cat sat on the mat."
         prompt = backend.encode_chat([{"role": "user", "content": text}])
 

@@ -403,7 +403,7 @@ class TransformersBackend:
         """Row-invariant kernels for the target (the draft's output needs no exactness: it only proposes)."""
         if self.kernels == "stock" or state.cache_mode == "dynamic":
             return
-        switch, note = hf_kernels.install(state.model, self.device)
+        switch, note = hf_kernels.install(state.model, self.device, keep_stock=self.kernels == "hybrid")
         if note:
             self.notes.append(note)
         state.switch = switch

@@ -58,8 +58,14 @@ class PackedLinear(nn.Module):
     CHUNK = 1024
 
     def __init__(
-        self, linear: nn.Linear, switch: KernelSwitch | None = None, kernel: rowlin.Kernel | None = None
+        self,
+        linear: nn.Linear,
+        switch: KernelSwitch | None = None,
+        kernel: rowlin.Kernel | None = None,
+        keep_stock: bool = True,
     ) -> None:
+        """With `kernel` and not `keep_stock`, the stock weight is let go (half the memory): every pass, prefill
+        included, runs the kernel (~1.25x PyTorch's gemm time for hundreds of rows)."""
         super().__init__()
         self.switch = switch or KernelSwitch()
         # The stock weight stays for stock passes (the same tensor: no copy).
@@ -71,6 +77,8 @@ class PackedLinear(nn.Module):
         if kernel is not None:
             self.rowlin_weight = kernel.pack(self.weight)
             self.rowlin_bias = kernel.pack_bias(self.bias)
+            if not keep_stock:
+                self.weight = None
             return
         weight = linear.weight.detach()
         pieces = -(-self.in_features // self.CHUNK)
@@ -88,7 +96,7 @@ class PackedLinear(nn.Module):
             return torch.nn.functional.linear(x, self.weight, self.bias)
         rows = x.reshape(-1, self.in_features)
         if self.kernel is not None:
-            if rows.shape[0] > rowlin.MAX_ROWS:
+            if rows.shape[0] > rowlin.MAX_ROWS and self.weight is not None:
                 return torch.nn.functional.linear(x, self.weight, self.bias)
             out = self.kernel.linear(rows, self.rowlin_weight, self.out_features, self.rowlin_bias)
         elif len(self.packed) == 1:
@@ -182,12 +190,18 @@ class _FusedProjections:
     """Several linears over one input, as one packed linear; each member returns its slice of the output."""
 
     def __init__(
-        self, linears: list[nn.Linear], switch: KernelSwitch, kernel: rowlin.Kernel | None = None
+        self,
+        linears: list[nn.Linear],
+        switch: KernelSwitch,
+        kernel: rowlin.Kernel | None = None,
+        keep_stock: bool = True,
     ) -> None:
         self.switch = switch
-        self.stock = [
-            (lin.weight.detach(), None if lin.bias is None else lin.bias.detach()) for lin in linears
-        ]
+        self.stock = (
+            [(lin.weight.detach(), None if lin.bias is None else lin.bias.detach()) for lin in linears]
+            if keep_stock or kernel is None
+            else None
+        )
         fused = nn.Linear(linears[0].in_features, sum(lin.out_features for lin in linears), bias=False)
         with torch.no_grad():
             fused.weight = nn.Parameter(
@@ -200,7 +214,7 @@ class _FusedProjections:
                 ),
                 requires_grad=False,
             )
-        self.linear = PackedLinear(fused, switch, kernel)
+        self.linear = PackedLinear(fused, switch, kernel, keep_stock)
         edges = [0]
         for lin in linears:
             edges.append(edges[-1] + lin.out_features)
@@ -209,8 +223,9 @@ class _FusedProjections:
         self._output: torch.Tensor | None = None
 
     def output(self, x: torch.Tensor, index: int) -> torch.Tensor:
-        if not self.switch.packed or (
-            self.linear.kernel is not None and x.numel() > rowlin.MAX_ROWS * self.linear.in_features
+        if self.stock is not None and (
+            not self.switch.packed
+            or (self.linear.kernel is not None and x.numel() > rowlin.MAX_ROWS * self.linear.in_features)
         ):
             weight, bias = self.stock[index]
             return torch.nn.functional.linear(x, weight, bias)
@@ -230,7 +245,9 @@ class FusedMember(nn.Module):
         return self.group.output(x, self.index)
 
 
-def _pack_linears(module: nn.Module, switch: KernelSwitch, kernel: rowlin.Kernel | None = None) -> int:
+def _pack_linears(
+    module: nn.Module, switch: KernelSwitch, kernel: rowlin.Kernel | None = None, keep_stock: bool = True
+) -> int:
     """Replace every nn.Linear below `module` by a packed one (sibling projections fused); returns the count."""
     count = 0
     children = dict(module.named_children())
@@ -240,16 +257,16 @@ def _pack_linears(module: nn.Module, switch: KernelSwitch, kernel: rowlin.Kernel
             all(isinstance(lin, nn.Linear) for lin in linears)
             and len({lin.in_features for lin in linears}) == 1
         ):
-            group = _FusedProjections(linears, switch, kernel)
+            group = _FusedProjections(linears, switch, kernel, keep_stock)
             for index, name in enumerate(names):
                 setattr(module, name, FusedMember(group, index))
             count += len(names)
     for name, child in module.named_children():
         if isinstance(child, nn.Linear):
-            setattr(module, name, PackedLinear(child, switch, kernel))
+            setattr(module, name, PackedLinear(child, switch, kernel, keep_stock))
             count += 1
         elif not isinstance(child, FusedMember):
-            count += _pack_linears(child, switch, kernel)
+            count += _pack_linears(child, switch, kernel, keep_stock)
     return count
 
 
@@ -267,9 +284,28 @@ def packing_is_row_invariant(features: int = 1536, outputs: int = 96) -> bool:
     return torch.equal(together, alone)
 
 
-def install(model: nn.Module, device: str, use_rowlin: bool = True) -> tuple[KernelSwitch | None, str | None]:
+def _return_freed_memory() -> None:
+    """Hand the heap pages of the let-go weights back to the system (glibc keeps them otherwise)."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        if libc is not None and hasattr(libc, "malloc_trim"):
+            libc.malloc_trim(0)
+    except OSError:
+        pass
+
+
+def install(
+    model: nn.Module, device: str, use_rowlin: bool = True, keep_stock: bool = False
+) -> tuple[KernelSwitch | None, str | None]:
     """Give `model` row-invariant kernels where this machine allows; the switch (None where the stock kernels
-    stay) and a note for the user, if any (why the fastest kernel is not used)."""
+    stay) and a note for the user, if any (why the fastest kernel is not used). On rowlin the stock weights
+    are let go unless `keep_stock` (for "hybrid" passes): every pass then runs rowlin."""
     if device != "cpu" or next(model.parameters()).dtype != torch.float32:
         return None, None  # GPU kernels and other dtypes: stock kernels, no note needed
     note = None
@@ -278,7 +314,8 @@ def install(model: nn.Module, device: str, use_rowlin: bool = True) -> tuple[Ker
         if kernel is not None:
             _register_attention()
             switch = KernelSwitch("rowlin")
-            _pack_linears(model, switch, kernel)
+            _pack_linears(model, switch, kernel, keep_stock)
+            _return_freed_memory()
             model.config._attn_implementation = ATTENTION_NAME
             return switch, None
     if not torch.backends.mkldnn.is_available():
