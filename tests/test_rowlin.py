@@ -23,6 +23,25 @@ needs_compiler = pytest.mark.skipif(
 )
 
 
+def greedy_reply(
+    backend: TransformersBackend, prompt: list[int], k: int, max_new: int
+) -> tuple[list[int], int]:
+    """The greedy reply's token ids and how many drafted tokens were accepted (fixed K)."""
+    request = GenerationRequest(
+        prompt_ids=tuple(prompt),
+        sampler=SamplerSettings(temperature=0.0),
+        max_new_tokens=max_new,
+        num_draft_tokens=k,
+        k_mode="fixed",
+    )
+    tokens, accepted = [], 0
+    for event in backend.generate(request, threading.Event()):
+        if hasattr(event, "token_ids"):
+            tokens += list(event.token_ids)
+            accepted += event.accepted
+    return tokens, accepted
+
+
 @pytest.fixture
 def kernel(tmp_path: Path) -> rowlin.Kernel:
     built, note = rowlin._load(tmp_path)
@@ -107,23 +126,8 @@ def test_the_backend_runs_every_pass_on_rowlin_and_stays_exact(smol_dir: Path) -
         text = "Repeat exactly: the cat sat on the mat, the cat sat on the mat, the cat sat on the mat."
         prompt = backend.encode_chat([{"role": "user", "content": text}])
 
-        def reply(k: int) -> tuple[list[int], int]:
-            request = GenerationRequest(
-                prompt_ids=tuple(prompt),
-                sampler=SamplerSettings(temperature=0.0),
-                max_new_tokens=40,
-                num_draft_tokens=k,
-                k_mode="fixed",
-            )
-            tokens, accepted = [], 0
-            for event in backend.generate(request, threading.Event()):
-                if hasattr(event, "token_ids"):
-                    tokens += list(event.token_ids)
-                    accepted += event.accepted
-            return tokens, accepted
-
-        plain, _ = reply(0)
-        drafted, accepted = reply(5)
+        plain, _ = greedy_reply(backend, prompt, 0, 40)
+        drafted, accepted = greedy_reply(backend, prompt, 5, 40)
         assert accepted > 0  # drafts were proposed and accepted
         assert drafted == plain
         # The cache written by verify passes holds the bits a fresh pass over the same ids gives.
@@ -226,22 +230,8 @@ def test_without_the_c_kernel_the_onednn_fallback_still_drafts_exactly(
         backend.target.costs = FreeVerify()
         prompt = [*COPY_CYCLE, 100, 101]
 
-        def reply(k: int) -> tuple[list[int], int]:
-            request = GenerationRequest(
-                prompt_ids=tuple(prompt),
-                sampler=SamplerSettings(temperature=0.0),
-                max_new_tokens=12,
-                num_draft_tokens=k,
-            )
-            tokens, accepted = [], 0
-            for event in backend.generate(request, threading.Event()):
-                if hasattr(event, "token_ids"):
-                    tokens += list(event.token_ids)
-                    accepted += event.accepted
-            return tokens, accepted
-
-        plain, _ = reply(0)
-        drafted, accepted = reply(5)
+        plain, _ = greedy_reply(backend, prompt, 0, 12)
+        drafted, accepted = greedy_reply(backend, prompt, 5, 12)
         assert accepted > 0 and drafted == plain
     finally:
         backend.close()

@@ -49,7 +49,8 @@ ATTENTION_NAME = "specchat_rowwise"
 class PackedLinear(nn.Module):
     """nn.Linear on a row-invariant kernel: a row's result does not depend on the number of rows.
 
-    With `kernel` (rowlin.c) passes of up to `rowlin.MAX_ROWS` rows run it and longer ones (prefill) stock.
+    With `kernel` (rowlin.c) every pass runs it, or where the stock weight is kept (`keep_stock`), only passes
+    of up to `rowlin.MAX_ROWS` rows and longer ones (prefill) PyTorch's gemm.
     Otherwise oneDNN with prepacked weights; it keeps the property only for reductions of at most `CHUNK`
     inputs (wider ones take another path for one row than for several), so a wider layer is split into input
     chunks whose products are added in order.
