@@ -17,7 +17,7 @@
 
 #if defined(__AVX512F__)
 #define LANES 16
-#define ROWS 6 /* 6 rows x 4 blocks = 24 accumulators of 32 registers */
+#define ROWS 7 /* 7 rows x 4 blocks = 28 accumulators of 32 registers: a verify pass of 1 + 6 in one tile */
 #elif defined(__AVX__) || defined(__ARM_NEON) || defined(__SSE2__)
 #if defined(__AVX__)
 #define LANES 8
@@ -71,7 +71,8 @@ static inline __attribute__((always_inline)) void tile(const float *x, int K, in
     case 3 * 8 + BT: T(3, BT); break;                                                                          \
     case 4 * 8 + BT: T(4 < ROWS ? 4 : ROWS, BT); break;                                                        \
     case 5 * 8 + BT: T(5 < ROWS ? 5 : ROWS, BT); break;                                                        \
-    case 6 * 8 + BT: T(6 < ROWS ? 6 : ROWS, BT); break;
+    case 6 * 8 + BT: T(6 < ROWS ? 6 : ROWS, BT); break;                                                        \
+    case 7 * 8 + BT: T(7 < ROWS ? 7 : ROWS, BT); break;
 
 int rowlin_lanes(void) { return LANES; }
 
