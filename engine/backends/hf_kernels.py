@@ -302,23 +302,21 @@ def _return_freed_memory() -> None:
 
 
 def install(
-    model: nn.Module, device: str, use_rowlin: bool = True, keep_stock: bool = False
+    model: nn.Module, device: str, keep_stock: bool = False
 ) -> tuple[KernelSwitch | None, str | None]:
     """Give `model` row-invariant kernels where this machine allows; the switch (None where the stock kernels
     stay) and a note for the user, if any (why the fastest kernel is not used). On rowlin the stock weights
     are let go unless `keep_stock` (for "hybrid" passes): every pass then runs rowlin."""
     if device != "cpu" or next(model.parameters()).dtype != torch.float32:
         return None, None  # GPU kernels and other dtypes: stock kernels, no note needed
-    note = None
-    if use_rowlin:
-        kernel, note = rowlin.load()
-        if kernel is not None:
-            _register_attention()
-            switch = KernelSwitch("rowlin")
-            _pack_linears(model, switch, kernel, keep_stock)
-            _return_freed_memory()
-            model.config._attn_implementation = ATTENTION_NAME
-            return switch, None
+    kernel, note = rowlin.load()
+    if kernel is not None:
+        _register_attention()
+        switch = KernelSwitch("rowlin")
+        _pack_linears(model, switch, kernel, keep_stock)
+        _return_freed_memory()
+        model.config._attn_implementation = ATTENTION_NAME
+        return switch, None
     if not torch.backends.mkldnn.is_available():
         return None, "oneDNN is not available in this PyTorch build: stock kernels (speculation may drift)"
     try:

@@ -84,13 +84,9 @@ class Kernel:
         return out if padded == out_features else out[:, :out_features]
 
 
-# The q8 cache stores keys in blocks of this many tokens, dimension-major within a block (rowlin.c: KBLOCK).
-KEY_BLOCK = 16
-
-
 def cached_attention(kernel: Kernel, query: torch.Tensor, layer, scale: float) -> torch.Tensor:
     """Attention of `query` [1, Hq, rows, D] (float32: the last `rows` of the layer's `length` tokens) over a
-    fused cache layer (engine/kv_cache.py): keys [1, Hkv, capacity / KEY_BLOCK, D, KEY_BLOCK], values
+    fused cache layer (engine/kv_cache.py): keys [1, Hkv, capacity / kv_cache.KEY_BLOCK, D, KEY_BLOCK], values
     [1, Hkv, capacity, D], int8 with scales [1, Hkv, capacity, 1] or float32 without. Each query row sees
     exactly its own prefix. Returns [1, rows, Hq, D] (transformers' layout after attention)."""
     _, hq, rows, dim = query.shape
@@ -216,6 +212,8 @@ def self_check(kernel: Kernel) -> str | None:
 def load(folder: Path | None = None) -> tuple[Kernel | None, str | None]:
     """The compiled kernel (built on first use), or None and a one-line reason. Cached per process."""
     global _loaded
+    if _loaded is not None:  # attention asks once per layer per pass: no lock once it is known
+        return _loaded
     with _lock:
         if _loaded is None:
             _loaded = _load(folder)
