@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,18 @@ CHATML_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] "
     "+ '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+
+
+def run_cli(args: list[str], timeout: int = 900) -> subprocess.CompletedProcess:
+    """`specchat ARGS` in a child process. XDG_CONFIG_HOME / XDG_DATA_HOME point into the calling test's folders
+    (`isolated_user_config`), and the child inherits them."""
+    return subprocess.run(
+        [sys.executable, "-m", "tui.cli", *args],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="session")

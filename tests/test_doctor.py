@@ -3,25 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from engine.doctor import CHECK_NAMES, compare_baseline, default_ladder, ladder_verdict
-
-
-def run_cli(args: list[str], timeout: int = 900) -> subprocess.CompletedProcess:
-    # XDG_CONFIG_HOME / XDG_DATA_HOME point into this test's folders (conftest), and the child inherits them.
-    return subprocess.run(
-        [sys.executable, "-m", "tui.cli", *args],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ),
-        timeout=timeout,
-    )
+from tests.conftest import run_cli
 
 
 def checks_of(proc: subprocess.CompletedProcess) -> dict[str, dict]:

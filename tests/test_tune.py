@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -25,17 +24,9 @@ from engine.tune import (
     prompts_from_jsonl,
     set_toml_keys,
 )
+from tests.conftest import run_cli as run_specchat
 
-
-def run_cli(args: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
-    # XDG_CONFIG_HOME / XDG_DATA_HOME point into this test's folders (conftest), and the child inherits them.
-    return subprocess.run(
-        [sys.executable, "-m", "tui.cli", *args],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ),
-        timeout=timeout,
-    )
+run_cli = functools.partial(run_specchat, timeout=600)
 
 
 def user_presets_dir() -> Path:
