@@ -9,6 +9,7 @@ import re
 import threading
 
 import pytest
+from textual.errors import NoWidget
 from textual.geometry import Region
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
@@ -182,9 +183,14 @@ async def test_5_footer_at_80_columns_has_no_broken_words():
         await wait_ready(pilot)
         await pilot.pause(0.2)
         footer = app.screen_stack[0].query_one(Footer)
+        for _ in range(20):
+            try:
+                regions = [(key, visible(app, key)) for key in footer.query(FooterKey)]
+                break
+            except NoWidget:  # the footer recomposed (a resize) between the query and the lookup: look again
+                await pilot.pause(0.05)
         width = 0
-        for key in footer.query(FooterKey):
-            region = visible(app, key)
+        for key, region in regions:
             if region.width:
                 assert region.width == key.region.width, f"{key.description} is cut"
                 width += region.width
