@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -25,6 +26,14 @@ class Reply:
     cut_after: int | None = None
     cut_cleanly: bool = False  # end the HTTP body properly at the cut (a server that just stops sending)
     delay: float = 0.0  # seconds between events (a server generating at its own pace)
+    headers: dict[str, str] = field(default_factory=dict)  # e.g. Location for a redirect
+    # A body made on the fly and sent chunked as it comes (a misbehaving server's endless line, a huge page);
+    # the client hanging up part way is expected.
+    chunks: Callable[[], Iterable[bytes]] | None = None
+
+
+def redirect(status: int, location: str) -> Reply:
+    return Reply(status, "", headers={"Location": location})
 
 
 def file_reply(name: str) -> Reply:
@@ -73,6 +82,9 @@ class _Handler(BaseHTTPRequestHandler):
         reply = self.routes.next(method, path)
         if reply is None:
             reply = Reply(404, json.dumps({"error": {"message": f"no route {path}", "code": 404}}))
+        if reply.chunks is not None:
+            self._chunked(reply)
+            return
         if reply.content_type.startswith("text/event-stream"):
             self._stream(reply)
             return
@@ -80,8 +92,24 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(reply.status)
         self.send_header("Content-Type", reply.content_type)
         self.send_header("Content-Length", str(len(data)))
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
+
+    def _chunked(self, reply: Reply) -> None:
+        self.send_response(reply.status)
+        self.send_header("Content-Type", reply.content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            for data in reply.chunks():
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:  # the client hung up (what a capped client does): nothing to report
+            pass
 
     def _stream(self, reply: Reply) -> None:
         self.send_response(reply.status)

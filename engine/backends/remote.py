@@ -1,14 +1,17 @@
 """Remote backend: the chat runs on an OpenAI-compatible server (llama.cpp's llama-server, vLLM, TabbyAPI, ...).
 
-The server drafts and verifies; this client streams `/v1/chat/completions` (httpx + httpx-sse), sends what the
-server honours of the preset (engine.backends.remote_servers), and reports speculation only from what the server
-says: llama-server's per-token `timings` (live) and `/metrics` deltas (rounds), vLLM's `/metrics` counters
-(polled at most twice a second while a reply streams, and their before/after difference), TabbyAPI's finish
-fields where it forwards them. Anything else stays empty with a reason. Tokens/s and TTFT are the client's own.
+The server drafts and verifies; this client streams `/v1/chat/completions` (httpx, and a capped event-stream
+reader of its own), sends what the server honours of the preset (engine.backends.remote_servers), and reports
+speculation only from what the server says: llama-server's per-token `timings` (live) and `/metrics` deltas
+(rounds), vLLM's `/metrics` counters (polled at most twice a second while a reply streams, and their before/after
+difference), TabbyAPI's finish fields where it forwards them. Anything else stays empty with a reason. Tokens/s and TTFT are the client's own.
 
-Failures (server down, refused, timed out, 401/404/5xx, a stream cut mid-reply) become one BackendError line that
-says what, where and what to do; the session keeps the partial reply. The API key is read from an environment
-variable at each request and is never stored.
+Failures (server down, refused, timed out, 401/404/5xx, a stream cut mid-reply, a body that is not JSON, a line or
+an answer past its cap) become one BackendError line that says what, where and what to do; the session keeps the
+partial reply. The API key is read from an environment variable at each request and is never stored, and it goes
+only to the endpoint's origin: a redirect to another scheme, host or port is refused before anything is sent
+there (httpx drops `Authorization` on such a redirect but would forward `x-api-key` and, on a 307, the chat).
+Every answer is read with a byte cap, so a misbehaving server costs at most a few MiB.
 """
 
 from __future__ import annotations
@@ -22,21 +25,25 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-from httpx_sse import SSEError, connect_sse
 
 from engine.backends.base import BackendError, GenerationRequest, ProgressCallback
 from engine.backends.remote_servers import (
+    DRAFT_FIELDS,
     EXTRA_SAMPLER_FIELDS,
+    EventStreamReader,
     ServerProfile,
     SpecCounters,
     StreamCounters,
+    StreamLimitError,
     build_profile,
     chunk_reasoning,
     chunk_text,
+    count,
     detect_kind,
     error_message,
     insecure_warning,
     normalize_endpoint,
+    read_spec_counters,
     spec_counters,
 )
 from engine.events import BackendInfo, Chunk, Done, ServerStats, StopReason
@@ -47,6 +54,39 @@ PROBE_TIMEOUT = httpx.Timeout(5.0)
 # Reading may wait long (a big prompt's prefill on a busy server); connecting may not.
 STREAM_TIMEOUT = httpx.Timeout(connect=5.0, read=300.0, write=30.0, pool=5.0)
 FINISH_REASONS: dict[str, StopReason] = {"stop": "end_of_turn", "length": "max_new_tokens", "eos": "eos"}
+# Caps on what a server can make this client hold: one probe/JSON answer or /metrics page, and one reply's
+# whole event stream (a 4096-token reply with per-token timings is ~2 MiB). A probe answer must also arrive
+# within PROBE_DEADLINE_S in all (a server dribbling a byte every few seconds never times out a read).
+MAX_ANSWER_BYTES = 8 << 20
+MAX_STREAM_BYTES = 64 << 20
+PROBE_DEADLINE_S = 30.0
+MAX_REDIRECTS = 5
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class CrossOriginRedirect(httpx.RequestError):
+    """A redirect to another origin: refused before the request (and its key) leaves."""
+
+
+class AnswerTooLarge(httpx.RequestError):
+    """An answer past MAX_ANSWER_BYTES, or slower than PROBE_DEADLINE_S."""
+
+
+class NotJSON(ValueError):
+    """A 200 answer whose body is not JSON."""
+
+
+def origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    scheme = url.scheme.lower()
+    return scheme, (url.host or "").lower(), url.port or DEFAULT_PORTS.get(scheme)
+
+
+def _shown_origin(url: httpx.URL) -> str:
+    """scheme://host[:port] of a URL a server named, safe for a one-line message (no path, query or user)."""
+    scheme, host, port = origin(url)
+    text = f"{scheme}://{host}" + (f":{port}" if port != DEFAULT_PORTS.get(scheme) else "")
+    text = "".join(c for c in text if c.isprintable() and not c.isspace())
+    return text[:100]
 
 
 class RemoteBackend:
@@ -90,23 +130,41 @@ class RemoteBackend:
     @property
     def client(self) -> httpx.Client:
         if self._client is None:
-            self._client = httpx.Client(base_url=self.base, transport=self._transport, follow_redirects=True)
+            self._client = httpx.Client(
+                base_url=self.base,
+                transport=self._transport,
+                follow_redirects=True,  # within the endpoint's origin only: see _same_origin
+                max_redirects=MAX_REDIRECTS,
+                event_hooks={"request": [self._same_origin]},
+            )
         return self._client
+
+    def _same_origin(self, request: httpx.Request) -> None:
+        """Refuse any request (a followed redirect) that would leave the endpoint's origin: it would carry the
+        API key (x-api-key survives httpx's cross-origin redirect; Authorization does not) and the chat."""
+        if origin(request.url) != origin(httpx.URL(self.base)):
+            raise CrossOriginRedirect(
+                f"the server at {self.base} redirected to another origin ({_shown_origin(request.url)}): "
+                "not followed, so the API key and the chat stay with --endpoint; "
+                "if that is the real server, pass it as --endpoint",
+                request=request,
+            )
 
     def _fail(self, exc: Exception, path: str, during: str = "") -> BackendError:
         """One line: what went wrong, where, what to do."""
         where = f"{self.base}{path}"
+        if isinstance(exc, (CrossOriginRedirect, AnswerTooLarge)):
+            return BackendError(str(exc))
+        if isinstance(exc, httpx.TooManyRedirects):
+            return BackendError(
+                f"the server at {where} redirected more than {MAX_REDIRECTS} times: not followed"
+            )
         if isinstance(exc, httpx.ConnectError):
             return BackendError(
                 f"cannot reach the server at {self.base} ({_reason(exc)}): start it, or check --endpoint"
             )
         if isinstance(exc, httpx.TimeoutException):
             return BackendError(f"the server at {where} timed out{during}: it may be overloaded; try again")
-        if isinstance(exc, SSEError):
-            return BackendError(
-                f"the server at {where} answered without streaming ({_reason(exc)}): "
-                "is --endpoint an OpenAI-compatible server?"
-            )
         if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
             return BackendError(
                 f"the server at {self.base} dropped the connection{during} ({_reason(exc)}): "
@@ -114,14 +172,14 @@ class RemoteBackend:
             )
         return BackendError(f"request to {where} failed{during}: {_reason(exc)}")
 
-    def _status_error(self, response: httpx.Response, path: str) -> BackendError:
+    def _status_error(self, answer: _Answer, path: str) -> BackendError:
         try:
-            body = response.json()
-        except (ValueError, httpx.ResponseNotRead):
+            body = answer.json()
+        except NotJSON:
             body = None
         detail = error_message(body)
         detail = f": {detail}" if detail else ""
-        code, where = response.status_code, f"{self.base}{path}"
+        code, where = answer.status_code, f"{self.base}{path}"
         if code in (401, 403):
             hint = (
                 f"check the key in ${self.api_key_env}"
@@ -138,31 +196,52 @@ class RemoteBackend:
             return BackendError(f"the server at {self.base} failed ({code}{detail}): see the server's log")
         return BackendError(f"the server at {where} rejected the request ({code}{detail})")
 
-    def _get(self, path: str) -> httpx.Response | None:
+    def _request(self, method: str, path: str, body: dict | None = None) -> _Answer:
+        """One non-streaming request, its body read up to MAX_ANSWER_BYTES within PROBE_DEADLINE_S."""
+        deadline = time.monotonic() + PROBE_DEADLINE_S
+        with self.client.stream(
+            method, path, json=body, headers=self._headers(), timeout=PROBE_TIMEOUT
+        ) as response:
+            content = bytearray()
+            for piece in response.iter_bytes():
+                content += piece
+                if len(content) > MAX_ANSWER_BYTES or time.monotonic() > deadline:
+                    what = (
+                        f"more than {MAX_ANSWER_BYTES >> 20} MiB"
+                        if len(content) > MAX_ANSWER_BYTES
+                        else f"for more than {PROBE_DEADLINE_S:.0f} s"
+                    )
+                    raise AnswerTooLarge(
+                        f"the server at {self.base}{path} kept sending {what}: not read further",
+                        request=response.request,
+                    )
+            return _Answer(response.status_code, bytes(content), f"{self.base}{path}")
+
+    def _get(self, path: str) -> _Answer | None:
         """GET for the probe: None where the endpoint is absent; BackendError where the server is unusable."""
         try:
-            response = self.client.get(path, headers=self._headers(), timeout=PROBE_TIMEOUT)
+            answer = self._request("GET", path)
         except httpx.HTTPError as exc:
             raise self._fail(exc, path) from None
-        if response.status_code in (401, 403):
-            raise self._status_error(response, path)
-        return response if response.status_code == 200 else None
+        if answer.status_code in (401, 403):
+            raise self._status_error(answer, path)
+        return answer if answer.status_code == 200 else None
 
     def _get_json(self, path: str) -> Any:
-        response = self._get(path)
-        if response is None:
+        answer = self._get(path)
+        if answer is None:
             return None
         try:
-            return response.json()
-        except ValueError:
+            return answer.json()
+        except NotJSON:
             return None
 
     def _metrics_text(self) -> str | None:
         try:
-            response = self.client.get("/metrics", headers=self._headers(), timeout=PROBE_TIMEOUT)
+            answer = self._request("GET", "/metrics")
         except (httpx.HTTPError, BackendError):
             return None
-        return response.text if response.status_code == 200 else None
+        return answer.body.decode("utf-8", "replace") if answer.status_code == 200 else None
 
     # --- Backend protocol ------------------------------------------------------------------------------
 
@@ -226,31 +305,35 @@ class RemoteBackend:
         kind = profile.tokenize if profile else "estimate"
         try:
             if kind == "llama-server":
-                prompt = self._post_json("/apply-template", {"messages": messages}).get("prompt", "")
-                tokens = self._post_json(
-                    "/tokenize", {"content": prompt, "add_special": True, "parse_special": True}
-                ).get("tokens")
-                if isinstance(tokens, list):
-                    return [int(t) for t in tokens]
+                prompt = self._post_json("/apply-template", {"messages": messages}).get("prompt")
+                if isinstance(prompt, str):
+                    body = {"content": prompt, "add_special": True, "parse_special": True}
+                    tokens = _token_ids(self._post_json("/tokenize", body).get("tokens"))
+                    if tokens is not None:
+                        return tokens
             elif kind == "vllm":
                 body = {"model": profile.model, "messages": messages, "add_generation_prompt": True}
-                tokens = self._post_json("/tokenize", body).get("tokens")
-                if isinstance(tokens, list):
-                    return [int(t) for t in tokens]
+                tokens = _token_ids(self._post_json("/tokenize", body).get("tokens"))
+                if tokens is not None:
+                    return tokens
         except BackendError as exc:
-            if "cannot reach" in str(exc) or "refused" in str(exc):
+            if "cannot reach" in str(exc) or "refused" in str(exc) or "another origin" in str(exc):
                 raise
+        # Any other answer (not JSON, not token ids, too large): the estimate below still fits the context.
         chars = sum(len(m.get("content", "")) + 8 for m in messages)
         return [-1] * math.ceil(chars / 3)
 
     def _post_json(self, path: str, body: dict) -> dict:
         try:
-            response = self.client.post(path, json=body, headers=self._headers(), timeout=PROBE_TIMEOUT)
+            answer = self._request("POST", path, body)
         except httpx.HTTPError as exc:
             raise self._fail(exc, path) from None
-        if response.status_code != 200:
-            raise self._status_error(response, path)
-        data = response.json()
+        if answer.status_code != 200:
+            raise self._status_error(answer, path)
+        try:
+            data = answer.json()
+        except NotJSON as exc:
+            raise BackendError(str(exc)) from None
         return data if isinstance(data, dict) else {}
 
     def decode(self, token_ids: list[int]) -> str:
@@ -292,7 +375,9 @@ class RemoteBackend:
             raise BackendError("the remote backend is not connected yet")
         if not request.messages:
             raise BackendError("the remote backend needs the conversation as messages")
-        before = spec_counters(profile.kind, self._metrics_text()) if profile.metrics else None
+        before, metrics_why = (
+            read_spec_counters(profile.kind, self._metrics_text()) if profile.metrics else (None, "")
+        )
         poller = _MetricsPoller(self, before) if profile.kind == "vllm" and before is not None else None
         counters = StreamCounters()
         path = "/v1/chat/completions"
@@ -302,26 +387,31 @@ class RemoteBackend:
         thinking = False
         stop: StopReason = "eos"
         try:
-            with connect_sse(
-                self.client,
+            with self.client.stream(
                 "POST",
                 path,
                 json=self.request_body(request),
                 headers=self._headers(),
                 timeout=STREAM_TIMEOUT,
-            ) as source:
-                if source.response.status_code != 200:
-                    source.response.read()
-                    raise self._status_error(source.response, path)
-                for event in source.iter_sse():
+            ) as response:
+                if response.status_code != 200:
+                    raise self._status_error(_Answer.capped(response, self.base + path), path)
+                content_type = response.headers.get("content-type", "")
+                if "text/event-stream" not in content_type:
+                    raise BackendError(
+                        f"the server at {self.base}{path} answered without streaming "
+                        f"(Content-Type {' '.join(content_type.split())[:60] or 'none'}, not text/event-stream): "
+                        "is --endpoint an OpenAI-compatible server?"
+                    )
+                for payload in _events(response):
                     if cancel.is_set():
                         stop = "cancelled"
                         break
-                    if event.data.strip() == "[DONE]":
+                    if payload.strip() == "[DONE]":
                         break
                     try:
-                        data = json.loads(event.data)
-                    except ValueError:
+                        data = json.loads(payload)
+                    except (ValueError, RecursionError):
                         continue
                     if not isinstance(data, dict):
                         continue
@@ -369,8 +459,11 @@ class RemoteBackend:
                     seen_drafted, seen_accepted = max(drafted, seen_drafted), max(accepted, seen_accepted)
         except httpx.HTTPError as exc:
             raise self._fail(exc, path, " mid-reply" if content_events else "") from None
-        except SSEError as exc:
-            raise self._fail(exc, path, " mid-reply" if content_events else "") from None
+        except StreamLimitError as exc:
+            kept = "the partial reply is kept; " if content_events else ""
+            raise BackendError(
+                f"the server at {self.base} sent {exc} in its reply: not read further ({kept}see the server's log)"
+            ) from None
         finally:
             if poller is not None:
                 poller.stop()
@@ -385,34 +478,65 @@ class RemoteBackend:
             stop_reason=stop,
             prompt_tokens=counters.prompt_tokens or len(request.prompt_ids),
             cached_tokens=counters.cached_tokens or 0,
-            server=self._server_stats(profile, counters, before, seen_tokens),
+            server=self._server_stats(profile, counters, before, seen_tokens, metrics_why),
         )
 
     def _server_stats(
-        self, profile: ServerProfile, counters: StreamCounters, before: SpecCounters | None, seen: int
+        self,
+        profile: ServerProfile,
+        counters: StreamCounters,
+        before: SpecCounters | None,
+        seen: int,
+        metrics_why: str,
     ) -> ServerStats:
-        unavailable: list[tuple[str, str]] = []
+        """The reply's server figures. The text has streamed by now: whatever the server sent, this gives
+        figures or "—" with reasons, never an exception that would lose the reply."""
+        try:
+            return self._read_server_stats(profile, counters, before, seen, metrics_why)
+        except (ArithmeticError, ValueError, TypeError) as exc:
+            # A shape nobody foresaw: say so beside every figure, and keep the text.
+            why = f"the server's figures could not be read ({type(exc).__name__})"
+            return ServerStats(
+                source=profile.kind,
+                new_tokens=seen,
+                unavailable=tuple((name, why) for name in ("new_tokens", *DRAFT_FIELDS)),
+            )
+
+    def _read_server_stats(
+        self,
+        profile: ServerProfile,
+        counters: StreamCounters,
+        before: SpecCounters | None,
+        seen: int,
+        metrics_why: str,
+    ) -> ServerStats:
+        unavailable: list[tuple[str, str]] = list(counters.problems.items())
         new_tokens = counters.completion_tokens if counters.completion_tokens is not None else counters.tokens
         if new_tokens is None:
             unavailable.append(("new_tokens", "the server sent no token counts: stream chunks are counted"))
         delta = None
         if before is not None:
-            after = spec_counters(profile.kind, self._metrics_text())
+            after, metrics_why = read_spec_counters(profile.kind, self._metrics_text())
             delta = after.minus(before) if after is not None else None
+            if after is not None and delta is None:
+                metrics_why = "the server's /metrics counters went back or do not add up across this reply"
         drafted, accepted = counters.drafted, counters.accepted
         drafting_rounds = None
         position_drafted = position_accepted = None
         if profile.kind == "llama-server":
-            if drafted is None and counters.predicted is not None:
+            if drafted is None and "drafted_tokens" in counters.problems:
+                pass  # the server sent draft counts that are not counts: "—" with the reason, not a 0
+            elif drafted is None and counters.predicted is not None:
                 # Its timings leave draft_n out when nothing was drafted (server_slot_stats::to_json): a real 0.
                 drafted, accepted = 0, 0
             elif drafted is None:
                 drafted, accepted = 0, 0
                 unavailable.append(("drafted_tokens", "the server sent no timings for this reply"))
-            if delta is not None and int(delta.draft_tokens) == drafted:
-                drafting_rounds = int(delta.drafts)
+            if delta is not None and drafted is not None and count(delta.draft_tokens) == drafted:
+                drafting_rounds = count(delta.drafts)
             elif profile.metrics:
-                unavailable.append(("alpha", "/metrics counters did not match this reply (another client?)"))
+                why = metrics_why or "/metrics counters did not match this reply (another client?)"
+                unavailable.append(("alpha", why))
             unavailable.append(
                 (
                     "per_position_acceptance",
@@ -420,15 +544,16 @@ class RemoteBackend:
                 )
             )
         elif profile.kind == "vllm" and delta is not None:
-            drafted, accepted = int(delta.draft_tokens), int(delta.accepted)
-            drafting_rounds = int(delta.drafts)
+            drafted, accepted = count(delta.draft_tokens), count(delta.accepted)
+            drafting_rounds = count(delta.drafts)
             if delta.per_position and delta.drafts:
                 # vLLM drafts a fixed K every round, so every round's draft reaches every position.
                 position_drafted = tuple(int(delta.drafts) for _ in delta.per_position)
                 position_accepted = tuple(int(a) for a in delta.per_position)
-        elif drafted is None:
+        elif drafted is None and "drafted_tokens" not in counters.problems:
+            no_metrics = "vLLM's /metrics had no speculation counters (is --speculative-config set?)"
             why = {
-                "vllm": "vLLM's /metrics had no speculation counters (is --speculative-config set?)",
+                "vllm": f"{metrics_why} (vLLM reports drafts only there)" if metrics_why else no_metrics,
                 "tabbyapi": "TabbyAPI logs draft_accept / draft_reject but does not send them to clients",
                 "other": "this server reports no speculation statistics",
             }[profile.kind]
@@ -484,3 +609,52 @@ def _reason(exc: BaseException) -> str:
     if "peer closed connection" in text or "incomplete chunked read" in text:
         return "the connection closed before the reply was complete"
     return text[:120]
+
+
+class _Answer:
+    """A non-streamed answer, its body already read (capped)."""
+
+    def __init__(self, status_code: int, body: bytes, where: str) -> None:
+        self.status_code = status_code
+        self.body = body
+        self.where = where
+
+    @classmethod
+    def capped(cls, response: httpx.Response, where: str) -> _Answer:
+        """The body of a streamed response (an error answer), read up to MAX_ANSWER_BYTES."""
+        content = bytearray()
+        for piece in response.iter_bytes():
+            content += piece[: MAX_ANSWER_BYTES - len(content)]
+            if len(content) >= MAX_ANSWER_BYTES:
+                break
+        return cls(response.status_code, bytes(content), where)
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body)
+        except (ValueError, RecursionError):  # RecursionError: [[[[... nested past the parser's depth
+            shown = " ".join(self.body[:40].decode("utf-8", "replace").split())
+            raise NotJSON(
+                f"the server at {self.where} answered {self.status_code} with a body that is not JSON "
+                f"({shown!r}{'…' if len(self.body) > 40 else ''})"
+            ) from None
+
+
+def _events(response: httpx.Response) -> Iterator[str]:
+    """The data of each server-sent event, with every cap applied (EventStreamReader, MAX_STREAM_BYTES)."""
+    reader = EventStreamReader()
+    received = 0
+    for piece in response.iter_bytes():
+        received += len(piece)
+        if received > MAX_STREAM_BYTES:
+            raise StreamLimitError(f"more than {MAX_STREAM_BYTES >> 20} MiB")
+        yield from reader.feed(piece)
+    yield from reader.close()
+
+
+def _token_ids(tokens: Any) -> list[int] | None:
+    """A tokenizer's answer as token ids, or None where it is not a list of counts."""
+    if not isinstance(tokens, list):
+        return None
+    ids = [count(t) for t in tokens]
+    return None if any(t is None for t in ids) else ids  # type: ignore[misc]
