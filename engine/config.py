@@ -356,6 +356,19 @@ def load_settings(**overrides: Any) -> Settings:
 
     Raises ConfigError with one line naming where the bad value came from and which field it is.
     """
+    return _load_settings(overrides, drop_bad=False)[0]
+
+
+def load_settings_dropping_bad(**overrides: Any) -> tuple[Settings, list[str]]:
+    """As `load_settings`, but a bad field falls back to its default and the rest stays (the chat app opens
+    with a valid `[keymap]` beside a bad `cache_mode`). Returns the settings and one line per dropped field.
+
+    A file that is not TOML at all cannot be read field by field: ConfigError, as from `load_settings`.
+    """
+    return _load_settings(overrides, drop_bad=True)
+
+
+def _load_settings(overrides: dict[str, Any], drop_bad: bool) -> tuple[Settings, list[str]]:
     given = {key: value for key, value in overrides.items() if value is not None}
     path = config_file_path()
     shown = display_path(path)
@@ -365,9 +378,10 @@ def load_settings(**overrides: Any) -> Settings:
     # tomllib's bare message from inside the settings source.
     file_values = read_toml_file(path, ConfigError) if path.exists() else {}
     try:
-        return Settings(**given)
+        return Settings(**given), []
     except ValidationError as exc:
         problems = []
+        bad_fields: set[str] = set()
         for error in exc.errors():
             loc = tuple(error.get("loc", ()))
             top = str(loc[0]) if loc else ""
@@ -381,4 +395,41 @@ def load_settings(**overrides: Any) -> Settings:
             else:
                 where = "settings"
             problems.append(f"{where}: {field}: {phrase}")
+            bad_fields.add(top)
+        if not drop_bad:
+            raise ConfigError("; ".join(problems)) from None
+    # Each bad field gets its default from the highest-priority source (init), so the file's and the
+    # environment's other values still apply; an unknown key is left out.
+    defaults = {
+        name: Settings.model_fields[name].get_default(call_default_factory=True)
+        for name in bad_fields
+        if name in SETTINGS_FIELDS
+    }
+    unknown = bad_fields - set(SETTINGS_FIELDS)
+    kept = {**{k: v for k, v in given.items() if k not in bad_fields}, **defaults}
+    try:
+        if unknown:
+            # An unknown key is in the file: its good keys are passed by hand (under the environment's).
+            good_file = {
+                k: v
+                for k, v in file_values.items()
+                if k in SETTINGS_FIELDS and k not in bad_fields and not _env_has(k)
+            }
+            settings = _settings_without_file({**good_file, **kept})
+        else:
+            settings = Settings(**kept)
+    except ValidationError:
         raise ConfigError("; ".join(problems)) from None
+    return settings, [f"{p} (ignored: the default is used)" for p in problems]
+
+
+def _settings_without_file(values: dict[str, Any]) -> Settings:
+    """Settings from `values` and the environment only (the config file is not read again)."""
+
+    class _NoFileSettings(Settings):
+        @classmethod
+        def settings_customise_sources(cls, settings_cls, init_settings, env_settings, **_: Any):
+            return (init_settings, env_settings)
+
+    built = _NoFileSettings(**values)
+    return Settings.model_construct(**built.model_dump())

@@ -185,11 +185,13 @@ def load_user_preset(path: Path, base: Preset | None = None) -> Preset:
     return _build({**values, "name": name, "source": str(path)}, shown)
 
 
-def load_presets(user_dir: Path | None = None) -> dict[str, Preset]:
+def load_presets(user_dir: Path | None = None, skipped: dict[str, str] | None = None) -> dict[str, Preset]:
     """Built-in presets with the user's added and overriding ones: code, qa, creative, then user names sorted.
 
     `user_dir` defaults to `<config dir>/presets`; a missing folder means no user presets.
-    Raises PresetError (one line, names the file and field) on the first bad file.
+    Without `skipped`, the first bad file raises PresetError (one line, names the file and field). With it, a
+    bad file is left out (a bad override leaves the built-in as it is) and `skipped[name]` gets that line, so
+    one broken file does not take the others down with it.
     """
     presets = load_builtin_presets()
     folder = presets_dir() if user_dir is None else user_dir
@@ -200,9 +202,14 @@ def load_presets(user_dir: Path | None = None) -> dict[str, Preset]:
         if not path.is_file():
             continue
         name = path.stem
-        if name in presets:
-            presets[name] = load_user_preset(path, base=presets[name])
-        else:
-            added[name] = load_user_preset(path)
+        try:
+            if name in presets:
+                presets[name] = load_user_preset(path, base=presets[name])
+            else:
+                added[name] = load_user_preset(path)
+        except PresetError as exc:
+            if skipped is None:
+                raise
+            skipped[name] = str(exc)
     presets.update(sorted(added.items()))
     return presets

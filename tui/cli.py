@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import threading
 from pathlib import Path
@@ -211,10 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _settings(args: argparse.Namespace, check_paths: bool = True):
-    from engine.config import load_settings
-
-    overrides: dict[str, Any] = {
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the command line gives (None: not given)."""
+    return {
         "model": getattr(args, "model", None),
         "draft": getattr(args, "draft", None),
         "backend": getattr(args, "backend", None),
@@ -228,7 +228,12 @@ def _settings(args: argparse.Namespace, check_paths: bool = True):
         "api_key_env": getattr(args, "api_key_env", None),
         "remote_model": getattr(args, "remote_model", None),
     }
-    settings = load_settings(**overrides)
+
+
+def _settings(args: argparse.Namespace, check_paths: bool = True):
+    from engine.config import load_settings
+
+    settings = load_settings(**_overrides(args))
     if not check_paths:
         return settings
     if settings.model is not None and not Path(settings.model).exists():
@@ -316,7 +321,10 @@ def cmd_presets(args: argparse.Namespace) -> int:
     from engine.presets import load_presets
 
     load_settings()
-    presets = load_presets(presets_dir())
+    skipped: dict[str, str] = {}
+    presets = load_presets(presets_dir(), skipped=skipped)
+    for problem in skipped.values():  # one bad file does not hide the others
+        print(f"specchat: skipped a preset file: {problem}", file=sys.stderr)
     width = max(len(n) for n in presets)
     for name, p in presets.items():
         ramp = f" ramp {p.ramp_start:g}->{p.temperature:g} over {p.ramp_tokens}" if p.ramp_tokens else ""
@@ -673,21 +681,45 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from engine.config import ConfigError, Settings
+    from engine.config import (
+        ConfigError,
+        Settings,
+        config_file_path,
+        display_path,
+        env_name,
+        load_settings_dropping_bad,
+    )
     from engine.errors import SpecchatError
     from engine.presets import PresetError
     from engine.session import ChatSession
     from tui.app import run_app
 
-    # The chat shows problems in the app and stays open: a broken config or preset file (or an unknown preset)
-    # opens it on the defaults with the message; a missing model or draft folder fails the load, in the app.
-    session, startup_error = None, None
+    # The chat shows problems in the app and stays open: a bad config field (or an unknown preset) is left out
+    # and the rest of the file applies, a bad preset file is skipped (the session says which); a file that is
+    # not TOML at all opens on the defaults. A missing model or draft folder fails the load, in the app.
+    session, problems = None, []
     try:
-        settings = _settings(args, check_paths=False)
-        # Loads the presets and checks the preset mode against them; opens the history store.
-        session = ChatSession(settings, save=True)
+        settings, problems = load_settings_dropping_bad(**_overrides(args))
+        try:
+            # Loads the presets and checks the preset mode against them; opens the history store.
+            session = ChatSession(settings, save=True)
+        except SpecchatError as exc:
+            if settings.preset == "auto":
+                raise
+            where = (
+                "command line"
+                if args.preset is not None
+                else env_name("preset")
+                if env_name("preset") in os.environ
+                else display_path(config_file_path())
+            )
+            problems.append(f"{where}: preset: {exc} (ignored: auto is used)")
+            settings = settings.model_copy(update={"preset": "auto"})
+            session = ChatSession(settings, save=True)
     except (ConfigError, PresetError, SpecchatError) as exc:
-        settings, startup_error = Settings.model_construct(), " ".join(str(exc).split())
+        session, settings = None, Settings.model_construct()
+        problems = [f"{exc} (opened on the defaults)"]
+    startup_error = " ".join("; ".join(problems).split()) or None
     open_chat = None
     if session is not None and (args.resume or args.chat is not None):
         assert session.recorder is not None
