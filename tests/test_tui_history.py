@@ -220,3 +220,29 @@ async def test_damaged_database_is_told_once_in_the_app(tmp_path: Path):
         assert len(told) == 1 and "specchat.db.corrupt-" in told[0]
     assert len(list(tmp_path.glob("specchat.db.corrupt-*"))) == 1
     assert [c.title for c in Store.open(tmp_path).chats()] == ["hello"]
+
+
+# --- history: the renamed chat stays highlighted ------------------------------------------------------------
+
+
+async def test_after_rename_the_highlight_stays_and_ctrl_x_exports_that_chat(tmp_path: Path):
+    app = saving_app(tmp_path, ScriptedBackend(["First answer.", "Second answer."]))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "first chat")
+        await pilot.press("ctrl+n")
+        await send(pilot, "second chat")
+        await pilot.press("f7")
+        await wait_until(pilot, lambda: isinstance(app.screen, HistoryScreen))
+        screen = app.screen
+        assert [c.title for c in screen.chats] == ["second chat", "first chat"]
+        await pilot.press("down", "ctrl+t")
+        screen.search.value = "renamed first"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: screen.mode == "search" and len(screen.chats) == 2)
+        target = next(c for c in screen.chats if c.title == "renamed first")
+        assert screen.selected() == target.id
+        await pilot.press("ctrl+x")
+        exported = tmp_path / "exports" / f"chat-{target.id}.md"
+        await wait_until(pilot, exported.exists)
+        assert "First answer." in exported.read_text()

@@ -71,13 +71,18 @@ class HistoryScreen(ModalScreen[int | None]):
     def say(self, text: str) -> None:
         self.query_one("#history-status", Static).update(text)
 
-    def refresh_list(self, query: str = "") -> None:
+    def refresh_list(self, query: str = "", keep: int | None = None) -> None:
+        """List the chats matching `query`; the highlight stays on chat `keep` (default: the highlighted one)
+        where it is listed, else goes to the first."""
+        if keep is None:
+            keep = self.selected()
         self.chats = self.session.chats(query)
         options = self.options
         options.clear_options()
         options.add_options([Option(chat_option_text(c), id=str(c.id)) for c in self.chats])
         if self.chats:
-            options.highlighted = 0
+            ids = [c.id for c in self.chats]
+            options.highlighted = ids.index(keep) if keep in ids else 0
         self.say("" if self.chats else ("no chat matches" if query else "no saved chats yet"))
 
     def selected(self) -> int | None:
@@ -99,7 +104,8 @@ class HistoryScreen(ModalScreen[int | None]):
             except SpecchatError as exc:
                 self.say(str(exc))
                 return
-            self._back_to_search(f"renamed to {' '.join(event.value.split())!r}")
+            # The renamed chat stays highlighted: ctrl+x next exports that one, not the first row.
+            self._back_to_search(f"renamed to {' '.join(event.value.split())!r}", keep=self._target)
         elif self.mode == "confirm-delete":
             self._back_to_search("")
         else:
@@ -126,12 +132,12 @@ class HistoryScreen(ModalScreen[int | None]):
             else:
                 self._back_to_search("kept")
 
-    def _back_to_search(self, message: str) -> None:
+    def _back_to_search(self, message: str, keep: int | None = None) -> None:
         self.mode = "search"
         self._target = None
         self.search.placeholder = "search titles and text"
         self.search.value = ""
-        self.refresh_list()
+        self.refresh_list(keep=keep)
         self.search.focus()
         self.say(message)
 
