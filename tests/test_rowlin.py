@@ -7,7 +7,10 @@ single row's (a two-way split of k for tiles of more than one row), dropping the
 
 from __future__ import annotations
 
+import os
+import platform
 import shutil
+import subprocess
 import threading
 from pathlib import Path
 
@@ -236,3 +239,183 @@ def test_without_the_c_kernel_the_onednn_fallback_still_drafts_exactly(
     finally:
         backend.close()
         rowlin.reset_for_tests()
+
+
+# --- the compiled library's cache (issue 18) ---------------------------------------------------------------
+
+PLANTED_C = """
+#include <stdio.h>
+__attribute__((constructor)) static void planted(void) {
+    FILE *f = fopen("%s", "w");
+    if (f) { fputs("the planted library ran", f); fclose(f); }
+}
+int rowlin_lanes(void) { return 4; }
+"""
+
+
+def _plant(tmp_path: Path, target: Path, marker: Path) -> None:
+    """A shared library at `target` whose constructor writes `marker` the moment anything loads it."""
+    source = tmp_path / "planted.c"
+    source.write_text(PLANTED_C % marker)
+    compiler = rowlin._compiler()
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(target), str(source)], check=True, timeout=60)
+
+
+def _cache(tmp_path: Path) -> tuple[Path, Path]:
+    folder = tmp_path / "kernels"
+    folder.mkdir(mode=0o700)
+    return folder, rowlin._library_path(rowlin._compiler(), folder)
+
+
+@needs_compiler
+@pytest.mark.parametrize("mode", [0o775, 0o757])
+def test_a_planted_group_or_world_writable_library_is_never_loaded(tmp_path: Path, mode: int) -> None:
+    folder, target = _cache(tmp_path)
+    marker = tmp_path / "ran"
+    _plant(tmp_path, target, marker)
+    target.chmod(mode)
+    kernel, note = rowlin._load(folder)
+    assert not marker.exists(), "the planted library's constructor ran"
+    assert kernel is not None, note
+    assert rowlin.self_check(kernel) is None
+    # The fresh build replaced the planted file (the folder is ours): the next process loads it as it is.
+    assert rowlin.unsafe_reason(target) is None
+    assert kernel.path != target  # this process loaded its private copy
+
+
+@needs_compiler
+@pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="only root can give a file away")
+def test_a_planted_library_owned_by_another_user_is_never_loaded(tmp_path: Path) -> None:
+    folder, target = _cache(tmp_path)
+    marker = tmp_path / "ran"
+    _plant(tmp_path, target, marker)
+    target.chmod(0o755)
+    os.chown(target, 65534, 65534)  # nobody's: mode alone would pass
+    assert rowlin.unsafe_reason(target) == "it belongs to another user"
+    kernel, note = rowlin._load(folder)
+    assert kernel is not None, note
+    assert not marker.exists(), "the planted library's constructor ran"
+
+
+@needs_compiler
+def test_a_library_in_a_folder_others_can_write_is_rebuilt_and_the_folder_tightened(tmp_path: Path) -> None:
+    folder, target = _cache(tmp_path)
+    first, _ = rowlin._load(folder)
+    assert first is not None and first.path == target
+    folder.chmod(0o777)
+    second, _ = rowlin._load(folder)
+    assert second is not None
+    assert folder.stat().st_mode & 0o777 == 0o755  # group/world write dropped: only its owner writes it now
+
+
+@needs_compiler
+def test_a_symlinked_library_is_not_followed(tmp_path: Path) -> None:
+    folder, target = _cache(tmp_path)
+    elsewhere, marker = tmp_path / "elsewhere.so", tmp_path / "ran"
+    _plant(tmp_path, elsewhere, marker)
+    target.symlink_to(elsewhere)
+    assert rowlin.unsafe_reason(target) == "it is a symbolic link"
+    kernel, note = rowlin._load(folder)
+    assert kernel is not None, note
+    assert not marker.exists()
+
+
+@needs_compiler
+def test_a_built_library_is_not_group_writable_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o002)
+    try:
+        kernel, note = rowlin._load(tmp_path / "kernels")
+    finally:
+        os.umask(old)
+    assert kernel is not None, note
+    assert kernel.path.stat().st_mode & 0o022 == 0
+    assert tmp_path.joinpath("kernels").stat().st_mode & 0o022 == 0
+
+
+@needs_compiler
+def test_a_cached_library_that_fails_to_load_or_its_check_is_rebuilt_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder, target = _cache(tmp_path)
+    target.write_bytes(b"not an ELF file")  # a truncated or foreign file: ours, but it does not load
+    target.chmod(0o755)
+    builds = []
+    real_build = rowlin._build
+    monkeypatch.setattr(rowlin, "_build", lambda c, t: (builds.append(t), real_build(c, t)))
+    kernel, note = rowlin._load(folder)
+    assert kernel is not None, note
+    assert len(builds) == 1
+    assert rowlin._open(target).lanes == kernel.lanes  # the cache now holds the good build
+    # A check that always fails: one rebuild, then the reason (no loop).
+    builds.clear()
+    monkeypatch.setattr(rowlin, "self_check", lambda k: "it disagrees with PyTorch's linear")
+    kernel, note = rowlin._load(folder)
+    assert kernel is None and len(builds) == 1
+    assert note == (
+        "the row-invariant C kernel failed its check (it disagrees with PyTorch's linear): oneDNN kernels instead"
+    )
+
+
+def _cpuinfo_x86(flags: str) -> str:
+    return f"processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Some CPU\nflags\t\t: {flags}\n\n" * 2
+
+
+def _cpuinfo_arm(features: str, part: str = "0xd0c") -> str:
+    return (
+        f"processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: {features}\nCPU implementer\t: 0x41\n"
+        f"CPU architecture: 8\nCPU variant\t: 0x3\nCPU part\t: {part}\nCPU revision\t: 1\n\n"
+    )
+
+
+@needs_compiler
+def test_the_cache_key_follows_the_cpu_on_x86_arm_and_without_proc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiler = rowlin._compiler()
+
+    def key(cpuinfo: str | None) -> str:
+        monkeypatch.setattr(rowlin, "_cpuinfo", lambda: cpuinfo)
+        return rowlin._library_path(compiler, tmp_path).name
+
+    arm_neon = key(_cpuinfo_arm("fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics"))
+    arm_sve = key(_cpuinfo_arm("fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics sve sve2"))
+    assert arm_neon != arm_sve  # ARM names its features `Features`, not `flags`
+    assert key(_cpuinfo_arm("fp asimd", part="0xd40")) != key(_cpuinfo_arm("fp asimd"))  # another core
+    assert key(_cpuinfo_x86("fpu sse2 avx2")) != key(_cpuinfo_x86("fpu sse2 avx2 avx512f"))
+    assert key(_cpuinfo_x86("avx2 fpu sse2")) == key(
+        _cpuinfo_x86("fpu sse2 avx2")
+    )  # the order does not matter
+    # No /proc/cpuinfo (macOS): the platform's names, the machine's own among them.
+    monkeypatch.setattr(
+        rowlin.platform, "uname", lambda: platform.uname_result("Darwin", "a", "23.1", "", "arm64")
+    )
+    on_a = key(None)
+    monkeypatch.setattr(
+        rowlin.platform, "uname", lambda: platform.uname_result("Darwin", "b", "23.1", "", "arm64")
+    )
+    assert key(None) != on_a
+
+
+class _LeakyAttention:
+    """cached_attention whose rows see each other (what the self-check must refuse), or that is off by a bit."""
+
+    def __init__(self, real, mode: str) -> None:
+        self.real, self.mode = real, mode
+
+    def __call__(self, kernel, query, layer, scale):
+        out = self.real(kernel, query, layer, scale)
+        if self.mode == "rows":
+            return out + 1e-3 * (query.shape[2] > 1)
+        return out * 1.001
+
+
+@needs_compiler
+@pytest.mark.parametrize(("mode", "problem"), [("rows", "rows depend"), ("values", "disagrees")])
+def test_the_self_check_covers_both_attention_kernels(
+    kernel: rowlin.Kernel, monkeypatch: pytest.MonkeyPatch, mode: str, problem: str
+) -> None:
+    monkeypatch.setattr(rowlin, "cached_attention", _LeakyAttention(rowlin.cached_attention, mode))
+    found = rowlin.self_check(kernel)
+    assert found is not None and found.startswith("q8 attention:") and problem in found
+    monkeypatch.setattr(rowlin, "_check_attention", lambda k, int8, g: None if int8 else "broken")
+    assert rowlin.self_check(kernel) == "f32 attention: broken"

@@ -8,8 +8,14 @@ as fast as MKL's gemv, and a verify pass of 1 + K tokens streams the weights onc
 
 It is built with the machine's C compiler (`$CC`, else `cc`/`gcc`/`clang`) for the machine's own vector
 instructions into specchat's cache folder (under a second, once); the shared library's name carries a hash of
-the source, the flags and the machine, so a new version or another CPU builds anew. Where there is no compiler
-or the self-check fails, `load()` returns the reason and the backend keeps the oneDNN kernels.
+the source, the flags, the compiler and the CPU (`machine_signature`: the feature flags of /proc/cpuinfo on x86
+and ARM, the platform's own names where there is no /proc), so a new version or another CPU builds anew.
+
+Loading a shared library runs its constructors, so a cached file is loaded only when only this user could have
+written it: the file and its folder owned by this user, neither group- nor world-writable, the file not a link.
+Otherwise, and when a cached library fails to load or fails its self-check (linears and both attention kernels),
+it is built once more in a fresh private folder. Where there is no compiler or the fresh build fails its
+self-check too, `load()` returns the reason and the backend keeps the oneDNN kernels.
 """
 
 from __future__ import annotations
@@ -20,11 +26,13 @@ import hashlib
 import os
 import platform
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -127,21 +135,80 @@ def _compiler() -> str | None:
     return None
 
 
+# The /proc/cpuinfo fields that say what -march=native builds for: x86's `flags`, ARM's `Features` and its
+# core's identity (the same feature list on two different cores can still tune differently).
+CPU_FIELDS = (
+    "flags",
+    "Features",
+    "CPU implementer",
+    "CPU architecture",
+    "CPU variant",
+    "CPU part",
+    "model name",
+)
+
+
+def _cpuinfo() -> str | None:
+    try:
+        return Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return None
+
+
+def machine_signature(cpuinfo: str | None) -> str:
+    """What identifies this CPU for a native build: the CPU_FIELDS of /proc/cpuinfo (the first processor's),
+    or, where there is none (macOS, some containers) or it names none of them, the platform's names
+    (system, release, machine, processor, node: a machine id, so a shared home never hands one machine's build to
+    another)."""
+    found: dict[str, str] = {}
+    for line in (cpuinfo or "").splitlines():
+        name, sep, value = line.partition(":")
+        name = name.strip()
+        if sep and name in CPU_FIELDS and name not in found:
+            found[name] = " ".join(sorted(value.split())) if name in ("flags", "Features") else value.strip()
+    if found:
+        return "cpuinfo\0" + "\0".join(f"{name}={found[name]}" for name in CPU_FIELDS if name in found)
+    uname = platform.uname()
+    return "uname\0" + "\0".join([uname.system, uname.release, uname.machine, uname.processor, uname.node])
+
+
 def _library_path(compiler: str, folder: Path) -> Path:
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
-    cpu = ""
-    with contextlib.suppress(OSError):
-        cpu = next(
-            (line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), ""
-        )
     digest = hashlib.sha256(
-        "\0".join([SOURCE.read_text(), " ".join(FLAGS), version, platform.machine(), cpu]).encode()
+        "\0".join(
+            [SOURCE.read_text(), " ".join(FLAGS), version, platform.machine(), machine_signature(_cpuinfo())]
+        ).encode()
     ).hexdigest()[:16]
     return folder / f"rowlin-{digest}.so"
 
 
+def unsafe_reason(path: Path) -> str | None:
+    """None if only this user could have written `path` (a file or folder); else why not, in a few words."""
+    try:
+        info = os.lstat(path)
+    except OSError as exc:
+        return f"cannot read it ({exc.strerror or exc})"
+    if stat.S_ISLNK(info.st_mode):
+        return "it is a symbolic link"
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        return "it belongs to another user"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "it is group- or world-writable"
+    return None
+
+
+def _tighten(folder: Path) -> None:
+    """Drop group/world write from a folder of ours (an old umask's 0775): after that, only this user can
+    put files in it, and each file's own owner and mode say whether it is ours."""
+    with contextlib.suppress(OSError):
+        info = os.lstat(folder)
+        loose = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if loose and stat.S_ISDIR(info.st_mode) and (not hasattr(os, "getuid") or info.st_uid == os.getuid()):
+            os.chmod(folder, stat.S_IMODE(info.st_mode) & ~loose)
+
+
 def _build(compiler: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         built = Path(tmp) / target.name
         result = subprocess.run(
@@ -153,6 +220,7 @@ def _build(compiler: str, target: Path) -> None:
         if result.returncode != 0:
             lines = (result.stderr or result.stdout).strip().splitlines()
             raise RuntimeError(lines[0] if lines else f"{compiler} exited with {result.returncode}")
+        os.chmod(built, 0o755)  # whatever the umask: never group-writable, or the next load refuses it
         os.replace(built, target)  # atomic: a second process never loads a half-written file
 
 
@@ -193,7 +261,8 @@ def _open(path: Path) -> Kernel:
 
 
 def self_check(kernel: Kernel) -> str | None:
-    """None if the kernel is row-invariant and agrees with PyTorch's linear; else what is wrong."""
+    """None if the kernel is row-invariant and agrees with PyTorch (its linears and both cache attentions);
+    else what is wrong."""
     generator = torch.Generator().manual_seed(0)
     for n, k in ((96, 1536), (40, 576)):  # a padded width too
         weight = torch.randn(n, k, generator=generator) * 0.05
@@ -206,6 +275,60 @@ def self_check(kernel: Kernel) -> str | None:
             return "its rows depend on the number of rows in a call"
         if not torch.allclose(together, torch.nn.functional.linear(x, weight, bias), atol=1e-4, rtol=1e-4):
             return "it disagrees with PyTorch's linear"
+    for int8 in (True, False):
+        problem = _check_attention(kernel, int8, generator)
+        if problem:
+            return f"{'q8' if int8 else 'f32'} attention: {problem}"
+    return None
+
+
+def _check_attention(kernel: Kernel, int8: bool, generator: torch.Generator) -> str | None:
+    """Cache attention over a small fused layer (kv_cache's layout, 3 key blocks, grouped heads) against
+    softmax(q·k)·v in PyTorch, and every query row alone against the same row in a 5-row call."""
+    from engine.kv_cache import KEY_BLOCK  # the one layout constant (rowlin.c: KBLOCK)
+
+    kv_heads, query_heads, dim, capacity, length, rows = 2, 6, 64, 3 * KEY_BLOCK, 37, 5
+    keys = torch.randn(1, kv_heads, capacity, dim, generator=generator)
+    values = torch.randn(1, kv_heads, capacity, dim, generator=generator)
+    if int8:
+        key_scales = torch.rand(1, kv_heads, capacity, 1, generator=generator) * 0.02 + 0.005
+        value_scales = torch.rand(1, kv_heads, capacity, 1, generator=generator) * 0.02 + 0.005
+        stored_keys = (keys * 40).round().clamp(-127, 127).to(torch.int8)
+        stored_values = (values * 40).round().clamp(-127, 127).to(torch.int8)
+        keys, values = stored_keys.float() * key_scales, stored_values.float() * value_scales
+    else:
+        key_scales = value_scales = None
+        stored_keys, stored_values = keys, values
+    blocked = stored_keys.reshape(1, kv_heads, capacity // KEY_BLOCK, KEY_BLOCK, dim).transpose(-1, -2)
+    layer = SimpleNamespace(
+        _key_buffer=blocked.contiguous(),
+        _value_buffer=stored_values.contiguous(),
+        _key_scales=key_scales,
+        _value_scales=value_scales,
+        length=length,
+    )
+    query = torch.randn(1, query_heads, rows, dim, generator=generator)
+    scale = dim**-0.5
+    try:
+        together = cached_attention(kernel, query, layer, scale)
+        alone = []
+        for j in range(rows):
+            layer.length = length - rows + j + 1
+            alone.append(cached_attention(kernel, query[:, :, j : j + 1], layer, scale))
+    except MemoryError:
+        return "it ran out of memory on a tiny layer"
+    if not torch.equal(together, torch.cat(alone, dim=1)):
+        return "its rows depend on the number of rows in a call"
+    group = query_heads // kv_heads
+    expected = torch.empty_like(together)
+    for j in range(rows):
+        visible = length - rows + j + 1
+        for h in range(query_heads):
+            k, v = keys[0, h // group, :visible], values[0, h // group, :visible]
+            weights = torch.softmax((k @ query[0, h, j]) * scale, dim=0)
+            expected[0, j, h] = weights @ v
+    if not torch.allclose(together, expected, atol=1e-5, rtol=1e-4):
+        return "it disagrees with PyTorch's softmax(q·k)·v"
     return None
 
 
@@ -234,13 +357,44 @@ def _load(folder: Path | None) -> tuple[Kernel | None, str | None]:
         path = _library_path(compiler, folder)
         if not path.exists():
             _build(compiler, path)
-        kernel = _open(path)
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         return None, f"could not build the row-invariant C kernel ({exc}): oneDNN kernels instead"
-    problem = self_check(kernel)
-    if problem:
-        return None, f"the row-invariant C kernel failed its check ({problem}): oneDNN kernels instead"
-    return kernel, None
+    # Only a file nobody else could have written is loaded (its constructors run at load, before any check).
+    _tighten(path.parent)
+    if unsafe_reason(path.parent) is None and unsafe_reason(path) is None:
+        try:
+            kernel = _open(path)
+        except OSError:
+            kernel = None  # a truncated or foreign file: built anew below
+        if kernel is not None and self_check(kernel) is None:
+            return kernel, None
+    return _rebuild_privately(compiler, path, folder_is_safe=unsafe_reason(path.parent) is None)
+
+
+def _rebuild_privately(compiler: str, path: Path, folder_is_safe: bool) -> tuple[Kernel | None, str | None]:
+    """Build once more in a fresh private folder (mode 0700, made by mkdtemp) and load from there: a new path,
+    so the dynamic loader cannot hand back a library it already opened under the cached name. A build that
+    passes its check replaces the cached file when the cache folder is safe; the private folder is removed
+    (the loaded library stays mapped)."""
+    private = Path(tempfile.mkdtemp(prefix="specchat-rowlin-"))
+    try:
+        fresh = private / path.name
+        _build(compiler, fresh)
+        kernel = _open(fresh)
+        problem = self_check(kernel)
+        if problem:
+            return None, f"the row-invariant C kernel failed its check ({problem}): oneDNN kernels instead"
+        if folder_is_safe:
+            with contextlib.suppress(OSError):
+                staged = path.with_name(f".{path.name}.{os.getpid()}")
+                shutil.copyfile(fresh, staged)
+                os.chmod(staged, 0o755)
+                os.replace(staged, path)
+        return kernel, None
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        return None, f"could not build the row-invariant C kernel ({exc}): oneDNN kernels instead"
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def reset_for_tests() -> None:
