@@ -213,10 +213,22 @@ def summarize(rows: Sequence[dict[str, Any]], by: str = "day") -> list[Summary]:
 
 
 def recent_average(
-    rows: Sequence[dict[str, Any]], preset: str, count: int = RECENT_REPLIES
+    rows: Sequence[dict[str, Any]],
+    preset: str,
+    count: int = RECENT_REPLIES,
+    *,
+    model: str | None = None,
+    backend: str | None = None,
 ) -> Summary | None:
-    """The last `count` replies of a preset, summarized (the inspector's "recent average")."""
-    mine = [r for r in rows if r.get("preset") == preset][-count:]
+    """The last `count` replies of a preset (on `model` and `backend` where given), summarized: the
+    inspector's "recent average". Another model's or engine's speed is no yardstick for this reply."""
+    mine = [
+        r
+        for r in rows
+        if r.get("preset") == preset
+        and (model is None or r.get("model") == model)
+        and (backend is None or r.get("backend") == backend)
+    ][-count:]
     return summarize_rows(preset, mine) if mine else None
 
 

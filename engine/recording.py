@@ -137,6 +137,7 @@ class ChatRecorder:
         stop_reason: str,
         stats: MessageStats | None = None,
         error: str | None = None,
+        origins: list[int] | None = None,
     ) -> None:
         if message_id is None:
             return
@@ -148,6 +149,7 @@ class ChatRecorder:
                 stop_reason=stop_reason,
                 error=error,
                 stats=stats.to_dict() if stats is not None else None,
+                origins=origins,
             )
         )
 

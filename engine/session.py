@@ -32,6 +32,7 @@ from engine.events import (
     ReplyStarted,
 )
 from engine.metrics import Regression
+from engine.origins import OriginRun, encode_runs, merge_runs, split_chunk_by_origin
 from engine.presets import Preset, PresetError, load_presets, with_overrides
 from engine.reasoning import split_reasoning, thinking_end
 from engine.recording import ChatRecorder
@@ -59,6 +60,11 @@ def without_reasoning(text: str) -> str:
     """A reply as it goes back into the context: a finished reasoning block is left out (as chat templates do)."""
     split = split_reasoning(text)
     return split.answer if split.has_thinking and split.closed else text
+
+
+def without_partial_claim(message: str) -> str:
+    """A backend's error without its promise that "the partial reply is kept", for a reply that kept nothing."""
+    return message.replace("the partial reply is kept; ", "").replace("; the partial reply is kept", "")
 
 
 def with_thinking_counts(
@@ -116,6 +122,12 @@ class Turn:
     origins: tuple[bool, ...] | None = None
     cancelled: bool = False
     message_id: int | None = None  # its row in the store, when the session saves
+    # Which characters came from accepted drafts (draft colouring), as (text, from_draft) runs.
+    runs: tuple[OriginRun, ...] | None = None
+    interrupted: bool = False  # a stored reply whose process ended mid-stream (it has no stats)
+    error: str = ""  # a stored reply that failed: why
+    # A stored reply's (preset, K, temperature) as it started: all that is known of an interrupted one.
+    started: tuple[str | None, int | None, float | None] | None = None
 
 
 class ChatSession(SessionHistory):
@@ -133,7 +145,11 @@ class ChatSession(SessionHistory):
         self.settings = settings
         self.backend = backend
         self.backend_reason = "given" if backend is not None else ""
-        self.presets = presets if presets is not None else load_presets(presets_dir())
+        # A bad user preset file is left out (name -> its one-line problem), the others load: the UI says so.
+        self.skipped_presets: dict[str, str] = {}
+        self.presets = (
+            presets if presets is not None else load_presets(presets_dir(), skipped=self.skipped_presets)
+        )
         self.mode = "auto"
         self.set_mode(settings.preset)
         self.overrides: dict[str, Any] = {}
@@ -179,6 +195,7 @@ class ChatSession(SessionHistory):
             self.backend.load(progress)
             self._info = self.backend.info
             self.check_regressions()
+            self._recount_context()  # a chat opened before the model was ready (--resume)
         except user_error_types() as exc:
             raise SpecchatError(self._where_model_came_from() + str(exc)) from exc
         except MemoryError as exc:
@@ -264,6 +281,8 @@ class ChatSession(SessionHistory):
 
     def set_mode(self, name: str) -> None:
         if name != "auto" and name not in self.presets:
+            if name in self.skipped_presets:
+                raise SpecchatError(f"preset {name!r} was skipped: {self.skipped_presets[name]}")
             known = ", ".join(["auto", *self.presets])
             raise SpecchatError(f"unknown preset {name!r} (known: {known})")
         self.mode = name
@@ -486,6 +505,7 @@ class ChatSession(SessionHistory):
         reply_id = self._record_reply_started(started)
         token_ids: list[int] = []
         origins: list[bool] = []
+        runs: list[OriginRun] = []
         pieces: list[str] = []
         # Per chunk: (where its text starts in the reply, tokens, drafted, accepted), to count reasoning apart.
         marks: list[tuple[int, int, int, int]] = []
@@ -499,6 +519,7 @@ class ChatSession(SessionHistory):
                     accounting.add(event)
                     token_ids.extend(event.token_ids)
                     origins.extend(event.origins)
+                    merge_runs(runs, split_chunk_by_origin(event, self.backend.decode))
                     pieces.append(event.text)
                     marks.append((chars, event.n_tokens, event.drafted, event.accepted))
                     chars += len(event.text)
@@ -509,6 +530,11 @@ class ChatSession(SessionHistory):
                 else:
                     done = event
         except user_error_types() as exc:
+            if not pieces:
+                # Nothing arrived (a server gone before its first token): as for a reply stopped before it
+                # began, the message goes back to the user (a regenerated reply's old one stays).
+                self._discard_user(self._undo_turn(replaced))
+                return self._failed(without_partial_claim(str(exc)), "", on_event, reply_id, undone=True)
             return self._failed(str(exc), "".join(pieces), on_event, reply_id)
         except MemoryError:
             return self._failed(
@@ -521,6 +547,9 @@ class ChatSession(SessionHistory):
             self.active = None
         if done is None:  # a backend that ended without its Done: treat what came as complete
             done = Done("cancelled" if cancel.is_set() else "eos", prompt_tokens=len(prompt_ids))
+        if done.stop_reason == "max_new_tokens" and request.max_new_tokens < preset.max_new_tokens:
+            # The limit it ran into was the room left in the context, not the preset's reply length.
+            done = dataclasses.replace(done, stop_reason="context")
         reply_text = "".join(pieces)
         stats = accounting.finish(
             done,
@@ -546,8 +575,10 @@ class ChatSession(SessionHistory):
             if self.recorder is not None:
                 self.recorder.discard(reply_id)
         else:
-            self.turns.append(Turn("assistant", reply_text, stats, tuple(origins), cancelled, reply_id))
-            self._record_reply_end(reply_id, reply_text, stats)
+            self.turns.append(
+                Turn("assistant", reply_text, stats, tuple(origins), cancelled, reply_id, runs=tuple(runs))
+            )
+            self._record_reply_end(reply_id, reply_text, stats, encode_runs(runs))
         finished = ReplyFinished(reply_text, tuple(token_ids), tuple(origins), stats, cancelled)
         on_event(finished)
         return finished

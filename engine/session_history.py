@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 from engine.errors import SpecchatError
 from engine.events import MessageStats, ReplyStarted
 from engine.metrics import Regression, Summary, find_regressions, recent_average
+from engine.origins import decode_runs
 from engine.recording import ChatRecorder, stats_from_dict
-from engine.store import StoreError
+from engine.store import MessageRecord, StoreError
 
 if TYPE_CHECKING:
     from engine.config import Settings
@@ -21,11 +22,23 @@ if TYPE_CHECKING:
     from engine.session import Turn
 
 
-def _turn(role: str, text: str, stats: MessageStats | None, stop_reason: str | None, message_id: int) -> Turn:
+def _turn(record: MessageRecord) -> Turn:
+    """A stored message as a turn of the conversation, with what the UI needs to show it as it was."""
     from engine.session import Turn  # the session module imports this one
 
-    cancelled = role == "assistant" and stop_reason in (None, "cancelled", "error")
-    return Turn(role, text, stats, cancelled=cancelled, message_id=message_id)
+    stop_reason = record.stop_reason
+    assistant = record.role == "assistant"
+    return Turn(
+        record.role,
+        record.text,
+        stats_from_dict(record.stats),
+        cancelled=assistant and stop_reason in (None, "cancelled", "error"),
+        message_id=record.id,
+        runs=tuple(decode_runs(record.text, record.origins) or ()) or None,
+        interrupted=record.interrupted,
+        error=record.error or "",
+        started=(record.preset, record.k, record.temperature) if assistant else None,
+    )
 
 
 class SessionHistory:
@@ -41,6 +54,8 @@ class SessionHistory:
     regressions: list[Regression]
 
     def new_chat(self) -> None: ...  # ChatSession's: clears the turns, and the recorder's open chat
+
+    def _recount_context(self) -> None: ...  # ChatSession's: context_used for the turns as they stand
 
     # --- saving (the store and the metrics log; nothing here when the session does not save) -----------------
 
@@ -64,10 +79,12 @@ class SessionHistory:
             self.turns[-1].message_id, started.preset, started.num_draft_tokens, started.temperature
         )
 
-    def _record_reply_end(self, reply_id: int | None, text: str, stats: MessageStats) -> None:
+    def _record_reply_end(
+        self, reply_id: int | None, text: str, stats: MessageStats, origins: list[int] | None = None
+    ) -> None:
         if self.recorder is None:
             return
-        self.recorder.reply_ended(reply_id, text, stats.stop_reason, stats)
+        self.recorder.reply_ended(reply_id, text, stats.stop_reason, stats, origins=origins)
         if stats.stop_reason != "cancelled" and self._info is not None:
             self.recorder.log_reply(stats, self._info, self.model_dir, reply_id)
             self.check_regressions()
@@ -86,13 +103,11 @@ class SessionHistory:
             raise SpecchatError(str(exc)) from exc
         self.new_chat()
         self.recorder.chat_id = chat_id
-        self.turns = [
-            _turn(r.role, r.text, stats_from_dict(r.stats), r.stop_reason, r.id)
-            for r in records
-            if r.role in ("user", "assistant")
-        ]
-        # The status bar shows the last reply's figures, as it did when the chat was left.
+        self.turns = [_turn(r) for r in records if r.role in ("user", "assistant")]
+        # The status bar shows the last reply's figures, as it did when the chat was left, and the context
+        # this chat fills now (measured again at load when the model is not ready yet).
         self.last_stats = next((t.stats for t in reversed(self.turns) if t.stats is not None), None)
+        self._recount_context()
         return self.turns
 
     @property
@@ -163,9 +178,10 @@ class SessionHistory:
             return None
         assert self.recorder is not None and self.turns[-1].message_id is not None
         record = self.recorder.variants(self.turns[-1].message_id)[target - 1]
-        turn = _turn("assistant", record.text, stats_from_dict(record.stats), record.stop_reason, record.id)
+        turn = _turn(record)
         self.turns[-1] = turn
         self.last_stats = turn.stats
+        self._recount_context()
         return turn
 
     # --- the metrics log, for the UI -------------------------------------------------------------------------
@@ -176,11 +192,14 @@ class SessionHistory:
             self.regressions = find_regressions(self.recorder.recent_metrics())
         return self.regressions
 
-    def recent_average(self, preset: str) -> Summary | None:
-        """The preset's last 20 logged replies, summarized (the inspector shows a reply beside it)."""
+    def recent_average(
+        self, preset: str, model: str | None = None, backend: str | None = None
+    ) -> Summary | None:
+        """The preset's last 20 logged replies (on `model` and `backend` where given), summarized: the inspector
+        shows a reply beside it, so the average must come from the same model and engine."""
         if self.recorder is None:
             return None
-        return recent_average(self.recorder.recent_metrics(), preset)
+        return recent_average(self.recorder.recent_metrics(), preset, model=model, backend=backend)
 
     def metrics_rows(self) -> list[dict[str, Any]]:
         return self.recorder.recent_metrics() if self.recorder is not None else []

@@ -33,7 +33,7 @@ import orjson
 T = TypeVar("T")
 
 DB_NAME = "specchat.db"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 5000
 # SQLite gives up without waiting in some lock races (two processes switching a new file to WAL at once, a
 # reader upgrading to a writer): such "database is locked" errors are retried, with back-off, up to this long.
@@ -71,6 +71,11 @@ MIGRATIONS: dict[int, str] = {
     CREATE INDEX messages_by_chat ON messages(chat_id, id);
     CREATE INDEX messages_by_parent ON messages(parent_id);
     CREATE INDEX chats_by_updated ON chats(updated_at);
+    """,
+    # Which characters of a reply came from accepted drafts (engine.origins.encode_runs, JSON), so draft
+    # colouring survives reopening a chat.
+    2: """
+    ALTER TABLE messages ADD COLUMN origins TEXT;
     """,
 }
 
@@ -118,6 +123,7 @@ class MessageRecord:
     stop_reason: str | None = None  # None while streaming (or when the process died mid-reply)
     error: str | None = None
     stats: dict[str, Any] | None = field(default=None)
+    origins: list[int] | None = field(default=None, repr=False)  # engine.origins.encode_runs of the text
 
     @property
     def interrupted(self) -> bool:
@@ -483,8 +489,9 @@ class Store:
         stop_reason: str | None = None,
         error: str | None = None,
         stats: dict[str, Any] | None = None,
+        origins: list[int] | None = None,
     ) -> None:
-        """Rewrite a reply's text (streaming); with `stop_reason` it is final (stats and error too)."""
+        """Rewrite a reply's text (streaming); with `stop_reason` it is final (stats, error, origins too)."""
         now = time.time()
 
         def work(con: sqlite3.Connection) -> None:
@@ -494,14 +501,15 @@ class Store:
                 )
             else:
                 con.execute(
-                    "UPDATE messages SET text = ?, updated_at = ?, stop_reason = ?, error = ?, stats = ? "
-                    "WHERE id = ?",
+                    "UPDATE messages SET text = ?, updated_at = ?, stop_reason = ?, error = ?, stats = ?, "
+                    "origins = ? WHERE id = ?",
                     (
                         text,
                         now,
                         stop_reason,
                         error,
                         orjson.dumps(stats).decode() if stats is not None else None,
+                        orjson.dumps(origins).decode() if origins else None,
                         message_id,
                     ),
                 )
@@ -635,7 +643,14 @@ def _has_table(con: sqlite3.Connection, name: str) -> bool:
 def _message(row: sqlite3.Row) -> MessageRecord:
     data = dict(row)
     stats = data.pop("stats")
-    return MessageRecord(**data, stats=orjson.loads(stats) if stats else None)
+    origins = data.pop("origins", None)
+    try:
+        runs = orjson.loads(origins) if origins else None
+    except orjson.JSONDecodeError:
+        runs = None  # only colouring is lost
+    return MessageRecord(
+        **data, stats=orjson.loads(stats) if stats else None, origins=runs if isinstance(runs, list) else None
+    )
 
 
 # --- export ------------------------------------------------------------------------------------------------
@@ -644,7 +659,11 @@ def _message(row: sqlite3.Row) -> MessageRecord:
 def export_json(chat: ChatRecord, messages: list[MessageRecord]) -> bytes:
     from dataclasses import asdict
 
-    record = {"chat": asdict(chat), "messages": [asdict(m) for m in messages]}
+    # Origins are the app's colouring data, not part of the conversation.
+    record = {
+        "chat": asdict(chat),
+        "messages": [{k: v for k, v in asdict(m).items() if k != "origins"} for m in messages],
+    }
     return orjson.dumps(record, option=orjson.OPT_INDENT_2) + b"\n"
 
 

@@ -257,3 +257,29 @@ def test_update_chat_records_a_new_model_draft_and_system_prompt(tmp_path: Path)
     assert again.chat(chat).system_prompt is None
     with pytest.raises(ValueError, match="not a chat setting: title"):
         again.update_chat(chat, title="x")
+
+
+def test_a_version_1_file_gains_the_origins_column_and_keeps_its_messages(tmp_path):
+    import sqlite3
+
+    from engine.origins import decode_runs, encode_runs
+    from engine.store import MIGRATIONS
+
+    con = sqlite3.connect(tmp_path / DB_NAME)
+    con.executescript(MIGRATIONS[1])
+    con.execute("INSERT INTO chats (title, created_at, updated_at) VALUES ('old', 1, 1)")
+    con.execute(
+        "INSERT INTO messages (chat_id, role, text, created_at, updated_at, stop_reason) "
+        "VALUES (1, 'assistant', 'hello there', 1, 1, 'eos')"
+    )
+    con.execute("PRAGMA user_version = 1")
+    con.commit()
+    con.close()
+    store = Store.open(tmp_path)
+    [message] = store.conversation(1)
+    assert message.text == "hello there" and message.origins is None
+    runs = [("hello", True), (" there", False)]
+    store.update_message(message.id, "hello there", stop_reason="eos", origins=encode_runs(runs))
+    [message] = store.conversation(1)
+    assert decode_runs(message.text, message.origins) == runs
+    assert "origins" not in export_json(store.chat(1), [message]).decode()

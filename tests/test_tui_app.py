@@ -210,9 +210,9 @@ async def test_select_reply_with_keys_and_mouse_then_inspect():
         assert app.focused is second
         await pilot.press("alt+up")
         assert app.focused is first
-        await pilot.press("c")
+        await pilot.press("ctrl+y")
         assert app.clipboard == "alpha"
-        await pilot.press("i")
+        await pilot.press("enter")
         assert isinstance(app.screen, InspectorScreen)
         assert app.screen.stats is first.stats
         await pilot.press("escape")

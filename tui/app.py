@@ -26,9 +26,8 @@ from engine.backends.base import Backend
 from engine.config import ConfigError, Settings, save_setting
 from engine.errors import SpecchatError
 from engine.events import Chunk, ContextTrimmed, ReplyFailed, ReplyFinished, ReplyStarted
-from engine.presets import load_presets
 from engine.session import ChatSession
-from tui.formatting import k_label, preset_label
+from tui.formatting import interrupted_line, k_label, preset_label
 from tui.keymap import APP_KEYS, bindings, check_keymap, key_for
 from tui.screens.error import ErrorScreen
 from tui.screens.help import HelpScreen
@@ -156,9 +155,8 @@ class SpecchatApp(App[None]):
         self.open_chat_id = open_chat  # a stored chat to continue (--resume, --chat ID)
         self.settings = settings
         if session is None:
-            # A broken config or preset file still opens the app (built-in presets), to show what is wrong.
-            presets = load_presets(None) if startup_error else None
-            session = ChatSession(settings, backend=backend, presets=presets)
+            # A bad preset file is skipped (the session says which), the others load.
+            session = ChatSession(settings, backend=backend)
         self.session = session
         self.load_on_mount = load_on_mount
         self.startup_error = startup_error
@@ -180,6 +178,7 @@ class SpecchatApp(App[None]):
         # The reply a regenerate is replacing: hidden while the new one streams, shown again if that one ends empty.
         self._replaced: ReplyMessage | None = None
         self._state_before_reload = "ready"  # what a failed reload of the model returns to
+        self._footer_state: tuple[bool, bool, bool] | None = None
         # Timestamps for the UI benchmark: when the final text of the last reply was on screen.
         self.last_reply_rendered_at: float | None = None
         self.last_reply_last_chunk_t: float | None = None
@@ -203,17 +202,17 @@ class SpecchatApp(App[None]):
         self.query_one(PromptInput).focus()
         self.set_interval(STATUS_INTERVAL_S, self._tick)
         self.refresh_status()
-        if self.startup_error:
-            # A broken config file: say so, and load the model on the defaults all the same.
-            self.push_screen(
-                ErrorScreen(
-                    "The configuration has a problem", f"{self.startup_error} (opened on the defaults)"
-                )
+        for problem in self.session.skipped_presets.values():
+            self.notify(
+                f"{problem} (the file is skipped)", title="Preset skipped", severity="warning", timeout=15
             )
+        if self.startup_error:
+            # A broken config file: say so, and load the model all the same (the bad part left out).
+            self.push_screen(ErrorScreen("The configuration has a problem", self.startup_error))
         if self.load_on_mount:
             self.start_loading()
-        elif self.startup_error:
-            self._set_banner(self._config_banner(), error=True)
+        elif self._startup_banner() is not None:
+            self._set_banner(self._startup_banner(), error=True)
         if self.open_chat_id is not None:
             self.call_later(self.show_chat, self.open_chat_id)
 
@@ -254,6 +253,15 @@ class SpecchatApp(App[None]):
             return
         state = {"loading": "loading", "failed": "failed"}.get(self.state, "ready")
         self.status_bar.show(collect_status(self.session, state, self.state_message))
+        # What check_action answers for the footer's keys: refresh them only when it changes.
+        footer_state = (
+            self.generating,
+            self._queued is not None,
+            any(t.role == "assistant" for t in self.session.turns),
+        )
+        if footer_state != self._footer_state:
+            self._footer_state = footer_state
+            self.refresh_bindings()
 
     # --- loading ---------------------------------------------------------------------------------------------
 
@@ -314,9 +322,7 @@ class SpecchatApp(App[None]):
         if self.state == "failed":
             self._set_banner(Text.assemble(("✖ The model did not load: ", "bold red"), message), error=True)
         else:
-            self._set_banner(
-                self._config_banner() if self.startup_error else None, error=bool(self.startup_error)
-            )
+            self._set_banner(self._startup_banner(), error=self._startup_banner() is not None)
         loaded = self.session.info.model if self.session.info is not None else None
         still = f" · still on {loaded}" if loaded and self.state != "failed" else ""
         self.notify(f"{message}{still}", title="The model was not changed", severity="error", timeout=15)
@@ -335,19 +341,21 @@ class SpecchatApp(App[None]):
         self._set_banner(Text.assemble(("◌ Loading the model: ", "bold"), self.state_message))
         self.refresh_status()
 
-    def _config_banner(self) -> Text:
-        return Text.assemble(
-            ("✖ The configuration has a problem: ", "bold red"),
-            self.startup_error or "",
-            " (opened on the defaults)",
-        )
+    def _startup_banner(self) -> Text | None:
+        """What stays above the chat after loading: a config problem, and each preset file that was skipped."""
+        lines: list[Text] = []
+        if self.startup_error:
+            lines.append(
+                Text.assemble(("✖ The configuration has a problem: ", "bold red"), self.startup_error)
+            )
+        for problem in self.session.skipped_presets.values():
+            lines.append(Text.assemble(("⚠ Preset file skipped: ", "bold yellow"), problem))
+        return Text("\n").join(lines) if lines else None
 
     async def _loaded(self, info: Any, reloaded: bool = False) -> None:
         self.state = "ready"
         self.state_message = ""
-        self._set_banner(
-            self._config_banner() if self.startup_error else None, error=bool(self.startup_error)
-        )
+        self._set_banner(self._startup_banner(), error=self._startup_banner() is not None)
         notes = f" ({'; '.join(info.notes)})" if getattr(info, "notes", ()) else ""
         if reloaded:  # short: the chat is on screen under the toast
             draft = info.draft_model or info.draft_mode
@@ -561,8 +569,12 @@ class SpecchatApp(App[None]):
             return True
         if action != "quit" and isinstance(self.screen, ModalScreen):
             return False
+        # The footer shows what a key does now: stop while a reply streams (or a message waits), regenerate
+        # once there is a reply and none is streaming.
         if action == "cancel_reply":
             return self.generating or self._queued is not None
+        if action == "regenerate":
+            return not self.generating and any(t.role == "assistant" for t in self.session.turns)
         return True
 
     def action_use_preset(self, name: str) -> None:
@@ -753,7 +765,8 @@ class SpecchatApp(App[None]):
         if reply is None or reply.stats is None:
             self.notify("No finished reply to inspect yet.", severity="warning")
             return
-        recent = self.session.recent_average(reply.stats.preset)
+        stats = reply.stats
+        recent = self.session.recent_average(stats.preset, model=stats.model, backend=stats.backend)
         self.push_screen(InspectorScreen(reply.stats, reply.cancelled, recent))
 
     def action_select_reply(self, step: int) -> None:
@@ -770,6 +783,20 @@ class SpecchatApp(App[None]):
 
     def action_focus_prompt(self) -> None:
         self.prompt.focus()
+
+    @on(ReplyMessage.TypedAhead)
+    def _typed_ahead(self, event: ReplyMessage.TypedAhead) -> None:
+        """A key typed on a selected reply: into the prompt, which takes over from there."""
+        prompt = self.prompt
+        prompt.focus()
+        prompt.insert(event.character)
+
+    def action_scroll_chat(self, step: int) -> None:
+        """Page the conversation from wherever focus is (the prompt pages its own lines otherwise)."""
+        if step < 0:
+            self.chat_log.scroll_page_up(animate=False)
+        else:
+            self.chat_log.scroll_page_down(animate=False)
 
     def action_toggle_highlight(self) -> None:
         self.highlight_drafts = not self.highlight_drafts
@@ -806,13 +833,30 @@ class SpecchatApp(App[None]):
             if turn.role == "user":
                 await self.chat_log.mount(UserMessage(turn.content))
             else:
-                reply = ReplyMessage(highlight=self.highlight_drafts)
-                await self.chat_log.mount(reply)
-                await reply.finish(turn.content, turn.stats, cancelled=turn.cancelled)
-                self._restore_header(reply)
+                await self._mount_stored_reply(turn)
         self.chat_log.anchor()
         self.prompt.focus()
         self.refresh_status()
+
+    async def _mount_stored_reply(self, turn: Any) -> ReplyMessage:
+        """A stored reply as it looked when it ended: draft colours, stats line (or why it has none), header."""
+        reply = ReplyMessage(highlight=self.highlight_drafts)
+        await self.chat_log.mount(reply)
+        note = ""
+        if turn.interrupted:
+            preset, k, temperature = turn.started or (None, None, None)
+            note = interrupted_line(preset, k, temperature, turn.content)
+            reply.set_header(f"{preset or ''} · interrupted".lstrip(" ·"))
+        await reply.finish(
+            turn.content,
+            turn.stats,
+            cancelled=turn.cancelled,
+            error=turn.error,
+            runs=turn.runs,
+            note=note,
+        )
+        self._restore_header(reply)
+        return reply
 
     @staticmethod
     def _restore_header(reply: ReplyMessage) -> None:
@@ -858,10 +902,7 @@ class SpecchatApp(App[None]):
         replies = self.chat_log.replies()
         if replies:
             await replies[-1].remove()
-        reply = ReplyMessage(highlight=self.highlight_drafts)
-        await self.chat_log.mount(reply)
-        await reply.finish(turn.content, turn.stats, cancelled=turn.cancelled)
-        self._restore_header(reply)
+        reply = await self._mount_stored_reply(turn)
         self._label_variant(reply)
         self.chat_log.anchor()
         self.refresh_status()

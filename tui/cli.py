@@ -28,8 +28,9 @@ keys in the chat (binding id in brackets; remap under [keymap] in config.toml, e
   ctrl+y / ctrl+b   copy the reply / its last code block [reply.copy] [reply.copy_code]
   ctrl+s            statistics inspector of the selected reply [reply.inspect]
   alt+up / alt+down select a reply, or click it [reply.previous] [reply.next]
-  on a reply        i or enter: stats, c: copy, b: copy code, ?: help
+  on a reply        enter: stats, ctrl+y: copy, ctrl+b: copy code, f5: help; typing goes to the prompt
                     [message.inspect] [message.copy] [message.copy_code] [message.help]
+  pageup/pagedown   scroll the chat from the prompt (shift+pageup/pagedown too) [chat.page_up] [chat.page_down]
   f6                colour text the draft got right [view.draft_highlight]
   f5                help [help.show]     ctrl+l  back to the prompt [prompt.focus]
   ctrl+n            new chat; the last one stays in the history [chat.new]  ctrl+q  quit [app.quit]

@@ -80,6 +80,25 @@ def stats_line(stats: MessageStats, cancelled: bool = False) -> str:
         parts.append("cancelled")
     elif stats.stop_reason == "max_new_tokens":
         parts.append("truncated (max_new_tokens)")
+    elif stats.stop_reason == "context":
+        parts.append("stopped: context full")
+    return " · ".join(parts)
+
+
+INTERRUPTED = "interrupted (specchat quit mid-reply)"
+
+
+def interrupted_line(preset: str | None, k: int | None, temperature: float | None, text: str = "") -> str:
+    """The line under a reply whose process ended mid-stream: what is known of it (no speed, no acceptance)."""
+    parts = [INTERRUPTED]
+    if text:
+        parts.append(f"{len(text.split())} words kept")
+    if k:
+        parts.append(f"K {k}")
+    if temperature is not None:
+        parts.append(f"T {temperature:.2f}")
+    if preset:
+        parts.append(preset)
     return " · ".join(parts)
 
 
@@ -94,5 +113,5 @@ def stored_stats_line(message) -> str:
     if message.error:
         line = f"failed: {message.error}" + (f" · {line}" if line else "")
     elif message.interrupted:
-        line = "interrupted (specchat quit mid-reply)"
+        line = INTERRUPTED
     return line

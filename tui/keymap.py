@@ -56,18 +56,29 @@ APP_KEYS: tuple[KeySpec, ...] = (
     KeySpec("reply.previous", "alt+up", "select_reply(-1)", "previous reply", show=False, priority=True),
     KeySpec("reply.next", "alt+down", "select_reply(1)", "next reply", show=False, priority=True),
     KeySpec("prompt.focus", "ctrl+l", "focus_prompt", "prompt", show=False, priority=True),
+    # Priority: the prompt (a TextArea) would page its own few lines; these page the conversation above it.
+    KeySpec("chat.page_up", "pageup,shift+pageup", "scroll_chat(-1)", "scroll up", show=False, priority=True),
+    KeySpec(
+        "chat.page_down",
+        "pagedown,shift+pagedown",
+        "scroll_chat(1)",
+        "scroll down",
+        show=False,
+        priority=True,
+    ),
     KeySpec("chat.new", "ctrl+n", "new_chat", "new chat", show=False, priority=True),
     KeySpec("chat.history", "ctrl+h,f7", "show_history", "history", show=False, priority=True),
     KeySpec("settings.open", "f12", "show_settings", "settings", show=False, priority=True),
     KeySpec("app.quit", "ctrl+q", "quit", "quit", priority=True),
 )
 
-# Keys of a focused reply in the chat log (no modifier needed: the prompt is not focused then).
+# Keys of a focused reply in the chat log. None is a printable key: typing with a reply selected goes to the
+# prompt (a question that starts with "c" must not copy the reply), so these are enter and the app's own keys.
 MESSAGE_KEYS: tuple[KeySpec, ...] = (
-    KeySpec("message.inspect", "i,enter", "inspect", "stats"),
-    KeySpec("message.copy", "c", "copy", "copy"),
-    KeySpec("message.copy_code", "b", "copy_code", "copy code"),
-    KeySpec("message.help", "question_mark", "app.show_help", "help", show=False),
+    KeySpec("message.inspect", "enter", "inspect", "stats"),
+    KeySpec("message.copy", "ctrl+y", "copy", "copy"),
+    KeySpec("message.copy_code", "ctrl+b", "copy_code", "copy code"),
+    KeySpec("message.help", "f5", "app.show_help", "help", show=False),
 )
 
 
@@ -171,6 +182,11 @@ def key_display(keys: str) -> str:
         *modifiers, base = key.strip().split("+")
         shown.append("+".join([*modifiers, base if base in WORD_KEYS else format_key(base)]))
     return " / ".join(shown)
+
+
+def bound_keys(specs: tuple[KeySpec, ...], keymap: Mapping[str, str]) -> set[str]:
+    """Every key `specs` are on once the user's keymap is applied, in Textual's key names ('c', 'question_mark')."""
+    return {key for spec in specs for key in _keys_of(keymap.get(spec.id, spec.key))}
 
 
 def key_for(binding_id: str, keymap: Mapping[str, str]) -> str:

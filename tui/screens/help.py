@@ -39,12 +39,16 @@ LONG_NAMES = {
     "reply.next": "select the next reply",
     "prompt.focus": "back to the prompt",
     "chat.new": "new chat",
+    "chat.page_up": "scroll the chat up a page",
+    "chat.page_down": "scroll the chat down a page",
     "app.quit": "quit",
     "message.inspect": "on a selected reply: statistics",
     "message.copy": "on a selected reply: copy it",
     "message.copy_code": "on a selected reply: copy its last code block",
     "message.help": "on a selected reply: this help",
 }
+# Printable keys are never a reply's: typed with a reply selected they go to the prompt (a line says so).
+TYPING_NOTE = ("a–z, 0–9 …", "on a selected reply: typed into the prompt", "")
 
 
 def keys_table(keymap: Mapping[str, str]) -> Table:
@@ -58,6 +62,7 @@ def keys_table(keymap: Mapping[str, str]) -> Table:
         table.add_row(
             key_display(key_for(spec.id, keymap)), LONG_NAMES.get(spec.id, spec.description), spec.id
         )
+    table.add_row(*TYPING_NOTE)
     return table
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from markdown_it import MarkdownIt
 from markdown_it.rules_core import StateCore
 from rich.text import Text
+from textual import events
 from textual.containers import Vertical
 from textual.content import Content, Span
 from textual.message import Message
@@ -29,7 +30,7 @@ from textual.widgets.markdown import MarkdownBlock
 from engine.events import MessageStats
 from engine.reasoning import split_reasoning
 from tui.formatting import stats_line
-from tui.keymap import MESSAGE_KEYS, bindings
+from tui.keymap import MESSAGE_KEYS, bindings, bound_keys
 from tui.streaming import OriginRun, merge_runs
 
 if TYPE_CHECKING:
@@ -153,6 +154,14 @@ class ReplyMessage(Vertical, can_focus=True):
             super().__init__()
             self.reply = reply
 
+    class TypedAhead(Message):
+        """A printable key pressed while this reply was selected: it belongs in the prompt."""
+
+        def __init__(self, reply: ReplyMessage, character: str) -> None:
+            super().__init__()
+            self.reply = reply
+            self.character = character
+
     class CopyRequested(Message):
         def __init__(self, reply: ReplyMessage, code_only: bool) -> None:
             super().__init__()
@@ -250,14 +259,26 @@ class ReplyMessage(Vertical, can_focus=True):
         self._written[view] = wanted
 
     async def finish(
-        self, text: str, stats: MessageStats | None, *, cancelled: bool = False, error: str = ""
+        self,
+        text: str,
+        stats: MessageStats | None,
+        *,
+        cancelled: bool = False,
+        error: str = "",
+        runs: tuple[OriginRun, ...] | None = None,
+        note: str = "",
     ) -> None:
-        """The reply ended: stop streaming and render the final text once in full."""
+        """The reply ended: stop streaming and render the final text once in full.
+
+        `runs` (a stored reply's origins) colour it as it was coloured when it streamed; `note` is the line
+        under a reply without stats (one interrupted mid-stream)."""
         self.streaming = False
         for stream in (self._stream, self._thinking_stream):
             if stream is not None:
                 await stream.stop()  # appends whatever is still queued
         self._stream = self._thinking_stream = None
+        if runs and "".join(t for t, _ in runs) == text:
+            self.runs, self.text = list(runs), text
         if text != self.text:
             # The final text wins (e.g. a failed reply's partial text); keep colours for what we saw.
             if text.startswith(self.text):
@@ -279,7 +300,9 @@ class ReplyMessage(Vertical, can_focus=True):
         self._written = {"answer": split.answer, "thinking": split.thinking}
         if self.highlight:
             self.paint_drafts()
-        line = stats_line(stats, cancelled) if stats is not None else ""
+        line = stats_line(stats, cancelled) if stats is not None else note
+        if note and stats is None:
+            self.add_class("interrupted")
         if error:
             line = Text.assemble(("✖ " + error, "bold red"), ("  " + line if line else "", "dim"))
             self.add_class("failed")
@@ -339,6 +362,17 @@ class ReplyMessage(Vertical, can_focus=True):
             if coloured is not current:
                 block.set_content(coloured)
             self._painted[block] = (original, coloured)
+
+    def on_key(self, event: events.Key) -> None:
+        # Typing is for the prompt: a printable key (unless the user's keymap gave it to a reply) goes there,
+        # before the reply's bindings could take it.
+        if not event.is_printable or not event.character:
+            return
+        if event.key in bound_keys(MESSAGE_KEYS, getattr(self.app, "keymap", {})):
+            return
+        event.stop()
+        event.prevent_default()
+        self.post_message(self.TypedAhead(self, event.character))
 
     def action_inspect(self) -> None:
         self.post_message(self.InspectRequested(self))
