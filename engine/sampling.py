@@ -52,8 +52,9 @@ def filtered_candidates(
     """The sampling distribution of one position after temperature, top-k, top-p and min-p, sparse.
 
     Returns (token ids, probabilities) in descending probability, zeros dropped, summing to 1 (float32).
-    top-k and top-p keep a prefix of the tokens sorted by logit, so they are decided on the `CANDIDATE_POOL` most
-    likely ones (with the full vocabulary's normaliser); only a nucleus wider than the pool sorts everything.
+    top-k, top-p and min-p keep a prefix of the tokens sorted by logit, so they are decided on the `CANDIDATE_POOL`
+    most likely ones (with the full vocabulary's normaliser); only a nucleus, or a min-p set, wider than the pool
+    sorts everything.
     Same semantics as transformers' warpers: top-p keeps a token while the probability above it is < top_p.
     """
     logits = row.float() / temperature
@@ -81,6 +82,15 @@ def filtered_candidates(
         keep = int(((cumulative - probs) < settings.top_p).sum())
         ids, probs = ids[: max(keep, 1)], probs[: max(keep, 1)]
     if settings.min_p > 0.0:
+        if (
+            ids.shape[-1] == min(CANDIDATE_POOL, vocab) < vocab
+            and not (0 < settings.top_k < vocab)
+            and settings.top_p >= 1.0
+            and float(probs[-1]) >= settings.min_p * float(probs[0])
+        ):
+            # min-p keeps every pooled token, so it may keep tokens past the pool too: decide on the full row
+            values, ids = torch.sort(logits, descending=True)
+            probs = (values - normaliser).exp()
         keep = int((probs >= settings.min_p * probs[0]).sum())
         ids, probs = ids[: max(keep, 1)], probs[: max(keep, 1)]
     return ids, probs / probs.sum()

@@ -91,6 +91,22 @@ def test_a_nucleus_wider_than_the_candidate_pool_is_still_exact() -> None:
     assert torch.allclose(ours, theirs, atol=1e-6)
 
 
+def test_a_min_p_set_wider_than_the_candidate_pool_is_still_exact() -> None:
+    """min-p alone (top_p 1) on a flat row keeps thousands of tokens: not only the pool's 256."""
+    from engine.sampling import CANDIDATE_POOL
+
+    row = torch.linspace(0.0, 1.0, 8 * CANDIDATE_POOL)  # min_p 0.2 keeps the top ~80%: ~6.4x the pool
+    settings = SamplerSettings(temperature=1.0, min_p=0.2)
+    ours = filtered_probabilities(row, 1.0, settings).double()
+    theirs = _hf_probabilities(row, settings)
+    assert int((theirs > 0).sum()) > 4 * CANDIDATE_POOL
+    assert torch.equal(ours > 0, theirs > 0)
+    assert torch.allclose(ours, theirs, atol=1e-7)
+    # With top_p cutting inside the pool, min-p does not widen it again.
+    narrow = SamplerSettings(temperature=1.0, top_p=0.01, min_p=0.2)
+    assert torch.equal(filtered_probabilities(row, 1.0, narrow) > 0, _hf_probabilities(row, narrow) > 0)
+
+
 def test_repetition_penalty_matches_transformers() -> None:
     from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
 
