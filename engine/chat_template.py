@@ -25,6 +25,7 @@ END_OF_TURN_CANDIDATES = (
 )
 
 # Used where a folder carries no template at all (plain base models).
+FALLBACK_ROLES = ("user", "assistant", "system")
 FALLBACK_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] | capitalize }}: {{ message['content'] }}\n"
     "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
@@ -95,6 +96,13 @@ class ChatTemplate:
             )
         except TemplateError as exc:
             raise ChatTemplateError(f"the model's chat template failed: {exc}") from exc
+
+    def text_stops(self) -> tuple[str, ...]:
+        """Text that ends a reply where no token does: the fallback template's own role markers. A base model
+        under it goes on to write the next "User:" turn itself; the reply stops where that begins."""
+        if self.from_model:
+            return ()
+        return tuple(f"\n{role.capitalize()}:" for role in FALLBACK_ROLES)
 
     def stop_strings(self) -> list[str]:
         """Token strings that end a reply: EOS and the template's end-of-turn token."""

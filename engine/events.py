@@ -12,7 +12,10 @@ from typing import Any, Literal
 
 # "server": a remote server drafts by its own settings (its kind is not known to the client).
 DraftMode = Literal["none", "ngram", "model", "server"]
-StopReason = Literal["eos", "end_of_turn", "max_new_tokens", "cancelled", "stop_string", "context"]
+# "repetition": the reply kept repeating one span and was stopped (engine/round_loop.RepetitionGuard).
+StopReason = Literal[
+    "eos", "end_of_turn", "max_new_tokens", "cancelled", "stop_string", "context", "repetition"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,8 @@ class Done:
     round_cost: float | None = None
     # A remote server's own figures for the reply; when set they replace the client's chunk counts.
     server: ServerStats | None = None
+    # What the backend did differently in this reply and why, one line each (a loop stopped, threads dropped).
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +128,8 @@ class MessageStats:
     unavailable: dict[str, str] = field(default_factory=dict)
     # The server fixes K (the preset's K was not sent): shown as "K server", num_draft_tokens is 0.
     k_by_server: bool = False
+    # The backend's notes on this reply (Done.notes): shown in the inspector and the stats line.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def thinking_acceptance_rate(self) -> float | None:

@@ -220,6 +220,7 @@ class AcceptanceAccounting:
             cache_mode=cache_mode,
             k_mode=k_mode,
             k_per_round=list(self.k_per_round),
+            notes=list(done.notes),
         )
 
 

@@ -223,8 +223,8 @@ def test_the_kernel_probe_notices_single_token_kernels_that_round_differently(gg
         target = backend.target
         real_decode = target.decode
 
-        def nudged(tokens, outputs, timed=False):  # a single-token kernel one ulp off in one logit
-            logits = real_decode(tokens, outputs, timed)
+        def nudged(tokens, outputs, timed=False, pad=None):  # a single-token kernel one ulp off in one logit
+            logits = real_decode(tokens, outputs, timed, pad)
             if len(tokens) == 1 and logits is not None:
                 logits[0, 100] = np.nextafter(logits[0, 100], np.inf)
             return logits

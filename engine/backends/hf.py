@@ -1,10 +1,11 @@
 """transformers + torch backend: runs anywhere (CPU by default), with exact speculative decoding.
 
-One round: a drafter (n-gram lookup, a draft model, or none) proposes k tokens; the target scores the last
-token plus the k drafts in one forward pass over its KV cache and samples every position with the message's
-own sampler; drafts are accepted while they equal the target's sample, the first mismatch ends the round with
-the target's token (or, all accepted, the bonus token after the last draft). So a round emits accepted + 1
-tokens, and the text is exactly what the target alone would sample.
+The round loop is `engine.round_loop` (shared with llama.cpp): a drafter (n-gram lookup, a draft model, or none)
+proposes k tokens; the target scores the last token plus the k drafts in one forward pass over its KV cache
+(`ModelState.score`) and samples every position with the message's own sampler; drafts are accepted while they
+equal the target's sample, the first mismatch ends the round with the target's token. This module supplies the
+models, their caches (`engine.kv_cache`) and the row-invariant kernels (`hf_kernels`) that make a verify pass
+give each row the bits a one-row step gives.
 
 Sampling uses one uniform number per reply position, drawn up front from a generator seeded by the request,
 and inverse-CDF sampling. A token's value therefore depends only on its position and the tokens before it, not
@@ -14,7 +15,6 @@ on how rounds were cut: with a seed, speculative and plain decoding give the sam
 from __future__ import annotations
 
 import inspect
-import random
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -27,10 +27,10 @@ from engine.backends import hf_kernels
 from engine.backends.base import BackendError, GenerationRequest, ProgressCallback, resolve_cache_mode
 from engine.chat_template import ChatTemplate, ChatTemplateError
 from engine.compat import VocabView, check_draft_compatible, special_token_ids
-from engine.drafting import AdaptiveK, NgramDrafter, VerifyCostModel, round_cost, round_limit
-from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
+from engine.drafting import MAX_DRAFT_LENGTH, AdaptiveK, VerifyCostModel
+from engine.events import BackendInfo, Chunk, Done, DraftMode
 from engine.kv_cache import SpecCache
-from engine.sampling import choose_tokens, count_accepted, reply_uniforms
+from engine.round_loop import LoopSetup, common_prefix, run_reply
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
@@ -65,7 +65,7 @@ class IncrementalDetokenizer:
             return ""
         if len(text) <= len(sent) or not text.startswith(sent):
             # nothing new, or the window re-spelled what was sent: send only what is past the shared part
-            shared = _common_prefix(sent, text)
+            shared = common_prefix(sent, text)
             delta = text[shared:] if len(text) > shared else ""
         else:
             delta = text[len(sent) :]
@@ -76,14 +76,6 @@ class IncrementalDetokenizer:
 
 
 # --- model state -------------------------------------------------------------------------------------------
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 @dataclass
@@ -107,6 +99,11 @@ class ModelState:
     # Attention reads the cache buffers itself (rowlin.c): row-invariant in one call per layer, and under q8
     # straight from the int8 bytes, not a dequantized copy of the whole history.
     fused_attention: bool = False
+    # A draft model's one-token steps are timed into the target's cost model (set per reply).
+    draft_costs: VerifyCostModel | None = None
+    # False where the cache cannot drop a tail (transformers' own cache for some architectures): crop re-prefills
+    # and the round loop does not draft (every rejected draft would cost a prefill).
+    can_crop: bool = True
 
     def new_cache(self) -> None:
         if self.cache_mode in NATIVE_CACHE_MODES:
@@ -118,12 +115,23 @@ class ModelState:
         self.ids = []
 
     def crop(self, length: int) -> None:
+        """Keep exactly the first `length` cached positions. transformers' own cache (an architecture ours do
+        not fit) may refuse to drop a tail (a sliding or recurrent layer past its window): then the prefix is
+        decoded again into a new cache (exact, at the cost of a prefill), and `can_crop` turns False."""
         if length >= len(self.ids):
             return
         if isinstance(self.cache, SpecCache):
             self.cache.crop_to(length)
-        else:
+            del self.ids[length:]
+            return
+        try:
             self.cache.crop(length - self.cache.get_seq_length())
+        except (RuntimeError, ValueError, NotImplementedError, AttributeError):
+            kept = self.ids[:length]
+            self.can_crop = False
+            self.new_cache()
+            self.prefill(kept)
+            return
         del self.ids[length:]
 
     # Inference mode per call, not around the whole generator: it is thread-local, and a generator may be
@@ -152,12 +160,23 @@ class ModelState:
                 self.costs.observe(len(ids), elapsed)
         return logits
 
+    def score(self, tokens: Sequence[int]) -> torch.Tensor:
+        """The round loop's verify pass: logits of every row of `tokens`, timed."""
+        return self.forward(tokens, keep=len(tokens), timed=True)
+
+    def next_logits(self, tokens: Sequence[int]) -> torch.Tensor:
+        """A draft step: the logits after the last of `tokens`, timed (its one-token steps feed the cost model)."""
+        logits = self.forward(tokens, keep=1, timed=True)[-1]
+        if self.draft_costs is not None and len(tokens) == 1:
+            self.draft_costs.observe_draft(self.step_times[-1])
+        return logits
+
     def prefill(self, ids: Sequence[int], cancel: threading.Event | None = None) -> int:
         """Bring the cache to `ids`, reusing the longest common prefix; returns the reused length.
 
         A set `cancel` stops between slices (the cache then holds a prefix of `ids`, which the next call reuses).
         """
-        reused = _common_prefix(self.ids, ids)
+        reused = common_prefix(self.ids, ids)
         self.crop(reused)
         for start in range(reused, len(ids), PREFILL_SLICE):
             if cancel is not None and cancel.is_set():
@@ -224,7 +243,9 @@ def _check_folder(folder: Path, what: str) -> None:
 
 def _cache_mode_for(config, requested: str, who: str, notes: list[str]) -> str:
     layer_types = getattr(config.get_text_config(decoder=True), "layer_types", None) or []
-    if any(t not in ("full_attention",) for t in layer_types):
+    # Sliding-window layers fit our caches: they keep the whole history (so a rejected draft can be cropped at
+    # any length) and the attention applies the window.
+    if any(t not in ("full_attention", "sliding_attention") for t in layer_types):
         notes.append(
             f"{who} cache: {requested} not available for this architecture; transformers' cache used"
         )
@@ -422,6 +443,8 @@ class TransformersBackend:
         mode = _cache_mode_for(model.config, requested, who, self.notes)
         cache_kwarg, keeps_logits = _model_call_options(model)
         state = ModelState(model, mode, cache_kwarg, keeps_logits, self.device)
+        # transformers' own cache for an architecture ours do not fit: assume it cannot drop a tail
+        state.can_crop = mode != "dynamic"
         state.new_cache()
         return state
 
@@ -486,118 +509,23 @@ class TransformersBackend:
             self._lock.release()
 
     def _generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Chunk | Done]:
-        prompt = list(request.prompt_ids)
-        if not prompt:
-            raise BackendError("nothing to generate from: the prompt is empty")
-        if len(prompt) >= self.max_context:
-            yield Done("context", prompt_tokens=len(prompt))
-            return
-        settings = request.sampler
-        max_new = max(0, request.max_new_tokens)
-        k_requested = max(0, request.effective_k) if self.draft_mode != "none" else 0
-        seed = request.seed if request.seed is not None else random.getrandbits(63)
-        uniforms = reply_uniforms(seed, max_new)
-
-        target = self.target
-        target.step_times = []
-        adaptive = request.k_mode == "adaptive"
-        tuner = self.tuner(request.tuning_key, request.acceptance_prior)
-        draft_model = self.draft_state if k_requested and self.draft_mode == "model" else None
-        ngram = (
-            NgramDrafter(costs=target.costs, fixed=not adaptive, tuner=tuner)
-            if k_requested and self.draft_mode == "ngram"
-            else None
+        draft = self.draft_state if self.draft_mode == "model" else None
+        if draft is not None:
+            draft.draft_costs = self.target.costs
+        setup = LoopSetup(
+            target=self.target,
+            draft=draft,
+            ngram=self.draft_mode == "ngram",
+            stop_token_ids=self.stop_token_ids,
+            end_of_turn_id=self.end_of_turn_id,
+            max_context=self.max_context,
+            vocab_size=self.vocab_size,
+            new_text=lambda: IncrementalDetokenizer(self.tokenizer),
+            tuner=self.tuner(request.tuning_key, request.acceptance_prior),
+            stop_strings=self.template.text_stops() if self.template else (),
+            max_draft=MAX_DRAFT_LENGTH,
         )
-        draft_times: list[float] = []
-
-        # Prefill everything but the last prompt token: it opens the first round, which can then draft too.
-        start = time.perf_counter()
-        cached = target.prefill(prompt[:-1], cancel)
-        if draft_model is not None and not cancel.is_set():
-            draft_model.step_times = []
-            draft_model.prefill(prompt[:-1], cancel)
-        if ngram is not None:
-            ngram.reset(prompt)
-        prefill_s = time.perf_counter() - start
-
-        seq = list(prompt)  # prompt + reply; seq[-1] is not in the target's cache yet
-        reply: list[int] = []
-        round_costs: list[float] = []
-        detok = IncrementalDetokenizer(self.tokenizer)
-        stop: StopReason | None = None
-        stop_ids = self.stop_token_ids
-        while stop is None:
-            stop, k = round_limit(
-                cancelled=cancel.is_set(),
-                produced=len(reply),
-                max_new=max_new,
-                context_used=len(seq),
-                max_context=self.max_context,
-                k_requested=k_requested,
-            )
-            if stop is not None:
-                break
-            if k > 0 and adaptive and draft_model is not None:
-                k = tuner.choose(k, target.costs)
-
-            drafts: list[int] = []
-            if k > 0 and ngram is not None:
-                t0 = time.perf_counter()
-                drafts = ngram.propose(k)
-                draft_times.append(time.perf_counter() - t0)
-            elif k > 0 and draft_model is not None:
-                drafts = self._draft_with_model(draft_model, seq, k)
-
-            round_costs.append(self._round_cost(len(drafts), draft_model))
-            logits = target.forward([seq[-1], *drafts], keep=len(drafts) + 1, timed=True)
-            samples = choose_tokens(logits, settings, len(reply), seq, drafts, uniforms)
-            accepted = count_accepted(drafts, samples)
-            emitted = [*drafts[:accepted], samples[accepted]]
-            # The cache saw the last token and every draft; keep it up to the accepted ones.
-            target.crop(len(seq) + accepted)
-            if ngram is not None:
-                ngram.feedback(len(drafts), accepted)
-            tuner.record(len(drafts), accepted)
-
-            origins = [True] * accepted + [False]
-            for i, token in enumerate(emitted):
-                if token in stop_ids:
-                    stop = "end_of_turn" if token == self.end_of_turn_id else "eos"
-                    emitted, origins = emitted[:i], origins[:i]
-                    accepted = min(accepted, i)
-                    break
-            reply.extend(emitted)
-            seq.extend(emitted)
-            if ngram is not None:
-                ngram.extend(emitted)
-            if len(reply) >= max_new and stop is None:
-                stop = "max_new_tokens"
-            delta = detok.push(emitted, final=stop is not None)
-            if not emitted and not drafts:
-                break
-            yield Chunk(
-                text=delta,
-                token_ids=tuple(emitted),
-                drafted=len(drafts),
-                accepted=accepted,
-                origins=tuple(origins),
-                t=time.perf_counter(),
-                temperature=settings.temperature_at(max(0, len(reply) - 1)),
-                k=len(drafts),
-            )
-
-        if stop is None:
-            stop = "eos"
-        draft_step_s = _mean(draft_model.step_times if draft_model is not None else draft_times)
-        yield Done(
-            stop_reason=stop,
-            prompt_tokens=len(prompt),
-            cached_tokens=cached,
-            prefill_s=prefill_s,
-            draft_step_s=draft_step_s,
-            target_step_s=_mean(target.step_times),
-            round_cost=_mean(round_costs) if round_costs and target.costs is not None else None,
-        )
+        yield from run_reply(setup, request, cancel)
 
     def tuner(self, key: str, prior: Sequence[float] = ()) -> AdaptiveK:
         """The adaptive-K state of one tuning key (a preset), started from `prior` the first time."""
@@ -605,33 +533,7 @@ class TransformersBackend:
             self.tuners[key] = AdaptiveK(prior)
         return self.tuners[key]
 
-    def _round_cost(self, drafted: int, draft_model: ModelState | None) -> float:
-        if self.target.costs is not None:
-            return round_cost(self.target.costs, drafted)  # its draft step: measured at load and per step
-        draft_s = _mean(draft_model.step_times) if draft_model is not None else 0.0
-        return round_cost(None, drafted, draft_s, _mean(self.target.step_times))
-
-    def _draft_with_model(self, state: ModelState, seq: list[int], k: int) -> list[int]:
-        """k greedy tokens from the draft model, on its own cache (rolled back to the shared prefix first)."""
-        state.crop(_common_prefix(state.ids, seq))
-        pending = seq[len(state.ids) :]
-        drafts: list[int] = []
-        costs = self.target.costs
-        for _ in range(k):
-            logits = state.forward(pending, keep=1, timed=True)
-            if costs is not None and len(pending) == 1:
-                costs.observe_draft(state.step_times[-1])
-            # Ids past the target's vocabulary (a padded draft embedding) are never proposed.
-            token = int(logits[-1, : self.vocab_size].argmax())
-            drafts.append(token)
-            pending = [token]
-        return drafts
-
     def close(self) -> None:
         self.model = None
         self.target = None
         self.draft_state = None
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else 0.0

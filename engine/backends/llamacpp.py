@@ -1,10 +1,10 @@
 """llama.cpp backend (llama-cpp-python's low-level API): GGUF models on CPUs, Apple silicon, AMD.
 
-The speculative loop is ours, as on the transformers backend: a drafter (n-gram lookup, a GGUF draft model, or
-none) proposes k tokens; one `llama_decode` scores the last token plus the k drafts with logits for every
-position; the shared sampler (`engine.sampling`) picks the target's token at each position with one pre-drawn
-uniform per reply position; the longest agreeing prefix is accepted and the rejected positions are removed
-from llama.cpp's KV cache. A round emits accepted + 1 tokens.
+The speculative loop is ours, the same one as the transformers backend's (`engine.round_loop`): a drafter
+(n-gram lookup, a GGUF draft model, or none) proposes k tokens; one `llama_decode` scores the last token plus the
+k drafts with logits for every position (`LlamaCppModel.score`); the shared sampler picks the target's token at
+each position; the longest agreeing prefix is accepted and the rejected positions are removed from llama.cpp's
+KV cache (`LlamaCppModel.crop`, which re-prefills where the memory refuses). A round emits accepted + 1 tokens.
 
 Exactness. Depending on the weight types and the CPU, llama.cpp may compute a batch of one token with other
 kernels than a batch of several (other code paths round differently), so a verify pass could pick another
@@ -22,7 +22,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import random
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -33,9 +32,9 @@ import torch
 from engine.backends.base import BackendError, GenerationRequest, ProgressCallback, resolve_cache_mode
 from engine.chat_template import END_OF_TURN_CANDIDATES, FALLBACK_TEMPLATE, ChatTemplate, ChatTemplateError
 from engine.compat import VocabView, check_draft_compatible
-from engine.drafting import AdaptiveK, NgramDrafter, VerifyCostModel, round_cost, round_limit
-from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
-from engine.sampling import choose_tokens, count_accepted, reply_uniforms
+from engine.drafting import AdaptiveK, VerifyCostModel
+from engine.events import BackendInfo, Chunk, Done, DraftMode
+from engine.round_loop import LoopSetup, common_prefix, run_reply
 
 BACKEND_NAME = "llama.cpp"
 # cache_mode -> llama.cpp K/V cache type name; llama.cpp has no 6-bit cache type, q6 takes q8_0.
@@ -88,16 +87,24 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _common_prefix(a: Sequence, b: Sequence) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+class ByteDetokenizer:
+    """Text deltas of a growing token list from llama.cpp's byte pieces; a trailing half character (U+FFFD)
+    is held back until its other bytes arrive."""
 
+    def __init__(self, piece) -> None:
+        self.piece = piece
+        self.data = bytearray()
+        self.sent = ""
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
+    def push(self, token_ids: Sequence[int], final: bool = False) -> str:
+        for token in token_ids:
+            self.data += self.piece(token)
+        text = self.data.decode("utf-8", "replace")
+        if not final and text.endswith("\ufffd"):
+            text = text.rstrip("\ufffd")
+        shared = len(self.sent) if text.startswith(self.sent) else common_prefix(self.sent, text)
+        self.sent = text
+        return text[shared:]
 
 
 def resolve_gguf(path: str | Path, what: str = "model") -> Path:
@@ -182,32 +189,62 @@ class LlamaCppModel:
         self.step_times: list[float] = []
         # Round cost by width (1 + drafts), in seconds, for the n-gram drafter; None: not measured.
         self.costs: VerifyCostModel | None = None
+        # One-token decodes go through the batched kernels (a throw-away second position): set by the backend
+        # where llama.cpp's single-token and batched kernels round differently.
+        self.pad_single = False
+        # False once the memory refused to drop a tail (crop then re-prefills).
+        self.can_crop = True
+        # A draft model's one-token steps are timed into the target's cost model (set per reply).
+        self.draft_costs: VerifyCostModel | None = None
 
     def clear(self) -> None:
         self.ctx.kv_cache_clear()
         self.ids = []
 
     def crop(self, length: int) -> None:
-        """Forget every cached position from `length` on."""
+        """Keep exactly the first `length` cached positions.
+
+        A memory that refuses to drop a tail (recurrent and hybrid models) is cleared and the prefix decoded
+        again, the way it was built (same slices, same padding): exact, but it costs a prefill. `can_crop` turns
+        False then, so the backend stops drafting for such a model (every rejected draft would re-prefill)."""
         if length >= len(self.ids):
             return
-        if not self.ctx.kv_cache_seq_rm(0, length, -1):
-            self.clear()  # a model whose memory cannot drop a tail: start over, exact but slower
+        if self.ctx.kv_cache_seq_rm(0, length, -1):
+            del self.ids[length:]
             return
-        del self.ids[length:]
+        self.can_crop = False
+        kept = self.ids[:length]
+        self.clear()
+        self.prefill(kept)
 
-    def decode(self, tokens: Sequence[int], outputs: int, timed: bool = False, width: int | None = None):
+    def decode(self, tokens: Sequence[int], outputs: int, timed: bool = False, pad: bool | None = None):
         """Run `tokens` on top of the cache; a (outputs, n_vocab) float32 array of the last `outputs` rows.
 
-        `timed` records the step time, and feeds it to the cost model as a round of `width` (1 + drafts: a
-        padded plain step is a round of width 1).
+        A single token (with `pad`, by default `pad_single`) is decoded with a throw-away second position that
+        is removed again, so it runs through the batched kernels. `timed` records the step time and feeds it to
+        the cost model as a pass of len(tokens) rows.
         """
+        pad = self.pad_single if pad is None else pad
+        start = time.perf_counter()
+        if pad and len(tokens) == 1:
+            logits = self._decode([tokens[0], tokens[0]], outputs=2 if outputs else 0)
+            self.crop(len(self.ids) - 1)
+            logits = None if logits is None else logits[:1]
+        else:
+            logits = self._decode(tokens, outputs)
+        if timed:
+            elapsed = time.perf_counter() - start
+            self.step_times.append(elapsed)
+            if self.costs is not None:
+                self.costs.observe(len(tokens), elapsed)
+        return logits
+
+    def _decode(self, tokens: Sequence[int], outputs: int):
         import numpy as np
 
         n = len(tokens)
         if n > self.n_batch:
             raise BackendError(f"internal: a decode of {n} tokens exceeds the batch of {self.n_batch}")
-        start = time.perf_counter()
         batch = self.batch.batch
         base = len(self.ids)
         for i, token in enumerate(tokens):
@@ -230,31 +267,34 @@ class LlamaCppModel:
         if outputs:
             pointer = self._lib.llama_get_logits(self.ctx.ctx)
             logits = np.ctypeslib.as_array(pointer, shape=(outputs, self.n_vocab)).copy()
-        if timed:
-            elapsed = time.perf_counter() - start
-            self.step_times.append(elapsed)
-            if self.costs is not None:
-                self.costs.observe(width or n, elapsed)
         return logits
 
-    def prefill(self, ids: Sequence[int], pad: bool, cancel: threading.Event | None = None) -> int | None:
-        """Bring the cache to exactly `ids`, reusing the longest common prefix; the reused length.
+    def prefill(self, ids: Sequence[int], cancel: threading.Event | None = None) -> int:
+        """Bring the cache to `ids` (a prefix of it when `cancel` is set between slices), reusing the longest
+        common prefix; the reused length.
 
-        With `pad`, a one-token slice gets a throw-away second position (removed again), so that every
-        position's keys and values come from the batched kernels. None when `cancel` was set between slices.
+        With `pad_single`, a one-token slice gets a throw-away second position (removed again), so that every
+        position's keys and values come from the batched kernels.
         """
-        reused = _common_prefix(self.ids, ids)
+        reused = common_prefix(self.ids, ids)
         self.crop(reused)
         for start in range(reused, len(ids), PREFILL_SLICE):
             if cancel is not None and cancel.is_set():
-                return None
-            piece = list(ids[start : start + PREFILL_SLICE])
-            if pad and len(piece) == 1:
-                self.decode([piece[0], piece[0]], outputs=0)
-                self.crop(len(self.ids) - 1)
-            else:
-                self.decode(piece, outputs=0)
+                break
+            self.decode(list(ids[start : start + PREFILL_SLICE]), outputs=0)
         return reused
+
+    def score(self, tokens: Sequence[int]) -> torch.Tensor:
+        """The round loop's verify pass: logits of every row of `tokens`, timed as a round of that width."""
+        return torch.from_numpy(self.decode(tokens, outputs=len(tokens), timed=True))
+
+    def next_logits(self, tokens: Sequence[int]) -> torch.Tensor:
+        """A draft step: the logits after the last of `tokens`, timed. The draft's rounding does not matter
+        (the target verifies), so its steps take llama.cpp's fast single-token path."""
+        logits = self.decode(tokens, outputs=1, timed=True, pad=False)
+        if self.draft_costs is not None and len(tokens) == 1:
+            self.draft_costs.observe_draft(self.step_times[-1])
+        return torch.from_numpy(logits[-1])
 
     def special_ids(self, end_of_turn_id: int | None) -> dict[str, int | None]:
         def known(token: int) -> int | None:
@@ -414,6 +454,7 @@ class LlamaCppBackend:
         if not self.fast_plain and self.probe_kernels:
             report("probing kernels", 0.9)
             self.pad_plain_steps = not self._kernels_agree()
+            self.target.pad_single = self.pad_plain_steps
             if self.pad_plain_steps:
                 self.notes.append(
                     "llama.cpp's single-token and batched kernels differ for this model: plain steps decode "
@@ -434,12 +475,10 @@ class LlamaCppBackend:
         best: dict[int, float] = {}
         try:
             target.clear()
-            target.prefill(filler[:64], pad=True)
+            target.prefill(filler[:64])
             for _ in range(3):
                 for width in widths:
-                    tokens = filler[64 : 64 + width]
-                    if width == 1 and self.pad_plain_steps:
-                        tokens = tokens * 2
+                    tokens = filler[64 : 64 + width]  # one token: padded where plain steps are
                     start = time.perf_counter()
                     target.decode(tokens, outputs=len(tokens))
                     best[width] = min(best.get(width, float("inf")), time.perf_counter() - start)
@@ -455,7 +494,7 @@ class LlamaCppBackend:
         best = float("inf")
         try:
             draft.clear()
-            draft.prefill(filler[:64], pad=False)
+            draft.prefill(filler[:64])
             for _ in range(4):
                 start = time.perf_counter()
                 draft.decode(filler[64:65], outputs=1)
@@ -483,12 +522,12 @@ class LlamaCppBackend:
         try:
             for start in (8, len(probe) - 7):
                 target.clear()
-                target.prefill(probe[:start], pad=True)
+                target.prefill(probe[:start])
                 rows = target.decode(probe[start : start + 6], outputs=6)
                 pair = target.decode([probe[start + 6], probe[start + 6]], outputs=2)
                 target.crop(start)
                 for j in range(7):
-                    single = target.decode([probe[start + j]], outputs=1)
+                    single = target.decode([probe[start + j]], outputs=1, pad=False)
                     expected = rows[j] if j < 6 else pair[0]
                     if not np.array_equal(single[0], expected):
                         return False
@@ -578,163 +617,24 @@ class LlamaCppBackend:
             self._lock.release()
 
     def _generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Chunk | Done]:
-        prompt = list(request.prompt_ids)
-        if not prompt:
-            raise BackendError("nothing to generate from: the prompt is empty")
-        if len(prompt) >= self.max_context:
-            yield Done("context", prompt_tokens=len(prompt))
-            return
-        settings = request.sampler
-        max_new = max(0, request.max_new_tokens)
-        k_requested = max(0, request.effective_k) if self.draft_mode != "none" else 0
-        # The batch holds the last token, the drafts and (plain steps) one throw-away position.
-        k_requested = min(k_requested, self.target.n_batch - 2)
-        seed = request.seed if request.seed is not None else random.getrandbits(63)
-        uniforms = reply_uniforms(seed, max_new)
-
-        target = self.target
-        target.step_times = []
-        adaptive = request.k_mode == "adaptive"
-        tuner = self.tuner(request.tuning_key, request.acceptance_prior)
-        draft_model = self.draft_state if k_requested and self.draft_mode == "model" else None
-        ngram = (
-            NgramDrafter(costs=target.costs, fixed=not adaptive, tuner=tuner)
-            if k_requested and self.draft_mode == "ngram"
-            else None
+        draft = self.draft_state if self.draft_mode == "model" else None
+        if draft is not None:
+            draft.draft_costs = self.target.costs
+        setup = LoopSetup(
+            target=self.target,
+            draft=draft,
+            ngram=self.draft_mode == "ngram",
+            stop_token_ids=self.stop_token_ids,
+            end_of_turn_id=self.end_of_turn_id,
+            max_context=self.max_context,
+            vocab_size=self.target.n_vocab,
+            new_text=lambda: ByteDetokenizer(self._piece_exact),
+            tuner=self.tuner(request.tuning_key, request.acceptance_prior),
+            stop_strings=self.template.text_stops(),
+            # The batch holds the last token, the drafts and (plain steps) one throw-away position.
+            max_draft=self.target.n_batch - 2,
         )
-        round_costs: list[float] = []
-        draft_times: list[float] = []
-        exact = self.pad_plain_steps
-
-        # Prefill everything but the last prompt token: it opens the first round, which can then draft too.
-        start = time.perf_counter()
-        cached = target.prefill(prompt[:-1], pad=exact, cancel=cancel)
-        if cached is None:
-            yield Done("cancelled", prompt_tokens=len(prompt), prefill_s=time.perf_counter() - start)
-            return
-        if draft_model is not None:
-            draft_model.step_times = []
-            draft_model.prefill(prompt[:-1], pad=False)
-        if ngram is not None:
-            ngram.reset(prompt)
-        prefill_s = time.perf_counter() - start
-
-        seq = list(prompt)  # prompt + reply; seq[-1] is not in the target's cache yet
-        reply: list[int] = []
-        reply_bytes = bytearray()
-        sent = ""
-        stop: StopReason | None = None
-        stop_ids = self.stop_token_ids
-        while stop is None:
-            stop, k = round_limit(
-                cancelled=cancel.is_set(),
-                produced=len(reply),
-                max_new=max_new,
-                context_used=len(seq),
-                max_context=self.max_context,
-                k_requested=k_requested,
-            )
-            if stop is not None:
-                break
-            if k > 0 and adaptive and draft_model is not None:
-                k = tuner.choose(k, target.costs)
-
-            drafts: list[int] = []
-            if k > 0 and ngram is not None:
-                t0 = time.perf_counter()
-                drafts = ngram.propose(k)
-                draft_times.append(time.perf_counter() - t0)
-            elif k > 0 and draft_model is not None:
-                drafts = self._draft_with_model(draft_model, seq, k)
-
-            tokens = [seq[-1], *drafts]
-            if exact and len(tokens) == 1:
-                tokens.append(seq[-1])  # throw-away position: keeps the step on the batched kernels
-            logits = target.decode(tokens, outputs=len(tokens), timed=True, width=1 + len(drafts))
-            round_costs.append(self._round_cost(len(drafts), draft_model))
-            rows = torch.from_numpy(logits[: len(drafts) + 1])
-            samples = choose_tokens(rows, settings, len(reply), seq, drafts, uniforms)
-            accepted = count_accepted(drafts, samples)
-            emitted = [*drafts[:accepted], samples[accepted]]
-            # The cache saw the last token, every draft (and any throw-away); keep it up to the accepted ones.
-            target.crop(len(seq) + accepted)
-            if ngram is not None:
-                ngram.feedback(len(drafts), accepted)
-            tuner.record(len(drafts), accepted)
-
-            origins = [True] * accepted + [False]
-            for i, token in enumerate(emitted):
-                if token in stop_ids:
-                    stop = "end_of_turn" if token == self.end_of_turn_id else "eos"
-                    emitted, origins = emitted[:i], origins[:i]
-                    accepted = min(accepted, i)
-                    break
-            if not emitted and not drafts:
-                break
-            reply.extend(emitted)
-            seq.extend(emitted)
-            if ngram is not None:
-                ngram.extend(emitted)
-            for token in emitted:
-                reply_bytes += self._piece_exact(token)
-            if len(reply) >= max_new and stop is None:
-                stop = "max_new_tokens"
-            text = reply_bytes.decode("utf-8", "replace")
-            # A trailing U+FFFD is half a multi-byte character: hold it back until its other bytes arrive.
-            if stop is None and text.endswith("\ufffd"):
-                text = text.rstrip("\ufffd")
-            delta = text[len(sent) :] if text.startswith(sent) else text[_common_prefix(sent, text) :]
-            sent = text
-            yield Chunk(
-                text=delta,
-                token_ids=tuple(emitted),
-                drafted=len(drafts),
-                accepted=accepted,
-                origins=tuple(origins),
-                t=time.perf_counter(),
-                temperature=settings.temperature_at(max(0, len(reply) - 1)),
-                k=len(drafts),
-            )
-
-        if stop is None:
-            stop = "eos"
-        draft_step_s = _mean(draft_model.step_times if draft_model is not None else draft_times)
-        yield Done(
-            stop_reason=stop,
-            prompt_tokens=len(prompt),
-            cached_tokens=cached,
-            prefill_s=prefill_s,
-            draft_step_s=draft_step_s,
-            target_step_s=_mean(target.step_times),
-            round_cost=_mean(round_costs) if round_costs and target.costs is not None else None,
-        )
-
-    def _round_cost(self, drafted: int, draft_model: LlamaCppModel | None) -> float:
-        if self.target.costs is not None:
-            return round_cost(self.target.costs, drafted)  # its draft step: measured at load and per step
-        draft_s = _mean(draft_model.step_times) if draft_model is not None else 0.0
-        return round_cost(None, drafted, draft_s, _mean(self.target.step_times))
-
-    def _draft_with_model(self, state: LlamaCppModel, seq: list[int], k: int) -> list[int]:
-        """k greedy tokens from the draft model, on its own cache (rolled back to the shared prefix first).
-
-        The draft's rounding does not matter (the target verifies), so it takes llama.cpp's fast single-token
-        path for its steps.
-        """
-        state.crop(_common_prefix(state.ids, seq))
-        pending = seq[len(state.ids) :]
-        drafts: list[int] = []
-        vocab = self.target.n_vocab
-        costs = self.target.costs
-        for _ in range(k):
-            logits = state.decode(pending, outputs=1, timed=True)
-            if costs is not None and len(pending) == 1:
-                costs.observe_draft(state.step_times[-1])
-            # Ids past the target's vocabulary (a padded draft embedding) are never proposed.
-            token = int(logits[-1, :vocab].argmax())
-            drafts.append(token)
-            pending = [token]
-        return drafts
+        yield from run_reply(setup, request, cancel)
 
     def close(self) -> None:
         for state in (self.draft_state, self.target):

@@ -1,0 +1,357 @@
+"""The speculative round loop, once, for every backend whose loop is ours (transformers, llama.cpp).
+
+A backend supplies a `CachedModel` for its target (and for a draft model, if any): prefill, a scoring pass over
+the cache, a crop. This module does the rest, the same way for both: the round limit, drafting (n-gram lookup or
+the draft model's greedy steps), one verify pass over the last token plus the drafts, the shared sampler, the
+accepted prefix, stop tokens, stop strings, the repetition guard, text deltas, cost bookkeeping and the chunk of
+each round.
+
+Cache semantics, defined here and nowhere else:
+- Between rounds the target's cache holds `seq[:-1]` (prompt + reply so far, less the last token, which opens the
+  next round). A verify pass appends the last token and the drafts; the crop after it keeps the last token and
+  the accepted drafts.
+- At the end of a reply, whatever stopped it, the caches hold at most prompt + reply: never a stop token, a
+  token past a stop string, nor a rejected draft. Plain and speculative decoding therefore leave the same cache
+  behind, and the next turn prefills the same rows through the same kernels.
+- `crop(n)` is exact: afterwards the cache holds exactly `ids[:n]`. A cache that cannot drop a tail rebuilds
+  the prefix (`CachedModel.crop` re-prefills) or raises BackendError; it never loses context silently.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from engine.backends.base import BackendError, GenerationRequest
+from engine.drafting import AdaptiveK, NgramDrafter, VerifyCostModel, round_cost, round_limit
+from engine.events import Chunk, Done, StopReason
+from engine.sampling import choose_tokens, count_accepted, reply_uniforms
+
+# The repetition guard: a reply whose last tokens repeat one span of at most MAX_PERIOD tokens, over at least
+# max(MIN_REPEATED_TOKENS, REPEATS * period) tokens after the span's first copy, is stopped there. Small models
+# fall into such loops ("la femme au roi, la femme au roi, ...") and, with n-gram drafting accepting nearly every
+# draft, would otherwise run fast to max_new_tokens and feed the loop back as context.
+MAX_PERIOD = 64
+MIN_REPEATED_TOKENS = 96
+REPEATS = 3
+REPETITION_NOTE = "stopped: the reply kept repeating the same {period}-token span"
+NO_CROP_NOTE = "drafting off: this model's cache cannot drop rejected drafts (each would cost a re-prefill)"
+
+
+class CachedModel(Protocol):
+    """A model with its KV cache, as the round loop drives it (a backend's target or draft model)."""
+
+    ids: list[int]  # the tokens whose keys/values the cache holds, in order
+    step_times: list[float]
+    costs: VerifyCostModel | None
+    can_crop: bool  # False: dropping a tail costs a re-prefill (a recurrent or otherwise uncroppable cache)
+
+    def prefill(self, ids: Sequence[int], cancel: threading.Event | None = None) -> int:
+        """Bring the cache to a prefix of `ids` (all of it unless `cancel` is set), reusing the longest common
+        prefix with what it holds; return the reused length."""
+
+    def score(self, tokens: Sequence[int]) -> torch.Tensor:
+        """Run `tokens` on top of the cache (which then holds ids + tokens); their logits, one row each, as a
+        float tensor [len(tokens), vocab]. Timed: the pass's width feeds `costs`."""
+
+    def next_logits(self, tokens: Sequence[int]) -> torch.Tensor:
+        """Run `tokens` on top of the cache; the logits of the last one (a draft model's step)."""
+
+    def crop(self, length: int) -> None:
+        """Keep exactly the first `length` cached positions (re-prefill if the cache cannot drop a tail)."""
+
+
+class TextStream(Protocol):
+    """Text deltas of a growing token list (the backend's detokenizer)."""
+
+    def push(self, token_ids: Sequence[int], final: bool = False) -> str: ...
+
+
+@dataclass
+class LoopSetup:
+    """What a backend hands the loop for one reply: its models, tokens and limits."""
+
+    target: CachedModel
+    draft: CachedModel | None  # a draft model; None for n-gram drafting or none
+    ngram: bool  # n-gram drafting (when `draft` is None)
+    stop_token_ids: frozenset[int]
+    end_of_turn_id: int | None
+    max_context: int
+    vocab_size: int  # drafts are never proposed past the target's vocabulary
+    new_text: Callable[[], TextStream]
+    tuner: AdaptiveK
+    # Text that ends a reply where no single token does (a plain fallback template's "\nUser:").
+    stop_strings: tuple[str, ...] = ()
+    # The most drafts one verify pass may carry (a backend's batch size).
+    max_draft: int = 16
+    # Notes for this reply's stats (e.g. a backend that switched threads mid-reply appends here).
+    notes: list[str] = field(default_factory=list)
+    # Called after every round with the round's verify time and width (a backend watching for stalls).
+    on_round: Callable[[float, int], None] | None = None
+
+
+class RepetitionGuard:
+    """Notices a reply stuck in a loop: the same span of p tokens repeated, token by token.
+
+    For every period p <= MAX_PERIOD it keeps how many tokens in a row have equalled the token p places back;
+    the reply is looping when that run reaches max(MIN_REPEATED_TOKENS, REPEATS * p). Decided per token, so
+    plain and speculative decoding stop at the same token.
+    """
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.runs = [0] * (MAX_PERIOD + 1)
+
+    def push(self, token: int) -> int | None:
+        """Add a token; the period of the loop it completes, if any."""
+        tokens = self.tokens
+        tokens.append(token)
+        n = len(tokens)
+        found = None
+        for p in range(1, min(MAX_PERIOD, n - 1) + 1):
+            if tokens[n - 1 - p] == token:
+                self.runs[p] += 1
+                if found is None and self.runs[p] >= max(MIN_REPEATED_TOKENS, REPEATS * p):
+                    found = p
+            else:
+                self.runs[p] = 0
+        return found
+
+
+class StopStringWatch:
+    """Finds stop strings in the reply text as it grows, and holds back a tail that could begin one."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops = tuple(s for s in stops if s)
+        self.longest = max((len(s) for s in self.stops), default=0)
+        self.text = ""
+        self.sent = 0  # characters released to the user
+
+    def add(self, delta: str) -> int | None:
+        """Append `delta`; the position where a stop string begins, if one is now complete."""
+        start = max(0, len(self.text) - self.longest)
+        self.text += delta
+        found = [i for i in (self.text.find(s, start) for s in self.stops) if i >= 0]
+        return min(found) if found else None
+
+    def release(self, final: bool, end: int | None = None) -> str:
+        """The text that can go out now: all of it up to `end` when final, else all but a tail that is the
+        start of some stop string."""
+        limit = len(self.text) if end is None else end
+        if not final and self.stops:
+            for keep in range(min(self.longest - 1, limit - self.sent), 0, -1):
+                tail = self.text[limit - keep : limit]
+                if any(s.startswith(tail) for s in self.stops):
+                    limit -= keep
+                    break
+        out = self.text[self.sent : limit] if limit > self.sent else ""
+        self.sent = max(self.sent, limit)
+        return out
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def draft_greedy(model: CachedModel, seq: Sequence[int], k: int, vocab_size: int) -> list[int]:
+    """k greedy tokens from a draft model on its own cache (rolled back to the shared prefix first)."""
+    model.crop(common_prefix(model.ids, seq))
+    pending = list(seq[len(model.ids) :])
+    drafts: list[int] = []
+    for _ in range(k):
+        logits = model.next_logits(pending)
+        # Ids past the target's vocabulary (a padded draft embedding) are never proposed.
+        token = int(logits[:vocab_size].argmax())
+        drafts.append(token)
+        pending = [token]
+    return drafts
+
+
+def run_reply(
+    setup: LoopSetup, request: GenerationRequest, cancel: threading.Event
+) -> Iterator[Chunk | Done]:
+    """Generate one reply: Chunks (one per round), then exactly one Done.
+
+    An unexpected error inside a model (an architecture the backend handles badly) is one line for the user, a
+    BackendError: the reply fails, the text so far is kept by the session, and the app goes on.
+    """
+    try:
+        yield from _run_reply(setup, request, cancel)
+    except (BackendError, MemoryError):
+        raise
+    except Exception as exc:
+        text = str(exc).strip().splitlines()
+        detail = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+        raise BackendError(f"generation failed inside the model ({detail[:200]})") from exc
+
+
+def _run_reply(
+    setup: LoopSetup, request: GenerationRequest, cancel: threading.Event
+) -> Iterator[Chunk | Done]:
+    prompt = list(request.prompt_ids)
+    if not prompt:
+        raise BackendError("nothing to generate from: the prompt is empty")
+    if len(prompt) >= setup.max_context:
+        yield Done("context", prompt_tokens=len(prompt))
+        return
+    target, draft = setup.target, setup.draft
+    settings = request.sampler
+    max_new = max(0, request.max_new_tokens)
+    k_requested = max(0, min(request.effective_k, setup.max_draft))
+    if draft is None and not setup.ngram:
+        k_requested = 0
+    if k_requested and not target.can_crop:
+        # Every rejected draft would re-prefill the whole context: decode plainly instead, and say so.
+        k_requested = 0
+        setup.notes.append(NO_CROP_NOTE)
+    seed = request.seed if request.seed is not None else random.getrandbits(63)
+    uniforms = reply_uniforms(seed, max_new)
+    adaptive = request.k_mode == "adaptive"
+    tuner = setup.tuner
+    draft = draft if k_requested else None
+    ngram = (
+        NgramDrafter(costs=target.costs, fixed=not adaptive, tuner=tuner)
+        if k_requested and draft is None and setup.ngram
+        else None
+    )
+    target.step_times = []
+    draft_times: list[float] = []
+
+    # Prefill everything but the last prompt token: it opens the first round, which can then draft too.
+    start = time.perf_counter()
+    cached = target.prefill(prompt[:-1], cancel)
+    if draft is not None and not cancel.is_set():
+        draft.step_times = []
+        draft.prefill(prompt[:-1], cancel)
+    if ngram is not None:
+        ngram.reset(prompt)
+    prefill_s = time.perf_counter() - start
+
+    seq = list(prompt)  # prompt + reply; seq[-1] is not in the target's cache yet
+    reply: list[int] = []
+    round_costs: list[float] = []
+    text = setup.new_text()
+    watch = StopStringWatch(setup.stop_strings)
+    guard = RepetitionGuard()
+    stop: StopReason | None = None
+    try:
+        while stop is None:
+            stop, k = round_limit(
+                cancelled=cancel.is_set(),
+                produced=len(reply),
+                max_new=max_new,
+                context_used=len(seq),
+                max_context=setup.max_context,
+                k_requested=k_requested,
+            )
+            if stop is not None:
+                break
+            if k > 0 and adaptive and draft is not None:
+                k = tuner.choose(k, target.costs)
+
+            drafts: list[int] = []
+            if k > 0 and ngram is not None:
+                t0 = time.perf_counter()
+                drafts = ngram.propose(k)
+                draft_times.append(time.perf_counter() - t0)
+            elif k > 0 and draft is not None:
+                drafts = draft_greedy(draft, seq, k, setup.vocab_size)
+            if target.costs is not None:
+                round_costs.append(round_cost(target.costs, len(drafts)))
+            else:
+                draft_s = _mean(draft.step_times) if draft is not None else 0.0
+                round_costs.append(round_cost(None, len(drafts), draft_s, _mean(target.step_times)))
+
+            t0 = time.perf_counter()
+            logits = target.score([seq[-1], *drafts])
+            samples = choose_tokens(logits, settings, len(reply), seq, drafts, uniforms)
+            accepted = count_accepted(drafts, samples)
+            # The cache saw the last token and every draft; keep it up to the accepted ones.
+            target.crop(len(seq) + accepted)
+            if setup.on_round is not None:
+                setup.on_round(time.perf_counter() - t0, 1 + len(drafts))
+            if ngram is not None:
+                ngram.feedback(len(drafts), accepted)
+            tuner.record(len(drafts), accepted)
+
+            emitted: list[int] = []
+            ends: list[int] = []  # text length after each emitted token (only tracked for stop strings)
+            cut: int | None = None
+            for token in [*drafts[:accepted], samples[accepted]]:
+                if token in setup.stop_token_ids:
+                    stop = "end_of_turn" if token == setup.end_of_turn_id else "eos"
+                    break
+                emitted.append(token)
+                if watch.stops:
+                    cut = watch.add(text.push([token]))
+                    ends.append(len(watch.text))
+                    if cut is not None:
+                        stop = "stop_string"
+                        # Keep the tokens whose text lies wholly before the stop string.
+                        while emitted and ends[len(emitted) - 1] > cut:
+                            emitted.pop()
+                        break
+                period = guard.push(token)
+                if period is not None:
+                    stop = "repetition"
+                    setup.notes.append(REPETITION_NOTE.format(period=period))
+                    break
+            if len(reply) + len(emitted) >= max_new and stop is None:
+                stop = "max_new_tokens"
+            if not watch.stops:
+                watch.add(text.push(emitted, final=stop is not None))
+            elif stop is not None and stop != "stop_string":
+                watch.add(text.push([], final=True))  # bytes held back for a half character
+            delta = watch.release(final=stop is not None, end=cut)
+            kept_drafts = min(accepted, len(emitted))
+            origins = [True] * kept_drafts + [False] * (len(emitted) - kept_drafts)
+            reply.extend(emitted)
+            seq.extend(emitted)
+            if ngram is not None:
+                ngram.extend(emitted)
+            if not emitted and not drafts and not delta:
+                break
+            yield Chunk(
+                text=delta,
+                token_ids=tuple(emitted),
+                drafted=len(drafts),
+                accepted=kept_drafts,
+                origins=tuple(origins),
+                t=time.perf_counter(),
+                temperature=settings.temperature_at(max(0, len(reply) - 1)),
+                k=len(drafts),
+            )
+    finally:
+        # Whatever stopped the reply: no stop token, nothing past a stop string, no rejected draft stays cached.
+        kept = prompt + reply
+        target.crop(common_prefix(target.ids, kept))
+        if draft is not None:
+            draft.crop(common_prefix(draft.ids, kept))
+
+    if stop is None:
+        stop = "eos"
+    draft_step_s = _mean(draft.step_times if draft is not None else draft_times)
+    yield Done(
+        stop_reason=stop,
+        prompt_tokens=len(prompt),
+        cached_tokens=cached,
+        prefill_s=prefill_s,
+        draft_step_s=draft_step_s,
+        target_step_s=_mean(target.step_times),
+        round_cost=_mean(round_costs) if round_costs and target.costs is not None else None,
+        notes=tuple(setup.notes),
+    )
