@@ -126,10 +126,17 @@ def rowwise_attention(
     scaling: float | None = None,
     **kwargs,
 ):
-    """Attention for one sequence (no padding): short passes one query row at a time, long ones as SDPA does."""
+    """Attention for one sequence (no padding): short passes one query row at a time, long ones as SDPA does.
+
+    A sliding window (Mistral, Gemma 2/3: `sliding_window` keys up to and including the query's own) and a
+    logit soft-cap (Gemma 2) are applied here as the model's own attention applies them; the cache keeps the
+    whole history, so a rejected draft can always be cropped.
+    """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     rows = query.shape[2]
+    window = kwargs.pop("sliding_window", None) or None
+    softcap = kwargs.pop("softcap", None)
     layer = getattr(key, "specchat_layer", None)
     if layer is not None:  # a fused cache layer (engine/kv_cache.py) handed its buffers: attention reads them
         kernel, _ = rowlin.load()
@@ -137,25 +144,68 @@ def rowwise_attention(
             scale = scaling if scaling is not None else query.shape[-1] ** -0.5
             return rowlin.cached_attention(kernel, query, layer, scale), None
         key, value = layer.attention_states()
-    if rows > ROWWISE_MAX_ROWS:
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-        )
-    gqa = getattr(module, "num_key_value_groups", 1) > 1
+    groups = getattr(module, "num_key_value_groups", 1)
     past = key.shape[2] - rows
+    if rows > ROWWISE_MAX_ROWS:
+        if softcap is None:  # the mask transformers built for this layer carries its window
+            return sdpa_attention_forward(
+                module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+            )
+        attn = explicit_attention(query, key, value, past, scaling, groups, window, softcap)
+        return attn.transpose(1, 2).contiguous(), None
     outputs = []
     for j in range(rows):
         visible = past + j + 1
-        out = torch.nn.functional.scaled_dot_product_attention(
-            query[:, :, j : j + 1],
-            key[:, :, :visible],
-            value[:, :, :visible],
-            scale=scaling,
-            enable_gqa=gqa,
-        )
+        first = max(0, visible - window) if window else 0
+        if softcap is None:
+            out = torch.nn.functional.scaled_dot_product_attention(
+                query[:, :, j : j + 1],
+                key[:, :, first:visible],
+                value[:, :, first:visible],
+                scale=scaling,
+                enable_gqa=groups > 1,
+            )
+        else:
+            out = explicit_attention(
+                query[:, :, j : j + 1], key[:, :, first:visible], value[:, :, first:visible], None, scaling,
+                groups, None, softcap,
+            )  # fmt: skip
         outputs.append(out)
     attn = outputs[0] if rows == 1 else torch.cat(outputs, dim=2)
     return attn.transpose(1, 2).contiguous(), None
+
+
+def explicit_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    past: int | None,
+    scaling: float | None,
+    groups: int,
+    window: int | None,
+    softcap: float | None,
+) -> torch.Tensor:
+    """Attention written out, as transformers' eager attention computes it (soft-cap before the mask).
+
+    `past`: the queries are the last rows of a causal sequence of key.shape[2] positions, masked causally (and to
+    `window` keys); None: every key is visible (a caller that sliced the keys itself). [B, H, rows, D].
+    """
+    if groups > 1:
+        key = key.repeat_interleave(groups, dim=1)
+        value = value.repeat_interleave(groups, dim=1)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    weights = torch.matmul(query, key.transpose(2, 3)) * scale
+    if softcap is not None:
+        weights = torch.tanh(weights / softcap) * softcap
+    if past is not None:
+        q_pos = torch.arange(past, past + query.shape[2]).unsqueeze(1)
+        k_pos = torch.arange(key.shape[2]).unsqueeze(0)
+        visible = k_pos <= q_pos
+        if window:
+            visible &= k_pos > q_pos - window
+        weights = weights.masked_fill(~visible, float("-inf"))
+    weights = torch.softmax(weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    return torch.matmul(weights, value)
 
 
 def fused_attention_fits(config) -> bool:
