@@ -32,6 +32,7 @@ import torch
 from engine.backends.base import BackendError, GenerationRequest, ProgressCallback, resolve_cache_mode
 from engine.chat_template import END_OF_TURN_CANDIDATES, FALLBACK_TEMPLATE, ChatTemplate, ChatTemplateError
 from engine.compat import VocabView, check_draft_compatible
+from engine.cpu_threads import StallWatch, ThreadChoice, choose_threads, threads_label
 from engine.drafting import AdaptiveK, VerifyCostModel
 from engine.events import BackendInfo, Chunk, Done, DraftMode
 from engine.round_loop import LoopSetup, common_prefix, run_reply
@@ -43,6 +44,15 @@ CACHE_TYPE_NAMES = {"fp16": "f16", "q8": "q8_0", "q6": "q8_0", "q4": "q4_0"}
 PREFILL_SLICE = 256
 # Widest verify pass timed at load for the n-gram drafter's cost model (later passes refine it).
 CALIBRATION_WIDTH = 9
+# Choosing the thread count at load: up to THREAD_SAMPLES samples per count (each THREAD_SAMPLE_STEPS one-token
+# decodes), interleaved; sampling stops early once THREAD_BUDGET_S is spent (a stalled count can take seconds).
+THREAD_SAMPLES = 5
+THREAD_SAMPLE_STEPS = 3
+THREAD_BUDGET_S = 1.5
+STALL_NOTE = (
+    "dropped to 1 thread: verify passes ran {slowdown:.0f}x slower than measured at load, {rounds} in a row "
+    "(another process busy on the CPU?); set threads to keep a count"
+)
 
 
 def probe_llamacpp() -> tuple[bool, str]:
@@ -344,7 +354,13 @@ class LlamaCppBackend:
         self.requested_cache_mode = resolve_cache_mode(cache_mode, BACKEND_NAME)
         self.requested_draft_cache_mode = resolve_cache_mode(draft_cache_mode, BACKEND_NAME)
         self.requested_max_context = max_context
+        # An explicit count (SPECCHAT_THREADS / config) is used as given: no measuring, no switching.
+        self.requested_threads = threads
+        # The count llama.cpp runs with now: the physical cores until load measures, 1 after a stall.
         self.threads = threads or physical_cores()
+        self.thread_choice: ThreadChoice | None = None
+        self._stall_watch: StallWatch | None = None
+        self._thread_note: int | None = None  # index of the thread line in `notes`
         self.fast_plain = fast_plain
         self.probe_kernels = probe_kernels
         # Whether plain steps (and one-token prefill slices) need the throw-away position; set at load.
@@ -450,7 +466,6 @@ class LlamaCppBackend:
             except BackendError:
                 self.close()
                 raise
-        self.notes.append(f"{self.threads} threads")
         if not self.fast_plain and self.probe_kernels:
             report("probing kernels", 0.9)
             self.pad_plain_steps = not self._kernels_agree()
@@ -460,12 +475,106 @@ class LlamaCppBackend:
                     "llama.cpp's single-token and batched kernels differ for this model: plain steps decode "
                     "two positions so that speculation stays exact"
                 )
+        measure = self.requested_threads is None and self.threads > 1 and self.device == "cpu"
+        if measure:
+            report("measuring threads", 0.92)
+            self.thread_choice = self._measure_threads()
+            self.set_threads(self.thread_choice.threads)
+            thread_note = self.thread_choice.note()
+        else:
+            given = " (set in the config)" if self.requested_threads is not None else ""
+            thread_note = threads_label(self.threads) + given
+        self._thread_note = len(self.notes)
+        self.notes.append(thread_note)
         if self.draft_mode in ("ngram", "model"):
             report("measuring verify cost", 0.95)
             self.target.costs = self._calibrate()
             if self.draft_state is not None:
                 self._calibrate_draft(self.target.costs)
+        if measure and self.threads > 1:
+            self._stall_watch = StallWatch(self._predicted_cost())
         report("ready", 1.0)
+
+    # --- threads -------------------------------------------------------------------------------------------
+
+    def set_threads(self, count: int) -> None:
+        """Run the target (and the draft model) with `count` threads from the next decode on."""
+        for state in (self.target, self.draft_state):
+            if state is not None:
+                self._lib.llama_set_n_threads(state.ctx.ctx, count, count)
+        self.threads = count
+
+    def context_threads(self) -> int:
+        """The thread count the target's llama.cpp context runs with (what llama.cpp itself reports)."""
+        return int(self._lib.llama_n_threads(self.target.ctx.ctx))
+
+    def _measure_threads(self) -> ThreadChoice:
+        """Time short runs of one-token decodes at 1 thread and at the physical cores, interleaved, and choose."""
+        target = self.target
+        counts = sorted({1, self.threads})
+        filler = [(11 + 17 * i) % max(target.n_vocab - 1, 1) + 1 for i in range(64 + THREAD_SAMPLE_STEPS)]
+        samples: dict[int, list[float]] = {n: [] for n in counts}
+        spent = 0.0
+        try:
+            target.clear()
+            target.prefill(filler[:64])
+            for sample in range(THREAD_SAMPLES):
+                for count in counts if sample % 2 == 0 else counts[::-1]:
+                    self.set_threads(count)
+                    per_token = self._time_decodes(filler[64:])
+                    samples[count].append(per_token)
+                    spent += per_token * THREAD_SAMPLE_STEPS
+                if sample >= 1 and spent > THREAD_BUDGET_S:
+                    break
+        finally:
+            target.clear()
+        return choose_threads(samples)
+
+    def _time_decodes(self, tokens: Sequence[int]) -> float:
+        """Seconds per token of one-token decodes of `tokens` at the current thread count (padded where plain
+        steps are: the kernels replies run); the cache is put back as it was."""
+        target = self.target
+        length = len(target.ids)
+        start = time.perf_counter()
+        for token in tokens:
+            target.decode([token], outputs=1)
+        elapsed = time.perf_counter() - start
+        target.crop(length)
+        return elapsed / max(1, len(tokens))
+
+    def _predicted_cost(self):
+        """Seconds a verify pass of a given width should take at the chosen count, as measured at load."""
+        costs = self.target.costs
+        one = costs.one_token_s if costs is not None and costs.one_token_s else None
+        if one is None and self.thread_choice is not None:
+            one = self.thread_choice.medians.get(self.threads)
+        frozen = costs.as_dict() if costs is not None else {}
+
+        def predicted(width: int) -> float:
+            ratio = frozen.get(width)
+            if ratio is None:
+                ratio = 1.0 + 0.1 * (width - 1)  # not measured: a modest growth with width
+            return (one or 0.0) * ratio
+
+        return predicted
+
+    def _on_round(self, seconds: float, width: int, notes: list[str]) -> None:
+        """After each round: a verify pass (its llama.cpp decode alone) against the load-time cost; a stall of
+        several rounds drops to one thread for the rest of the session, noted on the reply and the backend."""
+        watch = self._stall_watch
+        if watch is None:
+            return
+        decode_s = self.target.step_times[-1] if self.target.step_times else seconds
+        if not watch.observe(decode_s, width):
+            return
+        self._stall_watch = None
+        self.set_threads(1)
+        note = STALL_NOTE.format(slowdown=watch.slowdown(), rounds=watch.rounds)
+        notes.append(note)
+        if self._thread_note is not None:
+            self.notes[self._thread_note] = note
+        else:
+            self.notes.append(note)
 
     def _calibrate(self) -> VerifyCostModel:
         """Time rounds of 1..CALIBRATION_WIDTH tokens on a short context: the prior of the cost model."""
@@ -634,6 +743,8 @@ class LlamaCppBackend:
             # The batch holds the last token, the drafts and (plain steps) one throw-away position.
             max_draft=self.target.n_batch - 2,
         )
+        if self._stall_watch is not None:
+            setup.on_round = lambda seconds, width: self._on_round(seconds, width, setup.notes)
         yield from run_reply(setup, request, cancel)
 
     def close(self) -> None:

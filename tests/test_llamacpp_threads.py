@@ -1,0 +1,157 @@
+"""The thread count on the embedded GGUF: measured at load and applied to llama.cpp's context, a stall mid-reply
+drops to one thread with a note, an explicit count is left alone.
+
+Real decodes at each count; the timings that decide are planted on top of them (seconds added to what the real
+decodes took), so the outcome does not depend on how busy the test machine is.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("llama_cpp")
+
+import engine.backends.llamacpp as llamacpp_module  # noqa: E402
+from engine.backends.base import GenerationRequest, SamplerSettings  # noqa: E402
+from engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from engine.cpu_threads import STALL_ROUNDS  # noqa: E402
+from engine.events import Chunk, Done  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+QUESTION = "What is the capital of France? Explain briefly."
+
+
+@pytest.fixture(scope="module")
+def gguf() -> Path:
+    from engine.models import ensure_embedded_gguf
+
+    return ensure_embedded_gguf()
+
+
+@pytest.fixture
+def two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The choice is between 1 and 2 threads wherever the test runs (llama.cpp runs 2 on one core too)."""
+    monkeypatch.setattr(llamacpp_module, "physical_cores", lambda: 2)
+
+
+def plant_measurement(monkeypatch: pytest.MonkeyPatch, slow_count: int, seen: list[int]) -> None:
+    """Load-time decodes at `slow_count` threads seem 50 ms a token slower; `seen` gets the thread count llama.cpp
+    reported for every timed run."""
+    real = LlamaCppBackend._time_decodes
+
+    def timed(self: LlamaCppBackend, tokens) -> float:
+        count = self.context_threads()
+        seen.append(count)
+        return real(self, tokens) + (0.05 if count == slow_count else 0.0)
+
+    monkeypatch.setattr(LlamaCppBackend, "_time_decodes", timed)
+
+
+def load(gguf: Path, threads: int | None = None) -> LlamaCppBackend:
+    backend = LlamaCppBackend(gguf, draft="ngram", cache_mode="fp16", max_context=1024, threads=threads)
+    backend.load()
+    return backend
+
+
+def reply(backend: LlamaCppBackend, max_new: int = 40) -> tuple[list[Chunk], Done]:
+    ids = backend.encode_chat([{"role": "user", "content": QUESTION}])
+    request = GenerationRequest(
+        prompt_ids=tuple(ids),
+        sampler=SamplerSettings(temperature=0.0),
+        max_new_tokens=max_new,
+        num_draft_tokens=4,
+        drafting=True,
+        seed=0,
+    )
+    chunks: list[Chunk] = []
+    done: list[Done] = []
+    for event in backend.generate(request, threading.Event()):
+        (chunks if isinstance(event, Chunk) else done).append(event)
+    assert len(done) == 1
+    return chunks, done[0]
+
+
+def plant_stall(backend: LlamaCppBackend, at_threads: int) -> list[int]:
+    """Every verify pass at `at_threads` threads seems a second slower (what a descheduled thread does); the
+    thread count of each pass is recorded."""
+    target = backend.target
+    real = target.score
+    counts: list[int] = []
+
+    def score(tokens):
+        logits = real(tokens)
+        counts.append(backend.context_threads())
+        if counts[-1] == at_threads:
+            target.step_times[-1] += 1.0
+        return logits
+
+    target.score = score
+    return counts
+
+
+def test_the_faster_count_measured_at_load_is_the_one_llama_cpp_runs(
+    gguf: Path, two_cores: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[int] = []
+    plant_measurement(monkeypatch, slow_count=1, seen=seen)
+    backend = load(gguf)
+    try:
+        assert set(seen) == {1, 2}, "both counts were really set on the context and timed"
+        assert backend.threads == 2 and backend.context_threads() == 2
+        assert any(n.startswith("2 threads: measured at load") for n in backend.info.notes)
+        chunks, done = reply(backend)
+        assert chunks and backend.context_threads() == 2 and done.notes == ()
+    finally:
+        backend.close()
+
+    seen.clear()
+    plant_measurement(monkeypatch, slow_count=2, seen=seen)
+    backend = load(gguf)
+    try:
+        assert backend.threads == 1 and backend.context_threads() == 1
+        assert any(n.startswith("1 thread: measured at load") for n in backend.info.notes)
+    finally:
+        backend.close()
+
+
+def test_a_stall_mid_reply_drops_to_one_thread_for_the_session_with_a_note(
+    gguf: Path, two_cores: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plant_measurement(monkeypatch, slow_count=1, seen=[])
+    backend = load(gguf)
+    try:
+        assert backend.context_threads() == 2
+        counts = plant_stall(backend, at_threads=2)
+        chunks, done = reply(backend)
+        assert counts[:STALL_ROUNDS] == [2] * STALL_ROUNDS
+        assert set(counts[STALL_ROUNDS:]) == {1}, "from the round after the stall on, one thread"
+        assert len(counts) > STALL_ROUNDS and done.stop_reason in ("eos", "end_of_turn", "max_new_tokens")
+        assert len(done.notes) == 1 and done.notes[0].startswith("dropped to 1 thread")
+        assert done.notes[0] in backend.info.notes
+        assert not any(n.startswith("2 threads") for n in backend.info.notes)
+        assert backend.threads == 1 and backend.context_threads() == 1
+        # The rest of the session stays at one thread, and the note is the first reply's alone.
+        _, later = reply(backend)
+        assert later.notes == () and backend.context_threads() == 1
+    finally:
+        backend.close()
+
+
+def test_an_explicit_count_is_neither_measured_nor_switched(
+    gguf: Path, two_cores: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[int] = []
+    plant_measurement(monkeypatch, slow_count=2, seen=seen)
+    backend = load(gguf, threads=2)
+    try:
+        assert seen == [] and backend.threads == 2 and backend.context_threads() == 2
+        assert "2 threads (set in the config)" in backend.info.notes
+        counts = plant_stall(backend, at_threads=2)
+        _, done = reply(backend)
+        assert set(counts) == {2} and done.notes == ()
+    finally:
+        backend.close()
