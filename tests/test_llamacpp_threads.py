@@ -19,6 +19,8 @@ from engine.backends.base import GenerationRequest, SamplerSettings  # noqa: E40
 from engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from engine.cpu_threads import STALL_ROUNDS  # noqa: E402
 from engine.events import Chunk, Done  # noqa: E402
+from engine.speculation import AcceptanceAccounting  # noqa: E402
+from tui.formatting import stats_line  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -133,6 +135,16 @@ def test_a_stall_mid_reply_drops_to_one_thread_for_the_session_with_a_note(
         assert len(done.notes) == 1 and done.notes[0].startswith("dropped to 1 thread")
         assert done.notes[0] in backend.info.notes
         assert not any(n.startswith("2 threads") for n in backend.info.notes)
+        # The note reaches the reply's stats and the line under it.
+        accounting = AcceptanceAccounting(t_start=chunks[0].t - 0.1)
+        for chunk in chunks:
+            accounting.add(chunk)
+        stats = accounting.finish(
+            done, chunks[-1].t, preset="qa", num_draft_tokens=4, temperature=0.0, draft_mode="ngram",
+            backend=backend.name, model="smol",
+        )  # fmt: skip
+        assert stats.notes == list(done.notes)
+        assert stats_line(stats).endswith(" · " + done.notes[0])
         assert backend.threads == 1 and backend.context_threads() == 1
         # The rest of the session stays at one thread, and the note is the first reply's alone.
         _, later = reply(backend)

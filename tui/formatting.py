@@ -53,7 +53,7 @@ def k_label(stats: MessageStats) -> str:
 
 
 def stats_line(stats: MessageStats, cancelled: bool = False) -> str:
-    """The compact line under a reply: tokens, speed, acceptance, τ, K, T, preset."""
+    """The compact line under a reply: tokens, speed, acceptance, τ, K, T, preset, the backend's notes."""
     tokens = f"{stats.new_tokens} tok"
     if stats.thinking_tokens:
         tokens += f" (thinking {stats.thinking_tokens})"
@@ -82,6 +82,9 @@ def stats_line(stats: MessageStats, cancelled: bool = False) -> str:
         parts.append("truncated (max_new_tokens)")
     elif stats.stop_reason == "context":
         parts.append("stopped: context full")
+    # What the backend did differently in this reply and why (threads dropped, a loop stopped): said where the
+    # reply is, not only in a log.
+    parts.extend(note for note in stats.notes if note)
     return " · ".join(parts)
 
 
