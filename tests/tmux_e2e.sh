@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # End-to-end check of the real terminal UI at the smallest supported size (80x24): start `specchat` (no arguments:
 # the TUI on the embedded model) in a detached tmux session, type a question and press Enter 1 s after the start
-# (while the model still loads: the message must wait and then be answered), wait for the reply, check that the
-# status bar shows `ctx`, open the inspector (ctrl+s), press End and check that the acceptance histogram and the
-# close hint are on screen, close it, press F4, and check that the status bar shows the creative preset and an
+# (while the model still loads: the message must wait and then be answered); while the reply streams, press ctrl+s
+# and End (the inspector waits for the reply, then shows its histogram), close it; wait for the reply, check that
+# the status bar shows `ctx`, open the inspector (ctrl+s), press End and check that the acceptance histogram and
+# the close hint are on screen, close it, press F4, and check that the status bar shows the creative preset and an
 # acceptance figure (`accept NN%`, or `accept –` when the drafter proposed nothing). Then, in the settings dialog
 # (F12, its hint on screen), switch the draft to `none` (the model reloads, the status bar says K off), ask a
 # follow-up question (answered without drafts), and switch back to `ngram`. Exits non-zero on failure and prints
@@ -18,7 +19,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SPECCHAT="${SPECCHAT:-$ROOT/.venv/bin/specchat}"
 LOAD_TIMEOUT="${E2E_LOAD_TIMEOUT:-300}"
 REPLY_TIMEOUT="${E2E_REPLY_TIMEOUT:-300}"
-QUESTION="${E2E_QUESTION:-What is the capital of France? Answer in one sentence.}"
+QUESTION="${E2E_QUESTION:-What is the capital of France? Answer in three sentences.}"
 SESSION="specchat-e2e-$$"
 WORK="$(mktemp -d)"
 
@@ -68,23 +69,47 @@ failed() { status_line | grep -q '^ ✖ '; }
 sleep 1
 tmux send-keys -t "$SESSION" -l "$QUESTION"
 tmux send-keys -t "$SESSION" Enter
+# ctrl+s while that first reply is still coming in (a short reply looks done before its last token): the
+# inspector opens at once, says it is waiting, and End then shows the histogram once the reply has finished.
+# (It used to say "No finished reply to inspect yet", and End scrolled the chat.) On a fast CPU the reply can be
+# over before a key gets there: then this step says so and the one after the reply still runs.
+inspector() { screen | grep -q 'Reply statistics'; }
+histogram() { screen | grep -q 'accepted drafts per round' && screen | grep -qE '[0-9]+ accepted [█░]+ [0-9]+|no drafting rounds'; }
+closed() { ! inspector; }
+answered() { screen | grep -qE '[0-9]+ tok · ' && ready; }
+deadline=$((SECONDS + LOAD_TIMEOUT + REPLY_TIMEOUT))
+until status_line | grep -q '^ ● ' || answered || failed; do
+    ((SECONDS >= deadline)) && fail "timed out waiting for the model to load and the waiting message to be sent"
+    sleep 0.05
+done
+failed && fail "the model did not load"
+if ! answered; then
+    tmux send-keys -t "$SESSION" C-s
+    wait_for 5 "the inspector to open while the reply streams" inspector
+    tmux send-keys -t "$SESSION" End
+    wait_for "$REPLY_TIMEOUT" "the histogram after ctrl+s, End during the reply" histogram
+    echo "----- inspector opened during the first reply, after End (80x24) -----"
+    screen
+    tmux send-keys -t "$SESSION" Escape
+    wait_for 5 "the inspector to close" closed
+else
+    echo "tmux_e2e: the first reply was over before ctrl+s could be pressed during it (step skipped)"
+fi
+
 finished() { failed || (screen | grep -qE '[0-9]+ tok · ' && ready); }
-wait_for "$((LOAD_TIMEOUT + REPLY_TIMEOUT))" "the model to load and the waiting message to be answered" finished
+wait_for "$REPLY_TIMEOUT" "the waiting message to be answered" finished
 failed && fail "the model did not load"
 status_line | grep -qE '│ ctx [0-9]+/[0-9]+' || fail "status bar shows no ctx at 80 columns: $(status_line)"
 
 # The inspector fits 80x24: End scrolls to the acceptance histogram, and the close hint stays on screen.
 tmux send-keys -t "$SESSION" C-s
-inspector() { screen | grep -q 'Reply statistics'; }
 wait_for 5 "the inspector to open" inspector
 tmux send-keys -t "$SESSION" End
-histogram() { screen | grep -q 'accepted drafts per round' && screen | grep -qE '[0-9]+ accepted [█░]+ [0-9]+|no drafting rounds'; }
 wait_for 5 "the histogram to be on screen after End" histogram
 screen | grep -q 'esc close' || fail "the inspector's close hint is cut off"
 echo "----- inspector after End (80x24) -----"
 screen
 tmux send-keys -t "$SESSION" Escape
-closed() { ! inspector; }
 wait_for 5 "the inspector to close" closed
 
 tmux send-keys -t "$SESSION" F4

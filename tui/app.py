@@ -762,6 +762,11 @@ class SpecchatApp(App[None]):
         self._inspect(event.reply)
 
     def _inspect(self, reply: ReplyMessage | None) -> None:
+        streaming = self._reply
+        if streaming is not None and reply in (None, streaming) and getattr(reply, "stats", None) is None:
+            # Asked before the reply's last token (a short reply looks done early): open now, fill in at the end.
+            self.push_screen(InspectorScreen(pending=streaming, recent_for=self.session.recent_average))
+            return
         if reply is None or reply.stats is None:
             self.notify("No finished reply to inspect yet.", severity="warning")
             return

@@ -1,6 +1,14 @@
-"""The statistics inspector: every MessageStats field of one reply, with acceptance drawn as bars."""
+"""The statistics inspector: every MessageStats field of one reply, with acceptance drawn as bars.
+
+Opened on a reply that is still coming in (ctrl+s pressed before its last token, the moment a short reply looks
+done), it says so and fills in the moment the reply finishes; an End pressed while it waits is kept, so
+"ctrl+s, End" shows the histogram either way.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from rich.console import Group
 from rich.table import Table
@@ -142,37 +150,104 @@ def recent_comparison(stats: MessageStats, recent) -> Table | Text:
     return table
 
 
+WAITING = "this reply is still coming in: its statistics appear here when it finishes"
+NO_STATS = "this reply ended without statistics (it failed or was stopped before its first token)"
+POLL_S = 0.1
+SETTLE_POLLS = 30  # a reply that stopped streaming gets 3 s to show its stats before "no statistics"
+
+
 class InspectorScreen(ModalScreen[None]):
     BINDINGS = [
         Binding("escape,q,i", "dismiss", "close", id="inspector.close"),
+        # The scroller takes End itself when it has the focus; this one is for the moments it does not
+        # (still waiting for the figures, or the focus elsewhere): End is kept for when they arrive.
+        Binding("end", "remember_end", show=False),
     ]
 
-    def __init__(self, stats: MessageStats, cancelled: bool = False, recent=None) -> None:
+    def __init__(
+        self,
+        stats: MessageStats | None = None,
+        cancelled: bool = False,
+        recent=None,
+        *,
+        pending: Any = None,
+        recent_for: Callable[[str], Any] | None = None,
+    ) -> None:
+        """`stats` of a finished reply; or `pending`, a reply widget still streaming (its `stats`, `cancelled`,
+        `failed` and `streaming` are read until it ends) and `recent_for(preset)` for the recent average."""
         super().__init__()
         self.stats = stats
         self.cancelled = cancelled
         self.recent = recent  # the preset's recent average from the metrics log, when the session saves
+        self.pending = pending if stats is None else None
+        self.recent_for = recent_for
+        self._end_wanted = False
+        self._settling = 0
 
     def compose(self) -> ComposeResult:
         with Vertical(id="inspector", classes="dialog"):
             yield Static(Text("Reply statistics", style="bold"), classes="title")
-            with VerticalScroll():
-                yield Static(stats_table(self.stats, self.cancelled), id="inspector-fields")
-                if self.recent is not None:
-                    yield Static(
-                        Group(
-                            Text("\nbeside recent replies", style="bold"),
-                            recent_comparison(self.stats, self.recent),
-                        ),
-                        id="inspector-recent",
-                    )
-                yield Static(
-                    Group(Text("\nper-position acceptance", style="bold"), position_bars(self.stats)),
-                    id="inspector-positions",
-                )
-                yield Static(
-                    Group(Text("\naccepted drafts per round", style="bold"), histogram_bars(self.stats)),
-                    id="inspector-histogram",
-                )
+            if self.stats is None:
+                waiting = WAITING if self.pending is not None else NO_STATS
+                yield Static(Text(waiting, style="dim"), id="inspector-waiting")
+            else:
+                with VerticalScroll():
+                    yield from self._sections(self.stats)
             yield Static("esc close · ↑↓ pgup pgdn home end scroll", classes="hint")
         yield FittingFooter()
+
+    def _sections(self, stats: MessageStats) -> Iterator[Static]:
+        yield Static(stats_table(stats, self.cancelled), id="inspector-fields")
+        if self.recent is not None:
+            yield Static(
+                Group(Text("\nbeside recent replies", style="bold"), recent_comparison(stats, self.recent)),
+                id="inspector-recent",
+            )
+        yield Static(
+            Group(Text("\nper-position acceptance", style="bold"), position_bars(stats)),
+            id="inspector-positions",
+        )
+        yield Static(
+            Group(Text("\naccepted drafts per round", style="bold"), histogram_bars(stats)),
+            id="inspector-histogram",
+        )
+
+    def on_mount(self) -> None:
+        if self.pending is not None:
+            self._poll = self.set_interval(POLL_S, self._check_pending)
+
+    def _check_pending(self) -> None:
+        reply = self.pending
+        if reply is None:
+            return
+        if reply.stats is None and reply.streaming and reply.is_attached:
+            return  # still coming in (a reply stopped before its first token is taken off the chat)
+        if reply.stats is None and not reply.failed and reply.is_attached and self._settling < SETTLE_POLLS:
+            self._settling += 1  # between its last token and its stats (the widget renders the text first)
+            return
+        self._poll.stop()
+        self.pending = None
+        if reply.stats is None:
+            self.query_one("#inspector-waiting", Static).update(Text(NO_STATS, style="dim"))
+            return
+        self.stats, self.cancelled = reply.stats, reply.cancelled
+        if self.recent_for is not None:
+            self.recent = self.recent_for(reply.stats.preset)
+        # Swap the waiting line for the figures. Not awaited: this runs in the screen's own timer, and awaiting
+        # a mount from there waits on the very queue that is busy running it.
+        self.query_one("#inspector-waiting").remove()
+        scroller = VerticalScroll(*self._sections(reply.stats))
+        self.query_one("#inspector").mount(scroller, before=self.query_one("#inspector .hint"))
+        self.call_after_refresh(self._show_figures, scroller)
+
+    def _show_figures(self, scroller: VerticalScroll) -> None:
+        scroller.focus()
+        if self._end_wanted:
+            # Anchored: it stays at the end while its layout settles, and lets go at the first scroll key.
+            scroller.anchor()
+
+    def action_remember_end(self) -> None:
+        self._end_wanted = True
+        scrollers = self.query(VerticalScroll)
+        if scrollers:  # the figures are there, the focus elsewhere: scroll them all the same
+            scrollers.first().scroll_end(animate=False)
