@@ -419,3 +419,17 @@ def test_event_stream_reader_caps_a_line_and_an_event():
     with pytest.raises(StreamLimitError, match="event of more than"):
         for _ in range(5):
             reader.feed(b"data: " + b"x" * 60 + b"\n")
+
+
+def test_figures_that_fail_in_an_unforeseen_way_still_keep_the_reply(monkeypatch):
+    def broken(*args):
+        raise OverflowError("cannot convert float infinity to integer")
+
+    monkeypatch.setattr(RemoteBackend, "_read_server_stats", broken)
+    with FixtureServer(vllm_routes()) as server:
+        result = _send(_session(server.url))
+    assert isinstance(result, ReplyFinished) and result.text.endswith("Eiffel Tower.")
+    assert (
+        result.stats.unavailable["drafted_tokens"] == "the server's figures could not be read (OverflowError)"
+    )
+    assert result.stats.new_tokens == 17  # the chunks counted by the client

@@ -499,7 +499,7 @@ class RemoteBackend:
             return ServerStats(
                 source=profile.kind,
                 new_tokens=seen,
-                unavailable=tuple((name, why) for name in ("new_tokens", *DRAFT_FIELDS)),
+                unavailable=tuple((name, why) for name in DRAFT_FIELDS),
             )
 
     def _read_server_stats(
