@@ -4,6 +4,11 @@ A redirect to another origin never carries the key (the second server sees no re
 server (a body that is not JSON, "abc" where a count goes, counters that sum to inf) gives figures as "—" with a
 reason or one error line, never a traceback, and the text that streamed is kept; lines, labels and answers are
 capped, so memory stays flat (measured with tracemalloc, which counts every Python allocation in the process).
+
+Mutations checked by hand (each sent a test here red): no request hook (the second server got the key), JSON
+errors caught without RecursionError, a 200 that is not JSON let through, int() on n_ctx, accepted > drafted
+allowed, sums past 2^53/inf allowed, no cap on the position label, the SSE line, the event, the stream's bytes or
+a probe answer, a CRLF split across chunks, Tabby's generic reason over the real one, no stats safety net.
 """
 
 from __future__ import annotations
@@ -115,6 +120,7 @@ def test_a_redirect_to_another_origin_at_connect_is_refused_and_the_key_never_le
     assert "\n" not in message and KEY not in message
     assert elsewhere.requests == []  # nothing at all went there: no key, no chat
     assert routes.requests[0][3]["x-api-key"] == KEY  # the endpoint itself did get the key
+    assert routes.requests[0][3]["Accept-Encoding"] == "identity"  # no compression: the byte caps hold
 
 
 def test_a_307_mid_chat_to_another_origin_keeps_the_chat_and_key_home(monkeypatch):

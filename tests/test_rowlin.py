@@ -242,6 +242,9 @@ def test_without_the_c_kernel_the_onednn_fallback_still_drafts_exactly(
 
 
 # --- the compiled library's cache (issue 18) ---------------------------------------------------------------
+# Mutations checked by hand (each sent a test here red): no mode check, no owner check, `flags` alone in the key,
+# no machine name without /proc, no rebuild after a failed load, attention left out of the self-check, no chmod
+# after the build (umask 002), no tightening of a loose folder.
 
 PLANTED_C = """
 #include <stdio.h>

@@ -3,6 +3,10 @@
 The daily-use check pressed ctrl+s the moment a short reply looked done on screen, before its last token: the app
 said "No finished reply to inspect yet" and End scrolled the chat. Now the inspector opens at once, says the reply
 is still coming in, and fills in when it finishes, keeping an End pressed meanwhile.
+
+Mutations checked by hand (each sent a test here red): the app's pending branch removed (the old "No finished
+reply" path), no anchor after an End pressed while waiting, no End binding on the screen, a reply taken off the
+chat still counted as streaming.
 """
 
 from __future__ import annotations

@@ -134,6 +134,8 @@ class RemoteBackend:
                 base_url=self.base,
                 transport=self._transport,
                 follow_redirects=True,  # within the endpoint's origin only: see _same_origin
+                # Uncompressed answers: the byte caps then bound what is held (64 KiB of gzip can be 64 MiB).
+                headers={"Accept-Encoding": "identity"},
                 max_redirects=MAX_REDIRECTS,
                 event_hooks={"request": [self._same_origin]},
             )
