@@ -30,6 +30,10 @@ FALLBACK_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] | capitalize }}: {{ message['content'] }}\n"
     "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
 )
+# The backends' note where the fallback is used (BackendInfo.notes, shown when the model loads).
+FALLBACK_NOTE = (
+    "no chat template in the model: a plain User:/Assistant: one is used, replies stop at the next User:"
+)
 
 
 class ChatTemplateError(ValueError):

@@ -19,6 +19,7 @@ Cache semantics, defined here and nowhere else:
 
 from __future__ import annotations
 
+import bisect
 import random
 import threading
 import time
@@ -243,6 +244,7 @@ def _run_reply(
 
     seq = list(prompt)  # prompt + reply; seq[-1] is not in the target's cache yet
     reply: list[int] = []
+    ends: list[int] = []  # text length after each reply token (tracked for stop strings only)
     round_costs: list[float] = []
     text = setup.new_text()
     watch = StopStringWatch(setup.stop_strings)
@@ -289,7 +291,6 @@ def _run_reply(
             tuner.record(len(drafts), accepted)
 
             emitted: list[int] = []
-            ends: list[int] = []  # text length after each emitted token (only tracked for stop strings)
             cut: int | None = None
             for token in [*drafts[:accepted], samples[accepted]]:
                 if token in setup.stop_token_ids:
@@ -301,9 +302,13 @@ def _run_reply(
                     ends.append(len(watch.text))
                     if cut is not None:
                         stop = "stop_string"
-                        # Keep the tokens whose text lies wholly before the stop string.
-                        while emitted and ends[len(emitted) - 1] > cut:
-                            emitted.pop()
+                        # Keep the tokens whose text lies wholly before the stop string; the string may have
+                        # begun in an earlier round (its text held back), so earlier tokens can go too.
+                        keep = bisect.bisect_right(ends, cut)
+                        if keep < len(reply):
+                            del reply[keep:], seq[len(prompt) + keep :], emitted[:]
+                        else:
+                            del emitted[keep - len(reply) :]
                         break
                 period = guard.push(token)
                 if period is not None:

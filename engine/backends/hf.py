@@ -25,7 +25,7 @@ import torch
 
 from engine.backends import hf_kernels
 from engine.backends.base import BackendError, GenerationRequest, ProgressCallback, resolve_cache_mode
-from engine.chat_template import ChatTemplate, ChatTemplateError
+from engine.chat_template import FALLBACK_NOTE, ChatTemplate, ChatTemplateError
 from engine.compat import VocabView, check_draft_compatible, special_token_ids
 from engine.drafting import MAX_DRAFT_LENGTH, AdaptiveK, VerifyCostModel
 from engine.events import BackendInfo, Chunk, Done, DraftMode
@@ -364,6 +364,8 @@ class TransformersBackend:
                 self.template = ChatTemplate.from_folder(self.model_dir)
             except ChatTemplateError as exc:
                 raise BackendError(str(exc)) from exc
+            if not self.template.from_model:
+                self.notes.append(FALLBACK_NOTE)
             report("loading model", 0.1)
             self.model = self._load_model(self.model_dir, "model")
             self.target = self._state(self.model, self.requested_cache_mode, "target")

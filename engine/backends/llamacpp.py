@@ -30,7 +30,13 @@ from pathlib import Path
 import torch
 
 from engine.backends.base import BackendError, GenerationRequest, ProgressCallback, resolve_cache_mode
-from engine.chat_template import END_OF_TURN_CANDIDATES, FALLBACK_TEMPLATE, ChatTemplate, ChatTemplateError
+from engine.chat_template import (
+    END_OF_TURN_CANDIDATES,
+    FALLBACK_NOTE,
+    FALLBACK_TEMPLATE,
+    ChatTemplate,
+    ChatTemplateError,
+)
 from engine.compat import VocabView, check_draft_compatible
 from engine.cpu_threads import StallWatch, ThreadChoice, choose_threads, threads_label
 from engine.drafting import AdaptiveK, VerifyCostModel
@@ -659,7 +665,7 @@ class LlamaCppBackend:
         metadata = target.model.metadata()
         source = metadata.get("tokenizer.chat_template") or ""
         if not source:
-            self.notes.append("the GGUF has no chat template; a plain one is used")
+            self.notes.append(FALLBACK_NOTE)
         text = source or FALLBACK_TEMPLATE
         self.template = ChatTemplate(
             source=text,
