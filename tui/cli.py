@@ -349,7 +349,7 @@ def cmd_paths(args: argparse.Namespace) -> int:
     print(f"config file   {config_file_path()}")
     print(f"user presets  {presets_dir()}")
     print(f"model cache   {embedded_model_dir()}")
-    print(f"model GGUF    {embedded_gguf_path()}")
+    print(f"model GGUF    {embedded_gguf_path('f16')}  (llama.cpp's default; Q4_1: {embedded_gguf_path()})")
     print(f"data          {data_dir(load_settings())}  (specchat.db, metrics.jsonl)")
     return 0
 
@@ -553,6 +553,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if settings.backend != "llamacpp" and not str(settings.model or "").lower().endswith(".gguf"):
         run_bench(settings, quick=args.quick, prompt_set=prompt_set)
     bench_llamacpp_if_usable(settings, quick=args.quick, prompt_set=prompt_set)
+    if settings.backend in ("auto", "transformers", "llamacpp"):
+        from engine.bench_answers import run_answer_check
+
+        run_answer_check(settings, load_prompt_set(prompt_set))
     if args.ui:
         from bench.ui_bench import run_ui_bench
 
