@@ -75,3 +75,28 @@ def test_bench_on_a_tiny_model_prints_the_table_and_ratios(tiny_model_dir):
     assert summary["ngram_vs_plain_total"] == pytest.approx(
         summary["tokens_per_s"]["ours-ngram"] / summary["tokens_per_s"]["ours-plain"]
     )
+
+
+@pytest.mark.slow
+def test_answer_check_compares_each_backend_with_the_fp32_reference(tiny_model_dir, monkeypatch):
+    import engine.bench_answers as answers
+
+    monkeypatch.setattr(answers, "MAX_NEW", 12)
+    prompts = [{"category": "qa", "prompt": "Name a colour."}]
+    out = io.StringIO()
+    summary = answers.run_answer_check(Settings(model=tiny_model_dir), prompts, out)
+    text = out.getvalue()
+    assert "the reference is transformers' generate() at fp32" in text
+    facts = len(answers.FACTUAL_QUESTIONS)
+    # Our transformers backend gives the model's own greedy tokens, plain and drafting; a random model is
+    # never right, and a GGUF of it does not exist (no llama.cpp rows).
+    for row in ("transformers plain", "transformers ngram"):
+        assert summary[row]["heldout_identical"] == 1 and summary[row]["factual_identical"] == facts
+        assert summary[row]["factual_correct"] == 0
+    assert not any(name.startswith("llama.cpp") for name in summary)
+
+    # A backend whose text drifts from the reference is counted as such.
+    real = answers._greedy
+    monkeypatch.setattr(answers, "_greedy", lambda backend, messages, k: real(backend, messages, k)[:-1])
+    drifted = answers.run_answer_check(Settings(model=tiny_model_dir), prompts, io.StringIO())
+    assert drifted["transformers plain"]["heldout_identical"] == 0
