@@ -30,6 +30,7 @@ from typing import Protocol
 import torch
 
 from engine.backends.base import BackendError, GenerationRequest
+from engine.chat_template import ChatTemplate, ChatTemplateError
 from engine.drafting import AdaptiveK, NgramDrafter, VerifyCostModel, round_cost, round_limit
 from engine.events import Chunk, Done, StopReason
 from engine.sampling import choose_tokens, count_accepted, reply_uniforms
@@ -51,6 +52,7 @@ class CachedModel(Protocol):
     ids: list[int]  # the tokens whose keys/values the cache holds, in order
     step_times: list[float]
     costs: VerifyCostModel | None
+    draft_costs: VerifyCostModel | None  # a draft model's: the target's cost model its steps are timed into
     can_crop: bool  # False: dropping a tail costs a re-prefill (a recurrent or otherwise uncroppable cache)
 
     def prefill(self, ids: Sequence[int], cancel: threading.Event | None = None) -> int:
@@ -360,3 +362,71 @@ def _run_reply(
         round_cost=_mean(round_costs) if round_costs and target.costs is not None else None,
         notes=tuple(setup.notes),
     )
+
+
+class RoundLoopBackend:
+    """What the transformers and llama.cpp backends share around the loop: one reply at a time, the adaptive-K
+    state per tuning key, and a reply's LoopSetup. A backend supplies `_loop_options()` (vocabulary size, text
+    stream, draft cap) and may adjust the setup in `_prepare_setup()`."""
+
+    target: CachedModel | None
+    draft_state: CachedModel | None
+    draft_mode: str
+    stop_token_ids: frozenset[int]
+    end_of_turn_id: int | None
+    max_context: int
+    template: ChatTemplate | None
+    tuners: dict[str, AdaptiveK]
+    _lock: threading.Lock
+
+    def _require_loaded(self) -> None:
+        raise NotImplementedError
+
+    def _loop_options(self) -> dict:
+        raise NotImplementedError
+
+    def encode_text(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        """Render `messages` with the model's chat template (generation prompt added) and tokenize."""
+        self._require_loaded()
+        try:
+            text = self.template.render(messages)
+        except ChatTemplateError as exc:
+            raise BackendError(str(exc)) from exc
+        return self.encode_text(text)
+
+    def _prepare_setup(self, setup: LoopSetup) -> None:
+        """A backend's last word on a reply's setup (llama.cpp watches for stalls here)."""
+
+    def tuner(self, key: str, prior: Sequence[float] = ()) -> AdaptiveK:
+        """The adaptive-K state of one tuning key (a preset), started from `prior` the first time."""
+        if key not in self.tuners:
+            self.tuners[key] = AdaptiveK(prior)
+        return self.tuners[key]
+
+    def generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Chunk | Done]:
+        self._require_loaded()
+        if not self._lock.acquire(blocking=False):
+            raise BackendError("a reply is already being generated")
+        try:
+            draft = self.draft_state if self.draft_mode == "model" else None
+            if draft is not None:
+                draft.draft_costs = self.target.costs  # its one-token steps feed the target's cost model
+            template = self.template
+            setup = LoopSetup(
+                target=self.target,
+                draft=draft,
+                ngram=self.draft_mode == "ngram",
+                stop_token_ids=self.stop_token_ids,
+                end_of_turn_id=self.end_of_turn_id,
+                max_context=self.max_context,
+                tuner=self.tuner(request.tuning_key, request.acceptance_prior),
+                stop_strings=template.text_stops() if template is not None else (),
+                **self._loop_options(),
+            )
+            self._prepare_setup(setup)
+            yield from run_reply(setup, request, cancel)
+        finally:
+            self._lock.release()

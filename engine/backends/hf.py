@@ -17,20 +17,20 @@ from __future__ import annotations
 import inspect
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from engine.backends import hf_kernels
-from engine.backends.base import BackendError, GenerationRequest, ProgressCallback, resolve_cache_mode
+from engine.backends.base import BackendError, ProgressCallback, resolve_cache_mode
 from engine.chat_template import FALLBACK_NOTE, ChatTemplate, ChatTemplateError
 from engine.compat import VocabView, check_draft_compatible, special_token_ids
 from engine.drafting import MAX_DRAFT_LENGTH, AdaptiveK, VerifyCostModel
-from engine.events import BackendInfo, Chunk, Done, DraftMode
+from engine.events import BackendInfo, DraftMode
 from engine.kv_cache import SpecCache
-from engine.round_loop import LoopSetup, common_prefix, run_reply
+from engine.round_loop import RoundLoopBackend, common_prefix
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
@@ -274,7 +274,7 @@ def _eos_ids(*values) -> set[int]:
     return ids
 
 
-class TransformersBackend:
+class TransformersBackend(RoundLoopBackend):
     """The transformers/torch engine. Construct, `load()`, then `generate()` one reply at a time."""
 
     name = "transformers"
@@ -482,12 +482,9 @@ class TransformersBackend:
 
     # --- text ----------------------------------------------------------------------------------------------
 
-    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+    def encode_text(self, text: str) -> list[int]:
+        """Tokenize rendered chat text, with a BOS where the model wants one."""
         self._require_loaded()
-        try:
-            text = self.template.render(messages)
-        except ChatTemplateError as exc:
-            raise BackendError(str(exc)) from exc
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         # The template usually writes the BOS itself; add it only where the tokenizer would and it did not.
         bos = self.tokenizer.bos_token_id
@@ -501,39 +498,12 @@ class TransformersBackend:
 
     # --- generation ----------------------------------------------------------------------------------------
 
-    def generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Chunk | Done]:
-        self._require_loaded()
-        if not self._lock.acquire(blocking=False):
-            raise BackendError("a reply is already being generated")
-        try:
-            yield from self._generate(request, cancel)
-        finally:
-            self._lock.release()
-
-    def _generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Chunk | Done]:
-        draft = self.draft_state if self.draft_mode == "model" else None
-        if draft is not None:
-            draft.draft_costs = self.target.costs
-        setup = LoopSetup(
-            target=self.target,
-            draft=draft,
-            ngram=self.draft_mode == "ngram",
-            stop_token_ids=self.stop_token_ids,
-            end_of_turn_id=self.end_of_turn_id,
-            max_context=self.max_context,
-            vocab_size=self.vocab_size,
-            new_text=lambda: IncrementalDetokenizer(self.tokenizer),
-            tuner=self.tuner(request.tuning_key, request.acceptance_prior),
-            stop_strings=self.template.text_stops() if self.template else (),
-            max_draft=MAX_DRAFT_LENGTH,
-        )
-        yield from run_reply(setup, request, cancel)
-
-    def tuner(self, key: str, prior: Sequence[float] = ()) -> AdaptiveK:
-        """The adaptive-K state of one tuning key (a preset), started from `prior` the first time."""
-        if key not in self.tuners:
-            self.tuners[key] = AdaptiveK(prior)
-        return self.tuners[key]
+    def _loop_options(self) -> dict:
+        return {
+            "vocab_size": self.vocab_size,
+            "new_text": lambda: IncrementalDetokenizer(self.tokenizer),
+            "max_draft": MAX_DRAFT_LENGTH,
+        }
 
     def close(self) -> None:
         self.model = None

@@ -24,24 +24,23 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from engine.backends.base import BackendError, GenerationRequest, ProgressCallback, resolve_cache_mode
+from engine.backends.base import BackendError, ProgressCallback, resolve_cache_mode
 from engine.chat_template import (
     END_OF_TURN_CANDIDATES,
     FALLBACK_NOTE,
     FALLBACK_TEMPLATE,
     ChatTemplate,
-    ChatTemplateError,
 )
 from engine.compat import VocabView, check_draft_compatible
 from engine.cpu_threads import StallWatch, ThreadChoice, choose_threads, threads_label
 from engine.drafting import AdaptiveK, VerifyCostModel
-from engine.events import BackendInfo, Chunk, Done, DraftMode
-from engine.round_loop import LoopSetup, common_prefix, run_reply
+from engine.events import BackendInfo, DraftMode
+from engine.round_loop import LoopSetup, RoundLoopBackend, common_prefix
 
 BACKEND_NAME = "llama.cpp"
 # cache_mode -> llama.cpp K/V cache type name; llama.cpp has no 6-bit cache type, q6 takes q8_0.
@@ -336,7 +335,7 @@ class LlamaCppModel:
         self.model.close()
 
 
-class LlamaCppBackend:
+class LlamaCppBackend(RoundLoopBackend):
     """The llama.cpp engine. Construct, `load()`, then `generate()` one reply at a time."""
 
     name = BACKEND_NAME
@@ -619,12 +618,6 @@ class LlamaCppBackend:
             draft.clear()
         costs.observe_draft(best)
 
-    def tuner(self, key: str, prior: Sequence[float] = ()) -> AdaptiveK:
-        """The adaptive-K state of one tuning key (a preset), started from `prior` the first time."""
-        if key not in self.tuners:
-            self.tuners[key] = AdaptiveK(prior)
-        return self.tuners[key]
-
     def _kernels_agree(self) -> bool:
         """Do one-token decodes give bit-identical logits to the rows of a batch at the same positions?"""
         import numpy as np
@@ -690,14 +683,6 @@ class LlamaCppBackend:
 
     # --- text ----------------------------------------------------------------------------------------------
 
-    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
-        self._require_loaded()
-        try:
-            text = self.template.render(messages)
-        except ChatTemplateError as exc:
-            raise BackendError(str(exc)) from exc
-        return self.encode_text(text)
-
     def encode_text(self, text: str) -> list[int]:
         """Tokenize `text` (special tokens spelled in it are parsed), with a BOS where the model wants one."""
         self._require_loaded()
@@ -722,36 +707,17 @@ class LlamaCppBackend:
 
     # --- generation ----------------------------------------------------------------------------------------
 
-    def generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Chunk | Done]:
-        self._require_loaded()
-        if not self._lock.acquire(blocking=False):
-            raise BackendError("a reply is already being generated")
-        try:
-            yield from self._generate(request, cancel)
-        finally:
-            self._lock.release()
-
-    def _generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Chunk | Done]:
-        draft = self.draft_state if self.draft_mode == "model" else None
-        if draft is not None:
-            draft.draft_costs = self.target.costs
-        setup = LoopSetup(
-            target=self.target,
-            draft=draft,
-            ngram=self.draft_mode == "ngram",
-            stop_token_ids=self.stop_token_ids,
-            end_of_turn_id=self.end_of_turn_id,
-            max_context=self.max_context,
-            vocab_size=self.target.n_vocab,
-            new_text=lambda: ByteDetokenizer(self._piece_exact),
-            tuner=self.tuner(request.tuning_key, request.acceptance_prior),
-            stop_strings=self.template.text_stops(),
+    def _loop_options(self) -> dict:
+        return {
+            "vocab_size": self.target.n_vocab,
+            "new_text": lambda: ByteDetokenizer(self._piece_exact),
             # The batch holds the last token, the drafts and (plain steps) one throw-away position.
-            max_draft=self.target.n_batch - 2,
-        )
+            "max_draft": self.target.n_batch - 2,
+        }
+
+    def _prepare_setup(self, setup: LoopSetup) -> None:
         if self._stall_watch is not None:
             setup.on_round = lambda seconds, width: self._on_round(seconds, width, setup.notes)
-        yield from run_reply(setup, request, cancel)
 
     def close(self) -> None:
         for state in (self.draft_state, self.target):
