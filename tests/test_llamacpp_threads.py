@@ -155,7 +155,7 @@ def test_a_stall_mid_reply_drops_to_one_thread_for_the_session_with_a_note(
         backend.close()
 
 
-def test_an_explicit_count_is_neither_measured_nor_switched(
+def test_an_explicit_count_is_neither_measured_nor_switched_and_a_stall_is_said(
     gguf: Path, two_cores: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[int] = []
@@ -166,6 +166,12 @@ def test_an_explicit_count_is_neither_measured_nor_switched(
         assert "2 threads (set in the config)" in backend.info.notes
         counts = plant_stall(backend, at_threads=2)
         _, done = reply(backend)
-        assert set(counts) == {2} and done.notes == ()
+        # Not switched; the stall is said under the reply instead (the count cannot drop).
+        assert set(counts) == {2} and backend.context_threads() == 2
+        assert len(done.notes) == 1 and done.notes[0].startswith("slow: verify passes ran")
+        assert "at 2 threads (another process busy on the CPU?)" in done.notes[0]
+        # A reply at normal speed says nothing.
+        del backend.target.score  # the planted stall ends
+        assert reply(backend)[1].notes == ()
     finally:
         backend.close()

@@ -54,6 +54,10 @@ CALIBRATION_WIDTH = 9
 THREAD_SAMPLES = 5
 THREAD_SAMPLE_STEPS = 3
 THREAD_BUDGET_S = 1.5
+BUSY_NOTE = (
+    "slow: verify passes ran {slowdown:.0f}x slower than measured at load at {threads} (another process busy on "
+    "the CPU?)"
+)
 STALL_NOTE = (
     "dropped to 1 thread: verify passes ran {slowdown:.0f}x slower than measured at load, {rounds} in a row "
     "(another process busy on the CPU?); set threads to keep a count"
@@ -563,13 +567,16 @@ class LlamaCppBackend(RoundLoopBackend):
 
         return predicted
 
-    def _on_round(self, seconds: float, width: int, notes: list[str]) -> None:
+    def _on_round(self, seconds: float, width: int, notes: list[str], busy: StallWatch | None = None) -> None:
         """After each round: a verify pass (its llama.cpp decode alone) against the load-time cost; a stall of
-        several rounds drops to one thread for the rest of the session, noted on the reply and the backend."""
+        several rounds drops to one thread for the rest of the session, noted on the reply and the backend.
+        Where the count cannot drop, `busy` notes the stall on the reply (once)."""
         watch = self._stall_watch
-        if watch is None:
-            return
         decode_s = self.target.step_times[-1] if self.target.step_times else seconds
+        if watch is None:
+            if busy is not None and busy.observe(decode_s, width):
+                notes.append(BUSY_NOTE.format(slowdown=busy.slowdown(), threads=threads_label(self.threads)))
+            return
         if not watch.observe(decode_s, width):
             return
         self._stall_watch = None
@@ -716,8 +723,10 @@ class LlamaCppBackend(RoundLoopBackend):
         }
 
     def _prepare_setup(self, setup: LoopSetup) -> None:
-        if self._stall_watch is not None:
-            setup.on_round = lambda seconds, width: self._on_round(seconds, width, setup.notes)
+        # Per reply, a watch that only speaks: where the thread count cannot drop (one thread already, or a count
+        # set in the config), a busy CPU is said under the reply instead of leaving a slow reply unexplained.
+        busy = StallWatch(self._predicted_cost())
+        setup.on_round = lambda seconds, width: self._on_round(seconds, width, setup.notes, busy)
 
     def close(self) -> None:
         for state in (self.draft_state, self.target):
