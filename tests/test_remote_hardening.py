@@ -439,3 +439,15 @@ def test_figures_that_fail_in_an_unforeseen_way_still_keep_the_reply(monkeypatch
         result.stats.unavailable["drafted_tokens"] == "the server's figures could not be read (OverflowError)"
     )
     assert result.stats.new_tokens == 17  # the chunks counted by the client
+
+
+def test_a_connection_dropped_before_any_text_does_not_claim_a_partial_reply() -> None:
+    import httpx
+
+    from engine.backends.remote import RemoteBackend
+
+    backend = RemoteBackend("http://127.0.0.1:9")
+    before = backend._fail(httpx.ReadError("peer closed"), "/v1/chat/completions")
+    during = backend._fail(httpx.ReadError("peer closed"), "/v1/chat/completions", " mid-reply")
+    assert "dropped the connection" in str(before) and "partial reply" not in str(before)
+    assert "dropped the connection mid-reply" in str(during) and "the partial reply is kept" in str(during)

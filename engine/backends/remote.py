@@ -168,9 +168,10 @@ class RemoteBackend:
         if isinstance(exc, httpx.TimeoutException):
             return BackendError(f"the server at {where} timed out{during}: it may be overloaded; try again")
         if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
+            kept = "the partial reply is kept; " if during else ""  # `during` is set once text arrived
             return BackendError(
                 f"the server at {self.base} dropped the connection{during} ({_reason(exc)}): "
-                "the partial reply is kept; ask again when the server is back"
+                f"{kept}ask again when the server is back"
             )
         return BackendError(f"request to {where} failed{during}: {_reason(exc)}")
 
