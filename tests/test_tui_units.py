@@ -257,3 +257,17 @@ def test_the_live_k_shows_while_an_adaptive_reply_runs_and_the_ceiling_between_r
     assert "K 5→3" in render_status(collect_status(session(started("adaptive")), "streaming")).plain
     assert "K 5 │" in render_status(collect_status(session(started("fixed")), "streaming")).plain
     assert "K 5 │" in render_status(collect_status(session(None), "idle")).plain
+
+
+def test_the_inspector_lists_the_backends_notes_on_the_reply():
+    from rich.console import Console
+
+    from tui.screens.inspector import stats_table
+
+    note = "dropped to 1 thread: verify passes ran 9x slower than measured at load"
+    console = Console(width=160, record=True)
+    console.print(stats_table(make_stats(notes=[note])))
+    assert note in console.export_text()
+    console = Console(width=160, record=True)
+    console.print(stats_table(make_stats()))
+    assert "note" not in console.export_text().split("stopped by")[-1]

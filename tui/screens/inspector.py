@@ -96,6 +96,8 @@ def stats_table(stats: MessageStats, cancelled: bool = False) -> Table:
             ("acceptance thinking / answer", f"{percent(stats.thinking_acceptance_rate)} / "
              f"{percent(stats.answer_acceptance_rate)}"),
         ]  # fmt: skip
+    # What the backend did differently in this reply and why (threads dropped, a loop stopped, drafting off).
+    rows.extend(("note", note) for note in stats.notes)
     for label, value in rows:
         table.add_row(label, value)
     return table
