@@ -124,14 +124,12 @@ def _train_small_tokenizer(vocab_size: int):
     return tokenizer
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir_other_vocab(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random Llama whose tokenizer and vocabulary differ from SmolLM2's (vocab 512)."""
+def save_small_chat_tokenizer(folder: Path, vocab_size: int = TINY_OTHER_VOCAB_SIZE) -> None:
+    """The small trained tokenizer (ids 0-2 as in SmolLM2) with a ChatML template, saved into `folder`."""
     from transformers import PreTrainedTokenizerFast
 
-    folder = tmp_path_factory.mktemp("tiny-llama-other-vocab")
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=_train_small_tokenizer(TINY_OTHER_VOCAB_SIZE),
+        tokenizer_object=_train_small_tokenizer(vocab_size),
         bos_token="<|im_start|>",
         eos_token="<|im_end|>",
         unk_token="<|endoftext|>",
@@ -139,6 +137,13 @@ def tiny_model_dir_other_vocab(tmp_path_factory: pytest.TempPathFactory) -> Path
     )
     tokenizer.chat_template = CHATML_TEMPLATE
     tokenizer.save_pretrained(folder)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir_other_vocab(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama whose tokenizer and vocabulary differ from SmolLM2's (vocab 512)."""
+    folder = tmp_path_factory.mktemp("tiny-llama-other-vocab")
+    save_small_chat_tokenizer(folder)
     # Keep the template inside tokenizer_config.json as well, like the embedded model's folder.
     config_path = folder / "tokenizer_config.json"
     tokenizer_config = json.loads(config_path.read_text())

@@ -14,7 +14,7 @@ import torch
 
 import engine.backends.hf as hf
 from engine.backends.hf import TransformersBackend
-from tests.conftest import CHATML_TEMPLATE, _train_small_tokenizer
+from tests.conftest import save_small_chat_tokenizer
 from tests.test_hf_backend import generate
 
 pytestmark = pytest.mark.slow
@@ -26,7 +26,7 @@ ARCHITECTURES = ("gemma2", "gemma3", "mistral")
 
 def build_tiny(kind: str, folder: Path, seed: int) -> Path:
     """A tiny random model of `kind` (sliding window 16) with a small trained tokenizer and a ChatML template."""
-    from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast
+    from transformers import AutoModelForCausalLM, GenerationConfig
 
     common = dict(
         vocab_size=VOCAB,
@@ -56,15 +56,7 @@ def build_tiny(kind: str, folder: Path, seed: int) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=2).save_pretrained(folder)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=_train_small_tokenizer(VOCAB),
-        bos_token="<|im_start|>",
-        eos_token="<|im_end|>",
-        unk_token="<|endoftext|>",
-        pad_token="<|im_end|>",
-    )
-    tokenizer.chat_template = CHATML_TEMPLATE
-    tokenizer.save_pretrained(folder)
+    save_small_chat_tokenizer(folder, VOCAB)
     return folder
 
 

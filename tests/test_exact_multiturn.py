@@ -62,30 +62,40 @@ def drafted_anything(backend, turns: tuple[str, ...], k: int) -> bool:
     return generate(backend, backend.encode_chat(messages), k=k, max_new=MAX_NEW).drafted > 0
 
 
+def three_ways(backend_class, model, cache_mode: str):
+    """One model three ways, loaded: plain, n-gram drafting, drafting for itself. Yields {name: backend}."""
+    backends = {
+        name: backend_class(model, draft=draft, cache_mode=cache_mode, max_context=2048)
+        for name, draft in (("none", "none"), ("ngram", "ngram"), ("self", str(model)))
+    }
+    try:
+        for backend in backends.values():
+            backend.load()
+        yield backends
+    finally:
+        for backend in backends.values():
+            backend.close()
+
+
+def assert_drafting_keeps_the_conversation(trio, turns: tuple[str, ...]) -> None:
+    plain = converse(trio["none"], turns, k=0)
+    assert all(plain), "every turn answers"
+    for name in ("ngram", "self"):
+        assert converse(trio[name], turns, k=K) == plain, f"{name} drafting changed a turn"
+    assert drafted_anything(trio["self"], turns, K)
+
+
 # --- transformers, the embedded model ----------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module", params=["fp16", "q8"])
 def hf_trio(request, smol_dir: Path):
-    """The embedded model on transformers three ways: plain, n-gram drafting, drafting for itself."""
-    backends = {
-        name: TransformersBackend(smol_dir, draft=draft, cache_mode=request.param, max_context=2048)
-        for name, draft in (("none", "none"), ("ngram", "ngram"), ("self", str(smol_dir)))
-    }
-    for backend in backends.values():
-        backend.load()
-    yield backends
-    for backend in backends.values():
-        backend.close()
+    yield from three_ways(TransformersBackend, smol_dir, request.param)
 
 
 @pytest.mark.parametrize("turns", CONVERSATIONS, ids=["fruits", "code"])
 def test_transformers_conversations_are_identical_with_and_without_drafting(hf_trio, turns) -> None:
-    plain = converse(hf_trio["none"], turns, k=0)
-    assert all(plain), "every turn answers"
-    for name in ("ngram", "self"):
-        assert converse(hf_trio[name], turns, k=K) == plain, f"{name} drafting changed a turn"
-    assert drafted_anything(hf_trio["self"], turns, K)
+    assert_drafting_keeps_the_conversation(hf_trio, turns)
 
 
 def test_transformers_sampled_conversation_is_identical_with_and_without_drafting(hf_trio) -> None:
@@ -172,25 +182,12 @@ def lcpp_trio(request):
     from engine.backends.llamacpp import LlamaCppBackend
     from engine.models import ensure_embedded_gguf
 
-    gguf = ensure_embedded_gguf()
-    backends = {
-        name: LlamaCppBackend(gguf, draft=draft, cache_mode=request.param, max_context=2048)
-        for name, draft in (("none", "none"), ("ngram", "ngram"), ("self", str(gguf)))
-    }
-    for backend in backends.values():
-        backend.load()
-    yield backends
-    for backend in backends.values():
-        backend.close()
+    yield from three_ways(LlamaCppBackend, ensure_embedded_gguf(), request.param)
 
 
 @pytest.mark.parametrize("turns", CONVERSATIONS, ids=["fruits", "code"])
 def test_llamacpp_conversations_are_identical_with_and_without_drafting(lcpp_trio, turns) -> None:
-    plain = converse(lcpp_trio["none"], turns, k=0)
-    assert all(plain), "every turn answers"
-    for name in ("ngram", "self"):
-        assert converse(lcpp_trio[name], turns, k=K) == plain, f"{name} drafting changed a turn"
-    assert drafted_anything(lcpp_trio["self"], turns, K)
+    assert_drafting_keeps_the_conversation(lcpp_trio, turns)
 
 
 def test_llamacpp_sampled_conversation_and_every_k_are_identical(lcpp_trio) -> None:
