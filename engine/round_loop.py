@@ -247,6 +247,10 @@ def _run_reply(
     seq = list(prompt)  # prompt + reply; seq[-1] is not in the target's cache yet
     reply: list[int] = []
     ends: list[int] = []  # text length after each reply token (tracked for stop strings only)
+    # With stop strings a token goes out with its text: tokens whose text is held back (it may begin a stop
+    # string) wait here, so no chunk ever carries a token the reply then loses.
+    reply_origins: list[bool] = []
+    sent_tokens = 0
     round_costs: list[float] = []
     text = setup.new_text()
     watch = StopStringWatch(setup.stop_strings)
@@ -306,9 +310,9 @@ def _run_reply(
                         stop = "stop_string"
                         # Keep the tokens whose text lies wholly before the stop string; the string may have
                         # begun in an earlier round (its text held back), so earlier tokens can go too.
-                        keep = bisect.bisect_right(ends, cut)
+                        keep = max(bisect.bisect_right(ends, cut), sent_tokens)
                         if keep < len(reply):
-                            del reply[keep:], seq[len(prompt) + keep :], emitted[:]
+                            del reply[keep:], reply_origins[keep:], seq[len(prompt) + keep :], emitted[:]
                         else:
                             del emitted[keep - len(reply) :]
                         break
@@ -331,7 +335,12 @@ def _run_reply(
             if ngram is not None:
                 ngram.extend(emitted)
             if not emitted and not drafts and not delta:
-                break
+                break  # the round produced nothing (its own tokens, before any wait for their text)
+            if watch.stops:  # the tokens whose text is out: all of them once the reply ends
+                reply_origins.extend(origins)
+                ready = len(reply) if stop is not None else bisect.bisect_right(ends, watch.sent)
+                emitted, origins = reply[sent_tokens:ready], reply_origins[sent_tokens:ready]
+                sent_tokens = max(sent_tokens, ready)
             yield Chunk(
                 text=delta,
                 token_ids=tuple(emitted),

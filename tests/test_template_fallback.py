@@ -202,6 +202,9 @@ def test_a_stop_string_over_several_rounds_leaves_none_of_it_in_the_reply_or_the
     assert "".join(c.text for c in chunks) == " Dog."
     kept = [TOKEN[" Dog"], TOKEN["."]]
     assert target.ids == prompt + kept, "the cache holds the prompt and the reply, nothing of the stop string"
+    # No chunk carried a token of the stop string either: a token goes out with its text.
+    assert [t for c in chunks for t in c.token_ids] == kept
+    assert all(len(c.origins) == len(c.token_ids) for c in chunks)
 
 
 def test_a_reply_without_the_stop_string_is_whole() -> None:
