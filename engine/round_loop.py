@@ -52,7 +52,6 @@ class CachedModel(Protocol):
     ids: list[int]  # the tokens whose keys/values the cache holds, in order
     step_times: list[float]
     costs: VerifyCostModel | None
-    draft_costs: VerifyCostModel | None  # a draft model's: the target's cost model its steps are timed into
     can_crop: bool  # False: dropping a tail costs a re-prefill (a recurrent or otherwise uncroppable cache)
 
     def prefill(self, ids: Sequence[int], cancel: threading.Event | None = None) -> int:
@@ -170,13 +169,18 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-def draft_greedy(model: CachedModel, seq: Sequence[int], k: int, vocab_size: int) -> list[int]:
-    """k greedy tokens from a draft model on its own cache (rolled back to the shared prefix first)."""
+def draft_greedy(
+    model: CachedModel, seq: Sequence[int], k: int, vocab_size: int, costs: VerifyCostModel | None = None
+) -> list[int]:
+    """k greedy tokens from a draft model on its own cache (rolled back to the shared prefix first). Its
+    one-token steps are timed into `costs` (the target's cost model)."""
     model.crop(common_prefix(model.ids, seq))
     pending = list(seq[len(model.ids) :])
     drafts: list[int] = []
     for _ in range(k):
         logits = model.next_logits(pending)
+        if costs is not None and len(pending) == 1:
+            costs.observe_draft(model.step_times[-1])
         # Ids past the target's vocabulary (a padded draft embedding) are never proposed.
         token = int(logits[:vocab_size].argmax())
         drafts.append(token)
@@ -277,7 +281,7 @@ def _run_reply(
                 drafts = ngram.propose(k)
                 draft_times.append(time.perf_counter() - t0)
             elif k > 0 and draft is not None:
-                drafts = draft_greedy(draft, seq, k, setup.vocab_size)
+                drafts = draft_greedy(draft, seq, k, setup.vocab_size, target.costs)
             if target.costs is not None:
                 round_costs.append(round_cost(target.costs, len(drafts)))
             else:
@@ -421,8 +425,6 @@ class RoundLoopBackend:
             raise BackendError("a reply is already being generated")
         try:
             draft = self.draft_state if self.draft_mode == "model" else None
-            if draft is not None:
-                draft.draft_costs = self.target.costs  # its one-token steps feed the target's cost model
             template = self.template
             setup = LoopSetup(
                 target=self.target,

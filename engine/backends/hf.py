@@ -99,8 +99,6 @@ class ModelState:
     # Attention reads the cache buffers itself (rowlin.c): row-invariant in one call per layer, and under q8
     # straight from the int8 bytes, not a dequantized copy of the whole history.
     fused_attention: bool = False
-    # A draft model's one-token steps are timed into the target's cost model (set per reply).
-    draft_costs: VerifyCostModel | None = None
     # False where the cache cannot drop a tail (transformers' own cache for some architectures): crop re-prefills
     # and the round loop does not draft (every rejected draft would cost a prefill).
     can_crop: bool = True
@@ -165,11 +163,8 @@ class ModelState:
         return self.forward(tokens, keep=len(tokens), timed=True)
 
     def next_logits(self, tokens: Sequence[int]) -> torch.Tensor:
-        """A draft step: the logits after the last of `tokens`, timed (its one-token steps feed the cost model)."""
-        logits = self.forward(tokens, keep=1, timed=True)[-1]
-        if self.draft_costs is not None and len(tokens) == 1:
-            self.draft_costs.observe_draft(self.step_times[-1])
-        return logits
+        """A draft step: the logits after the last of `tokens`, timed."""
+        return self.forward(tokens, keep=1, timed=True)[-1]
 
     def prefill(self, ids: Sequence[int], cancel: threading.Event | None = None) -> int:
         """Bring the cache to `ids`, reusing the longest common prefix; returns the reused length.

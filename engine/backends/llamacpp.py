@@ -213,8 +213,6 @@ class LlamaCppModel:
         self.pad_single = False
         # False once the memory refused to drop a tail (crop then re-prefills).
         self.can_crop = True
-        # A draft model's one-token steps are timed into the target's cost model (set per reply).
-        self.draft_costs: VerifyCostModel | None = None
 
     def clear(self) -> None:
         self.ctx.kv_cache_clear()
@@ -310,10 +308,7 @@ class LlamaCppModel:
     def next_logits(self, tokens: Sequence[int]) -> torch.Tensor:
         """A draft step: the logits after the last of `tokens`, timed. The draft's rounding does not matter
         (the target verifies), so its steps take llama.cpp's fast single-token path."""
-        logits = self.decode(tokens, outputs=1, timed=True, pad=False)
-        if self.draft_costs is not None and len(tokens) == 1:
-            self.draft_costs.observe_draft(self.step_times[-1])
-        return torch.from_numpy(logits[-1])
+        return torch.from_numpy(self.decode(tokens, outputs=1, timed=True, pad=False)[-1])
 
     def special_ids(self, end_of_turn_id: int | None) -> dict[str, int | None]:
         def known(token: int) -> int | None:
