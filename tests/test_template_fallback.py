@@ -23,6 +23,7 @@ from engine.chat_template import FALLBACK_NOTE, ChatTemplate
 from engine.drafting import AdaptiveK
 from engine.events import Chunk, Done
 from engine.round_loop import LoopSetup, StopStringWatch, run_reply
+from tests.test_hf_backend import generate
 
 FALLBACK_STOPS = ("\nUser:", "\nAssistant:", "\nSystem:")
 
@@ -241,26 +242,6 @@ def no_template_dir(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     return folder
 
 
-def collect(backend, prompt_ids, k: int, max_new: int = 40) -> tuple[str, list[int], Done]:
-    request = GenerationRequest(
-        prompt_ids=tuple(prompt_ids),
-        sampler=SamplerSettings(temperature=0.0),
-        max_new_tokens=max_new,
-        num_draft_tokens=k,
-        drafting=k > 0,
-        seed=0,
-    )
-    text, tokens, done = "", [], []
-    for event in backend.generate(request, threading.Event()):
-        if isinstance(event, Chunk):
-            text += event.text
-            tokens += event.token_ids
-        else:
-            done.append(event)
-    assert len(done) == 1
-    return text, tokens, done[0]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("k", [0, 4])
 def test_transformers_without_a_template_stops_at_the_invented_user_turn(
@@ -272,7 +253,8 @@ def test_transformers_without_a_template_stops_at_the_invented_user_turn(
     backend.load()
     assert not backend.template.from_model and FALLBACK_NOTE in backend.info.notes
     prompt = backend.encode_chat([{"role": "user", "content": "Name an animal."}])
-    text, _, done = collect(backend, prompt, k)
+    reply = generate(backend, prompt, k=k, max_new=40)
+    text, done = reply.text, reply.done
     assert done.stop_reason == "stop_string"
     assert text == " Dog." and "User" not in text
     assert backend.decode(backend.target.ids[len(prompt) - 1 :]) == ": Dog."
@@ -353,7 +335,8 @@ def test_llamacpp_gguf_without_a_template_gets_the_plain_one_and_says_so(plain_s
 @pytest.mark.parametrize("k", [0, 4])
 def test_llamacpp_smollm2_stops_where_it_starts_the_next_user_turn(plain_smol, k: int) -> None:
     prompt = plain_smol.encode_chat(FEW_SHOT)
-    text, _, done = collect(plain_smol, prompt, k, max_new=120)
+    reply = generate(plain_smol, prompt, k=k, max_new=120)
+    text, done = reply.text, reply.done
     assert done.stop_reason == "stop_string"
     assert text.strip() and "User" not in text and "Assistant" not in text
     # The cache holds the prompt and the visible reply: not "\n" nor "User" from the rounds before the ":".
