@@ -2,8 +2,9 @@
 
 Every prompt is decoded at temperature 0 four ways on the same GGUF, threads and cache type, in rotating order
 so that machine noise hits all of them alike (each variant's time is the best of its repeats):
-  ours-plain   our loop, drafting off, exact (batched kernels: the same tokens as ours-ngram)
-  ours-fast    our loop, drafting off, llama.cpp's single-token kernels (the `fast_plain` option)
+  ours-plain   our loop, drafting off, exact (the same tokens as ours-ngram: single-token steps where the kernel
+               probe finds them equal to batch rows, as on specchat's patched build; else padded to 2 rows)
+  ours-fast    our loop, drafting off, llama.cpp's single-token kernels, unprobed (the `fast_plain` option)
   ours-ngram   our loop with n-gram drafting (K from the prompt's preset)
   lcpp-plain   llama-cpp-python's own high-level `Llama.generate` (single-token steps, its greedy sampler)
 Ratios come from the same run; nothing is compared to a stored number.
@@ -96,7 +97,7 @@ def run_llamacpp_bench(
 ) -> dict:
     import llama_cpp
 
-    from engine.backends.llamacpp import LlamaCppBackend
+    from engine.backends.llamacpp import LlamaCppBackend, patched_build
     from engine.bench import _builtin_presets, load_prompt_set
 
     max_new = max_new_tokens or (96 if quick else 192)
@@ -132,7 +133,9 @@ def run_llamacpp_bench(
     presets = _builtin_presets()
     k_by_category = {name: presets[name].k for name in ("code", "qa", "creative") if name in presets}
     print(
-        f"specchat bench (llama.cpp {llama_cpp.__version__}): {len(prompts)} prompts ({prompt_set or 'given'}), "
+        f"specchat bench (llama.cpp {llama_cpp.__version__}, {'patched' if patched_build() else 'stock'} build, "
+        f"plain steps {'padded to 2 rows' if exact.pad_plain_steps else 'single-token'}): "
+        f"{len(prompts)} prompts ({prompt_set or 'given'}), "
         "temperature 0, "
         f"max {max_new} new tokens, {repeats} repeat(s), {exact.threads} threads, cache {cache_mode}, "
         f"model {model_name or exact.model_path.name}",
@@ -294,6 +297,6 @@ def _print_summary(out, s: dict) -> None:
     print(f"greedy n-gram output identical to our plain: {'yes' if s['all_identical'] else 'NO'}", file=out)
     print(
         f"our plain identical to llama.cpp's own: {s['same_as_llama']}/{s['prompts']} prompts "
-        "(not required: single-token and batched kernels round differently)",
+        "(not required: another sampler, and stock single-token kernels round differently from batched ones)",
         file=out,
     )

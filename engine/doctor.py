@@ -270,9 +270,15 @@ def check_environment(report: DoctorReport) -> bool:
         )
     else:
         report.add("flash_attn", "pass", "not needed without CUDA")
-    from engine.backends.llamacpp import probe_llamacpp
+    from engine.backends.llamacpp import patched_build, probe_llamacpp
 
     usable, reason = probe_llamacpp()
+    if usable:
+        reason += (
+            ", specchat's patched build (one kernel for one token and a batch)"
+            if patched_build()
+            else ", stock build (float16 models pad plain steps; make install builds the patched one)"
+        )
     report.add("llama_cpp", "pass" if usable else "warn", reason)
     from engine.backends import rowlin
 

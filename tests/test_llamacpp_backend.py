@@ -17,7 +17,13 @@ from tests.conftest import FreeVerify
 pytest.importorskip("llama_cpp")
 
 from engine.backends.base import Backend, BackendError, GenerationRequest, SamplerSettings  # noqa: E402
-from engine.backends.llamacpp import LlamaCppBackend, physical_cores, resolve_gguf  # noqa: E402
+from engine.backends.llamacpp import (  # noqa: E402
+    LONG_PROBE_POSITION,
+    LlamaCppBackend,
+    patched_build,
+    physical_cores,
+    resolve_gguf,
+)
 from engine.events import Chunk, Done  # noqa: E402
 
 # The reply repeats its own lines ('echo', loop syntax), so the n-gram drafter finds matches: measured, this
@@ -242,6 +248,30 @@ def test_the_kernel_probe_notices_single_token_kernels_that_round_differently() 
         assert target.ids == []  # the probe leaves an empty cache behind
     finally:
         backend.close()
+
+
+def test_the_patched_build_decodes_one_token_exactly_as_a_row_of_a_batch(smol: LlamaCppBackend) -> None:
+    # make install builds llama.cpp with scripts/patch_llama_cpp.py: on the F16 GGUF, one-token decodes equal the
+    # rows of a batch bit for bit, near the start and past 512 cached positions, so plain steps are not padded.
+    if not patched_build():
+        pytest.skip("stock llama.cpp build (make install printed why the patched one did not build)")
+    assert smol.pad_plain_steps is False and smol.target.pad_single is False
+    target = smol.target
+    real_decode = target.decode
+
+    def nudged_when_long(tokens, outputs, timed=False, pad=None):  # one ulp off only past the long position
+        logits = real_decode(tokens, outputs, timed, pad)
+        if len(tokens) == 1 and logits is not None and len(target.ids) > LONG_PROBE_POSITION:
+            logits[0, 100] = np.nextafter(logits[0, 100], np.inf)
+        return logits
+
+    try:
+        target.decode = nudged_when_long
+        assert smol._kernels_agree() is False  # the probe does look past 512 positions
+        target.decode = real_decode
+        assert smol._kernels_agree() is True
+    finally:
+        target.decode = real_decode
 
 
 @pytest.mark.slow

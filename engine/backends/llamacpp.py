@@ -9,12 +9,17 @@ KV cache (`LlamaCppModel.crop`, which re-prefills where the memory refuses). A r
 Exactness. Depending on the weight types and the CPU, llama.cpp may compute a batch of one token with other
 kernels than a batch of several (other code paths round differently), so a verify pass could pick another
 argmax than single-token decoding. Speculative output must equal this backend's plain output, so at load a
-probe decodes the same positions one token at a time and as rows of a batch and compares the logits bit for
-bit. Where they agree (the embedded Q4_1 model on x86 does, with flash attention on), plain steps take the
-single-token path, as fast as llama.cpp's own. Where they differ, every plain step goes through the batched
-kernels: the real token plus one throw-away position, logits for both rows (the last layer only runs its
-feed-forward on the rows whose logits are asked for), the throw-away position removed from the cache
-afterwards. `fast_plain=True` skips the probe and always takes the single-token path (for comparison).
+probe decodes the same positions one token at a time and as rows of a batch (near the start and past 512 cached
+positions) and compares the logits bit for bit. Where they agree, plain steps take the single-token path, as
+fast as llama.cpp's own. Where they differ, every plain step goes through the batched kernels: the real token
+plus one throw-away position, logits for both rows, the throw-away position removed from the cache afterwards.
+`fast_plain=True` skips the probe and always takes the single-token path (for comparison).
+
+Stock llama.cpp differs on float16 weights on x86 (`ggml_vec_dot_f16` for one row, llamafile's tinyBLAS for
+2+, both on activations rounded to float16). `make install` builds llama-cpp-python with specchat's patch
+(scripts/patch_llama_cpp.py, `patched_build()`): float16 weights against float32 activations, one token summed
+exactly as tinyBLAS sums a row of a batch, so the embedded model's F16 GGUF runs plain steps single-token and
+its answers follow the float32 reference.
 """
 
 from __future__ import annotations
@@ -54,6 +59,11 @@ CALIBRATION_WIDTH = 9
 THREAD_SAMPLES = 5
 THREAD_SAMPLE_STEPS = 3
 THREAD_BUDGET_S = 1.5
+# Exported by specchat's patched llama.cpp build (scripts/patch_llama_cpp.py).
+PATCH_SYMBOL = "ggml_vec_dot_f16_f32"
+# The kernel probe also checks one-token decodes past this many cached positions (llama.cpp's CPU flash attention
+# takes another path for a single query row over >= 512 keys).
+LONG_PROBE_POSITION = 520
 BUSY_NOTE = (
     "slow: verify passes ran {slowdown:.0f}x slower than measured at load at {threads} (another process busy on "
     "the CPU?)"
@@ -72,6 +82,22 @@ def probe_llamacpp() -> tuple[bool, str]:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return False, f"llama-cpp-python is not installed or does not load ({first})"
     return True, f"llama-cpp-python {getattr(llama_cpp, '__version__', '?')} imports"
+
+
+def patched_build() -> bool:
+    """Whether the loaded llama.cpp carries specchat's patch (scripts/patch_llama_cpp.py, applied by make install):
+    float16 weights times float32 activations, one token computed exactly as a row of a batch."""
+    try:
+        import llama_cpp
+        from llama_cpp import llama_cpp as raw
+
+        base = Path(getattr(raw, "_base_path", Path(llama_cpp.__file__).parent / "lib"))
+        for name in ("libggml-cpu.so", "libggml-cpu.dylib", "ggml-cpu.dll"):
+            if (base / name).is_file():
+                return hasattr(ctypes.CDLL(str(base / name)), PATCH_SYMBOL)
+    except Exception:  # no bindings, or a library that does not load: not ours
+        return False
+    return False
 
 
 def physical_cores() -> int:
@@ -475,9 +501,10 @@ class LlamaCppBackend(RoundLoopBackend):
             self.pad_plain_steps = not self._kernels_agree()
             self.target.pad_single = self.pad_plain_steps
             if self.pad_plain_steps:
+                hint = "" if patched_build() else " (make install builds a llama.cpp where they agree)"
                 self.notes.append(
                     "llama.cpp's single-token and batched kernels differ for this model: plain steps decode "
-                    "two positions so that speculation stays exact"
+                    f"two positions so that speculation stays exact{hint}"
                 )
         measure = self.requested_threads is None and self.threads > 1 and self.device == "cpu"
         if measure:
@@ -621,7 +648,10 @@ class LlamaCppBackend(RoundLoopBackend):
         costs.observe_draft(best)
 
     def _kernels_agree(self) -> bool:
-        """Do one-token decodes give bit-identical logits to the rows of a batch at the same positions?"""
+        """Do one-token decodes give bit-identical logits to the rows of a batch at the same positions?
+
+        Checked near the start and past LONG_PROBE_POSITION cached positions, where llama.cpp's CPU flash
+        attention splits a single query row's keys into chunks (stock builds; specchat's patched build does not)."""
         import numpy as np
 
         target = self.target
@@ -629,21 +659,28 @@ class LlamaCppBackend(RoundLoopBackend):
         probe = self.encode_text(text)
         if len(probe) < 24:
             return False
+        long = (probe * (LONG_PROBE_POSITION // len(probe) + 2))[: LONG_PROBE_POSITION + 8]
+        cases = [(probe, 8), (probe, len(probe) - 7)]
+        if len(long) + 8 <= self.max_context:
+            cases.append((long, LONG_PROBE_POSITION))
+
+        def agree(ids: list[int], start: int) -> bool:
+            target.clear()
+            target.prefill(ids[:start])
+            rows = target.decode(ids[start : start + 6], outputs=6)
+            pair = target.decode([ids[start + 6], ids[start + 6]], outputs=2)
+            target.crop(start)
+            for j in range(7):
+                single = target.decode([ids[start + j]], outputs=1, pad=False)
+                expected = rows[j] if j < 6 else pair[0]
+                if not np.array_equal(single[0], expected):
+                    return False
+            return True
+
         try:
-            for start in (8, len(probe) - 7):
-                target.clear()
-                target.prefill(probe[:start])
-                rows = target.decode(probe[start : start + 6], outputs=6)
-                pair = target.decode([probe[start + 6], probe[start + 6]], outputs=2)
-                target.crop(start)
-                for j in range(7):
-                    single = target.decode([probe[start + j]], outputs=1, pad=False)
-                    expected = rows[j] if j < 6 else pair[0]
-                    if not np.array_equal(single[0], expected):
-                        return False
+            return all(agree(ids, start) for ids, start in cases)
         finally:
             target.clear()
-        return True
 
     def _vocab_view(self, state: LlamaCppModel, path: Path) -> VocabView:
         eot = self.template.end_of_turn if self.template else None

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs llama-cpp-python into $PYTHON's environment, built for this CPU from its sdist with specchat's patch
+# (scripts/patch_llama_cpp.py: float32 activations for float16 weights, and one token computed exactly as a row
+# of a batch, so the exact speculative path needs no padded plain steps). The wheel is kept in
+#   ${XDG_CACHE_HOME:-~/.cache}/specchat/wheels/<version>-<patch hash>-<cpu hash>/
+# so a fresh checkout on the same machine installs in seconds. Where the patch does not apply or the patched build
+# fails, the stock bindings are built instead (pip caches that wheel) and the reason is printed: specchat then finds
+# at load that the kernels disagree and pads plain steps (exact, slower). Exit status 1 only when neither builds.
+set -euo pipefail
+VER="${LLAMA_CPP_PY_VERSION:-0.3.36}"
+PY="${PYTHON:-python3}"
+HERE="$(cd "$(dirname "$0")" && pwd)"
+CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/specchat"
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON}"
+start=$(date +%s)
+cpu_key=$( (grep -m1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null || uname -m) | sha256sum | cut -c1-12)
+patch_key=$(sha256sum "$HERE/patch_llama_cpp.py" | cut -c1-12)
+args_key=$(echo "$CMAKE_ARGS" | sha256sum | cut -c1-8)
+WHEELS="$CACHE/wheels/llama-cpp-python-$VER-$patch_key-$cpu_key-$args_key"
+
+stock() {
+  echo "llama.cpp bindings: $1; building the stock $VER instead (exact plain steps then run as padded batches)"
+  "$PY" -m pip install --quiet "llama-cpp-python==$VER"
+}
+
+wheel=$(ls "$WHEELS"/llama_cpp_python-*.whl 2>/dev/null | head -1 || true)
+if [ -z "$wheel" ]; then
+  WORK=$(mktemp -d)
+  trap 'rm -rf "$WORK"' EXIT
+  echo "llama.cpp bindings: fetching the llama-cpp-python $VER sdist (pip cache first)..."
+  if ! "$PY" -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VER" -d "$WORK"; then
+    stock "the sdist could not be fetched"
+    exit 0
+  fi
+  tar -xzf "$WORK"/llama_cpp_python-"$VER".tar.gz -C "$WORK"
+  SRC="$WORK/llama_cpp_python-$VER"
+  if ! "$PY" "$HERE/patch_llama_cpp.py" "$SRC/vendor/llama.cpp"; then
+    stock "the patch did not apply"
+    exit 0
+  fi
+  echo "llama.cpp bindings: compiling the patched $VER for this CPU (about 8 minutes on 2 cores)..."
+  mkdir -p "$WHEELS.tmp"
+  if ! "$PY" -m pip wheel --quiet --no-deps "$SRC" -w "$WHEELS.tmp" >"$WORK/build.log" 2>&1; then
+    tail -5 "$WORK/build.log" >&2
+    rm -rf "$WHEELS.tmp"
+    stock "the patched build failed"
+    exit 0
+  fi
+  rm -rf "$WHEELS" && mv "$WHEELS.tmp" "$WHEELS"
+  wheel=$(ls "$WHEELS"/llama_cpp_python-*.whl | head -1)
+fi
+"$PY" -m pip install --quiet --force-reinstall --no-deps "$wheel"
+"$PY" -m pip install --quiet "$wheel"  # its dependencies (numpy, jinja2, diskcache), where missing
+echo "llama.cpp bindings ready, patched (took $(( $(date +%s) - start )) s): $wheel"

@@ -1,0 +1,64 @@
+"""scripts/patch_llama_cpp.py on a miniature llama.cpp tree: each edit lands once, a second run changes nothing,
+and a tree of another version is refused with one line (the Makefile then builds the stock bindings)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "patch_llama_cpp.py"
+
+
+@pytest.fixture(scope="module")
+def patch():
+    spec = importlib.util.spec_from_file_location("patch_llama_cpp", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def miniature(root: Path, patch) -> Path:
+    cpu = root / "ggml" / "src" / "ggml-cpu"
+    (cpu / "llamafile").mkdir(parents=True)
+    (cpu / "vec.h").write_text("// header\n" + patch.DECL_AFTER + "void other(void);\n")
+    (cpu / "vec.cpp").write_text('#include "vec.h"\n\nvoid ggml_vec_dot_f32(int n) {}\n')
+    (cpu / "ggml-cpu.c").write_text("static const t traits[] = {\n" + patch.TRAIT_OLD + "    },\n};\n")
+    (cpu / "ops.cpp").write_text("    " + patch.SPLIT_OLD + " && kv;\n")
+    (cpu / "llamafile" / "sgemm.cpp").write_text(
+        "#if defined(__AVX512F__)\n"
+        + patch.SGEMM_512_OLD
+        + "\n#elif defined(__AVX2__)\n"
+        + patch.SGEMM_256_OLD
+        + "\n#endif\n"
+    )
+    return cpu
+
+
+def test_every_edit_lands_once_and_a_second_run_changes_nothing(tmp_path: Path, patch, capsys) -> None:
+    cpu = miniature(tmp_path, patch)
+    assert patch.main(["patch", str(tmp_path)]) == 0
+    vec_cpp = (cpu / "vec.cpp").read_text()
+    assert vec_cpp.index("void ggml_vec_dot_f16_f32(") < vec_cpp.index("void ggml_vec_dot_f32(")
+    assert "ggml_vec_dot_f16_f32" in (cpu / "vec.h").read_text()
+    trait = (cpu / "ggml-cpu.c").read_text()
+    assert "ggml_vec_dot_f16_f32" in trait and ".vec_dot_type             = GGML_TYPE_F32" in trait
+    assert "use_split_kv_path = false &&" in (cpu / "ops.cpp").read_text()
+    sgemm = (cpu / "llamafile" / "sgemm.cpp").read_text()
+    assert sgemm.count("if (Btype == GGML_TYPE_F32)") == 2
+    assert "tinyBLAS<16, __m512, __m512, ggml_fp16_t, float, float>" in sgemm
+    assert "tinyBLAS<8, __m256, __m256, ggml_fp16_t, float, float>" in sgemm
+    before = {p: p.read_text() for p in cpu.rglob("*") if p.is_file()}
+    assert patch.main(["patch", str(tmp_path)]) == 0
+    assert {p: p.read_text() for p in cpu.rglob("*") if p.is_file()} == before
+
+
+def test_a_tree_of_another_version_is_refused_in_one_line(tmp_path: Path, patch, capsys) -> None:
+    cpu = miniature(tmp_path, patch)
+    (cpu / "ggml-cpu.c").write_text("static const t traits[] = { /* rearranged */ };\n")
+    assert patch.main(["patch", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "ggml-cpu.c does not look as expected" in err
+    assert patch.main(["patch", str(tmp_path / "nowhere")]) == 1
+    assert "no " in capsys.readouterr().err
