@@ -220,14 +220,30 @@ class LlamaCppModel:
         # alike in a batch of one and of many (the plain matrix-product attention does not).
         if cache_type != lib.GGML_TYPE_F16 or gpu_layers == 0:
             ctx_params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        # Set where a quantized cache did not fit the model (its head size is not a multiple of the
+        # quantization block, 32) and an f16 cache was taken instead; the backend says so in a note.
+        self.cache_fallback: str | None = None
         try:
             self.ctx = _internals.LlamaContext(model=self.model, params=ctx_params, verbose=False)
         except (ValueError, OSError) as exc:
-            self.model.close()
-            raise BackendError(
-                f"llama.cpp could not create a context for {path.name} ({n_ctx} tokens): {_first_line(exc)}; "
-                "lower max_context"
-            ) from exc
+            head = int(lib.llama_model_n_embd(self.model.model)) // max(
+                1, int(lib.llama_model_n_head(self.model.model))
+            )
+            if cache_type != lib.GGML_TYPE_F16 and head % 32:
+                ctx_params.type_k = ctx_params.type_v = lib.GGML_TYPE_F16
+                try:
+                    self.ctx = _internals.LlamaContext(model=self.model, params=ctx_params, verbose=False)
+                    self.cache_fallback = (
+                        f"a quantized cache needs head sizes that are multiples of 32, not {head}"
+                    )
+                except (ValueError, OSError):
+                    pass
+            if self.cache_fallback is None:
+                self.model.close()
+                raise BackendError(
+                    f"llama.cpp could not create a context for {path.name} ({n_ctx} tokens): "
+                    f"{_first_line(exc)}; lower max_context"
+                ) from exc
         self.n_batch = n_batch
         self.batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
         self.ids: list[int] = []
@@ -476,6 +492,8 @@ class LlamaCppBackend(RoundLoopBackend):
             gpu_layers,
         )
         self.model_path = path
+        if self.target.cache_fallback:
+            self.notes.append(f"cache: f16 ({self.target.cache_fallback})")
         self._init_text()
         if draft_path is not None:
             report("loading draft model", 0.6)
@@ -488,6 +506,8 @@ class LlamaCppBackend(RoundLoopBackend):
                 n_batch,
                 gpu_layers,
             )
+            if self.draft_state.cache_fallback:
+                self.notes.append(f"draft cache: f16 ({self.draft_state.cache_fallback})")
             report("checking draft compatibility", 0.8)
             try:
                 check_draft_compatible(
