@@ -14,7 +14,8 @@ The patch:
 2. turns off the KV-split path of flash attention for a single query row (rows are then computed alike at any
    batch size and context length).
 
-Usage: python scripts/patch_llama_cpp.py <llama.cpp source folder>. Exits 1 with one line when a file does not
+Usage: python scripts/patch_llama_cpp.py <llama.cpp source folder> (`--key`: print the hash of the edits, the
+wheel cache's key). Exits 1 with one line when a file does not
 look as expected (another llama.cpp version): the Makefile then builds the stock bindings, and specchat's load
 probe finds the kernels disagree and pads plain steps, as before. Idempotent.
 """
@@ -62,12 +63,15 @@ void ggml_vec_dot_f16_f32(int n, float * GGML_RESTRICT s, size_t bs, const ggml_
 }
 """.replace("__MARK__", MARK)
 
-SGEMM_512_OLD = """        if (Btype == GGML_TYPE_F16) {
-            tinyBLAS<16, __m512, __m512, ggml_fp16_t, ggml_fp16_t, float> tb{ params, k,"""
-SGEMM_512_NEW = (
-    f"""#if defined(__FMA__) // {MARK}
+
+def _sgemm_f16_case(lanes: int, vector: str) -> tuple[str, str]:
+    """(anchor, replacement) in llamafile_sgemm's float16 case for one x86 vector width: tinyBLAS also takes
+    float16 weights against float32 activations (before its float16 x float16 case)."""
+    anchor = f"""        if (Btype == GGML_TYPE_F16) {{
+            tinyBLAS<{lanes}, {vector}, {vector}, ggml_fp16_t, ggml_fp16_t, float> tb{{ params, k,"""
+    case = f"""#if defined(__FMA__) // {MARK}
         if (Btype == GGML_TYPE_F32) {{
-            tinyBLAS<16, __m512, __m512, ggml_fp16_t, float, float> tb{{ params, k,
+            tinyBLAS<{lanes}, {vector}, {vector}, ggml_fp16_t, float, float> tb{{ params, k,
                 (const ggml_fp16_t *)A, lda,
                 (const float *)B, ldb,
                 (float *)C, ldc}};
@@ -75,23 +79,11 @@ SGEMM_512_NEW = (
         }}
 #endif
 """
-    + SGEMM_512_OLD
-)
-SGEMM_256_OLD = """        if (Btype == GGML_TYPE_F16) {
-            tinyBLAS<8, __m256, __m256, ggml_fp16_t, ggml_fp16_t, float> tb{ params, k,"""
-SGEMM_256_NEW = (
-    f"""#if defined(__FMA__) // {MARK}
-        if (Btype == GGML_TYPE_F32) {{
-            tinyBLAS<8, __m256, __m256, ggml_fp16_t, float, float> tb{{ params, k,
-                (const ggml_fp16_t *)A, lda,
-                (const float *)B, ldb,
-                (float *)C, ldc}};
-            return tb.matmul(m, n);
-        }}
-#endif
-"""
-    + SGEMM_256_OLD
-)
+    return anchor, case + anchor
+
+
+SGEMM_512_OLD, SGEMM_512_NEW = _sgemm_f16_case(16, "__m512")
+SGEMM_256_OLD, SGEMM_256_NEW = _sgemm_f16_case(8, "__m256")
 
 DECL_AFTER = (
     "void ggml_vec_dot_f16(int n, float * GGML_RESTRICT s, size_t bs, ggml_fp16_t * GGML_RESTRICT x, size_t bx, "
@@ -126,7 +118,18 @@ def replace_once(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
+def key() -> str:
+    """A short hash of what the patch writes (not of this file's text): the wheel cache's key."""
+    import hashlib
+
+    edits = (DECL, DOT, TRAIT_OLD, TRAIT_NEW, SPLIT_OLD, SPLIT_NEW, SGEMM_512_NEW, SGEMM_256_NEW)
+    return hashlib.sha256("\0".join(edits).encode()).hexdigest()[:12]
+
+
 def main(argv: list[str]) -> int:
+    if argv[1:] == ["--key"]:
+        print(key())
+        return 0
     if len(argv) != 2:
         print("usage: patch_llama_cpp.py <llama.cpp source folder>", file=sys.stderr)
         return 2

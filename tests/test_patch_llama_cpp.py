@@ -62,3 +62,11 @@ def test_a_tree_of_another_version_is_refused_in_one_line(tmp_path: Path, patch,
     assert len(err.splitlines()) == 1 and "ggml-cpu.c does not look as expected" in err
     assert patch.main(["patch", str(tmp_path / "nowhere")]) == 1
     assert "no " in capsys.readouterr().err
+
+
+def test_the_wheel_cache_key_follows_the_edits_not_the_files_text(patch, monkeypatch) -> None:
+    first = patch.key()
+    assert len(first) == 12 and int(first, 16) >= 0
+    assert patch.key() == first
+    monkeypatch.setattr(patch, "DOT", patch.DOT.replace("_mm512_reduce_add_ps", "_mm512_reduce_max_ps"))
+    assert patch.key() != first
