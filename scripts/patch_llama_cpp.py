@@ -46,7 +46,7 @@ void ggml_vec_dot_f16_f32(int n, float * GGML_RESTRICT s, size_t bs, const ggml_
         acc = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i))), _mm512_loadu_ps(y + i), acc);
     }
     sumf = _mm512_reduce_add_ps(acc);
-#elif defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+#elif (defined(__AVX__) || defined(__AVX2__)) && defined(__F16C__) && defined(__FMA__)
     __m256 acc = _mm256_setzero_ps();
     for (; i + 8 <= n; i += 8) {
         acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))), _mm256_loadu_ps(y + i), acc);
@@ -69,7 +69,7 @@ def _sgemm_f16_case(lanes: int, vector: str) -> tuple[str, str]:
     float16 weights against float32 activations (before its float16 x float16 case)."""
     anchor = f"""        if (Btype == GGML_TYPE_F16) {{
             tinyBLAS<{lanes}, {vector}, {vector}, ggml_fp16_t, ggml_fp16_t, float> tb{{ params, k,"""
-    case = f"""#if defined(__FMA__) // {MARK}
+    case = f"""#if defined(__FMA__) && defined(__F16C__) // {MARK}
         if (Btype == GGML_TYPE_F32) {{
             tinyBLAS<{lanes}, {vector}, {vector}, ggml_fp16_t, float, float> tb{{ params, k,
                 (const ggml_fp16_t *)A, lda,
@@ -92,6 +92,13 @@ DECL_AFTER = (
 DECL = (
     "void ggml_vec_dot_f16_f32(int n, float * GGML_RESTRICT s, size_t bs, const ggml_fp16_t * GGML_RESTRICT x, "
     "size_t bx, const float * GGML_RESTRICT y, size_t by, int nrc); // " + MARK + "\n"
+    "// Where tinyBLAS has the float16 x float32 case (x86 with F16C and FMA), float16 weights take it; elsewhere\n"
+    "// (ARM, ...) llama.cpp's own float16 kernels stay, and specchat's load probe decides as for a stock build.\n"
+    "#if defined(__FMA__) && defined(__F16C__) && (defined(__AVX512F__) || defined(__AVX2__) || defined(__AVX__))\n"
+    "#define SPECCHAT_F16_F32 1\n"
+    "#else\n"
+    "#define SPECCHAT_F16_F32 0\n"
+    "#endif\n"
 )
 
 TRAIT_OLD = """    [GGML_TYPE_F16] = {
@@ -101,8 +108,13 @@ TRAIT_OLD = """    [GGML_TYPE_F16] = {
 """
 TRAIT_NEW = f"""    [GGML_TYPE_F16] = {{
         .from_float               = (ggml_from_float_t) ggml_cpu_fp32_to_fp16,
-        .vec_dot                  = (ggml_vec_dot_t) ggml_vec_dot_f16_f32, // {MARK}
+#if SPECCHAT_F16_F32 // {MARK}
+        .vec_dot                  = (ggml_vec_dot_t) ggml_vec_dot_f16_f32,
         .vec_dot_type             = GGML_TYPE_F32,
+#else
+        .vec_dot                  = (ggml_vec_dot_t) ggml_vec_dot_f16,
+        .vec_dot_type             = GGML_TYPE_F16,
+#endif
 """
 
 SPLIT_OLD = "const bool use_split_kv_path = !use_ref && (neq1 == 1 && neq3 == 1)"
