@@ -23,6 +23,9 @@ stock() {
   "$PY" -m pip install --quiet "llama-cpp-python==$VER"
 }
 
+mkdir -p "$CACHE/wheels"
+exec 9>"$CACHE/wheels/.lock"
+flock 9  # two installs at once: the second waits, then finds the first one's wheel
 wheel=$(ls "$WHEELS"/llama_cpp_python-*.whl 2>/dev/null | head -1 || true)
 if [ -z "$wheel" ]; then
   WORK=$(mktemp -d)
