@@ -24,8 +24,10 @@ stock() {
 }
 
 mkdir -p "$CACHE/wheels"
-exec 9>"$CACHE/wheels/.lock"
-flock 9  # two installs at once: the second waits, then finds the first one's wheel
+if command -v flock >/dev/null 2>&1; then  # two installs at once: the second waits, then finds the first's wheel
+  exec 9>"$CACHE/wheels/.lock"
+  flock 9
+fi
 wheel=$(ls "$WHEELS"/llama_cpp_python-*.whl 2>/dev/null | head -1 || true)
 if [ -z "$wheel" ]; then
   WORK=$(mktemp -d)
