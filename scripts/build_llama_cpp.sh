@@ -13,9 +13,10 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/specchat"
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON}"
 start=$(date +%s)
-cpu_key=$( (grep -m1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null || uname -m) | sha256sum | cut -c1-12)
+hash12() { "$PY" -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:12])'; }
+cpu_key=$( (grep -m1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null || uname -m) | hash12)
 patch_key=$("$PY" "$HERE/patch_llama_cpp.py" --key)  # a hash of the edits the patch makes
-args_key=$(echo "$CMAKE_ARGS" | sha256sum | cut -c1-8)
+args_key=$(echo "$CMAKE_ARGS" | hash12 | cut -c1-8)
 WHEELS="$CACHE/wheels/llama-cpp-python-$VER-$patch_key-$cpu_key-$args_key"
 
 stock() {
