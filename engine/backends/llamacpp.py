@@ -24,6 +24,7 @@ its answers follow the float32 reference.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -220,30 +221,29 @@ class LlamaCppModel:
         # alike in a batch of one and of many (the plain matrix-product attention does not).
         if cache_type != lib.GGML_TYPE_F16 or gpu_layers == 0:
             ctx_params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        # Set where a quantized cache did not fit the model (its head size is not a multiple of the
-        # quantization block, 32) and an f16 cache was taken instead; the backend says so in a note.
+        # Set where llama.cpp could not make the quantized cache asked for (a head size that is not a multiple
+        # of its block, 32) and an f16 cache was taken instead; the backend says so in a note.
         self.cache_fallback: str | None = None
         try:
             self.ctx = _internals.LlamaContext(model=self.model, params=ctx_params, verbose=False)
         except (ValueError, OSError) as exc:
-            head = int(lib.llama_model_n_embd(self.model.model)) // max(
-                1, int(lib.llama_model_n_head(self.model.model))
-            )
-            if cache_type != lib.GGML_TYPE_F16 and head % 32:
+            self.ctx = None
+            # Only a quantized cache is retried, as f16 (which needs more memory, so it cannot mend anything else).
+            if cache_type != lib.GGML_TYPE_F16:
                 ctx_params.type_k = ctx_params.type_v = lib.GGML_TYPE_F16
-                try:
+                with contextlib.suppress(ValueError, OSError):
                     self.ctx = _internals.LlamaContext(model=self.model, params=ctx_params, verbose=False)
-                    self.cache_fallback = (
-                        f"a quantized cache needs head sizes that are multiples of 32, not {head}"
-                    )
-                except (ValueError, OSError):
-                    pass
-            if self.cache_fallback is None:
+            if self.ctx is None:
                 self.model.close()
                 raise BackendError(
                     f"llama.cpp could not create a context for {path.name} ({n_ctx} tokens): "
                     f"{_first_line(exc)}; lower max_context"
                 ) from exc
+            metadata = self.model.metadata()
+            head = metadata.get(f"{metadata.get('general.architecture')}.attention.key_length")
+            self.cache_fallback = "llama.cpp could not make a quantized cache for this model" + (
+                f" (head size {head}; its blocks are 32 wide)" if head else ""
+            )
         self.n_batch = n_batch
         self.batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
         self.ids: list[int] = []
