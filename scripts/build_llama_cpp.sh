@@ -2,10 +2,10 @@
 # Installs llama-cpp-python into $PYTHON's environment, built for this CPU from its sdist with specchat's patch
 # (scripts/patch_llama_cpp.py: float32 activations for float16 weights, and one token computed exactly as a row
 # of a batch, so the exact speculative path needs no padded plain steps). The wheel is kept in
-#   ${XDG_CACHE_HOME:-~/.cache}/specchat/wheels/<version>-<patch hash>-<cpu hash>/
+#   ${XDG_CACHE_HOME:-~/.cache}/specchat/wheels/llama-cpp-python-<version>-<edits hash>-<cpu hash>-<CMAKE_ARGS hash>/
 # so a fresh checkout on the same machine installs in seconds. Where the patch does not apply or the patched build
 # fails, the stock bindings are built instead (pip caches that wheel) and the reason is printed: specchat then finds
-# at load that the kernels disagree and pads plain steps (exact, slower). Exit status 1 only when neither builds.
+# at load that the kernels disagree and pads plain steps (exact, slower). A non-zero exit only when neither builds.
 set -euo pipefail
 VER="${LLAMA_CPP_PY_VERSION:-0.3.36}"
 PY="${PYTHON:-python3}"

@@ -121,13 +121,22 @@ SPLIT_OLD = "const bool use_split_kv_path = !use_ref && (neq1 == 1 && neq3 == 1)
 SPLIT_NEW = f"const bool use_split_kv_path = false && /* {MARK} */ !use_ref && (neq1 == 1 && neq3 == 1)"
 
 
-def replace_once(path: Path, old: str, new: str) -> None:
+class PatchError(Exception):
+    """A source file that does not look as the patch expects (another llama.cpp version)."""
+
+
+def patched_text(path: Path, edits: list[tuple[str, str]]) -> str | None:
+    """`path`'s text with every (old, new) edit made, each `old` found exactly once; None if already patched."""
     text = path.read_text()
     if MARK in text:
-        return
-    if text.count(old) != 1:
-        raise SystemExit(f"patch_llama_cpp: {path} does not look as expected (another llama.cpp version?)")
-    path.write_text(text.replace(old, new))
+        return None
+    for old, new in edits:
+        if text.count(old) != 1:
+            raise PatchError(
+                f"patch_llama_cpp: {path} does not look as expected (another llama.cpp version?)"
+            )
+        text = text.replace(old, new)
+    return text
 
 
 def key() -> str:
@@ -146,34 +155,26 @@ def main(argv: list[str]) -> int:
         print("usage: patch_llama_cpp.py <llama.cpp source folder>", file=sys.stderr)
         return 2
     cpu = Path(argv[1]) / "ggml" / "src" / "ggml-cpu"
-    names = ("vec.h", "vec.cpp", "ggml-cpu.c", "ops.cpp", "llamafile/sgemm.cpp")
-    vec_h, vec_cpp, ggml_cpu_c, ops_cpp, sgemm = (cpu / n for n in names)
-    for path in (vec_h, vec_cpp, ggml_cpu_c, ops_cpp, sgemm):
+    anchor = "void ggml_vec_dot_f32("
+    plan = {
+        cpu / "vec.h": [(DECL_AFTER, DECL_AFTER + DECL)],
+        cpu / "vec.cpp": [(anchor, DOT.lstrip("\n") + "\n" + anchor)],
+        cpu / "ggml-cpu.c": [(TRAIT_OLD, TRAIT_NEW)],
+        cpu / "ops.cpp": [(SPLIT_OLD, SPLIT_NEW)],
+        cpu / "llamafile" / "sgemm.cpp": [(SGEMM_512_OLD, SGEMM_512_NEW), (SGEMM_256_OLD, SGEMM_256_NEW)],
+    }
+    for path in plan:
         if not path.is_file():
             print(f"patch_llama_cpp: no {path}", file=sys.stderr)
             return 1
-    try:
-        replace_once(vec_h, DECL_AFTER, DECL_AFTER + DECL)
-        anchor = "void ggml_vec_dot_f32("
-        text = vec_cpp.read_text()
-        if MARK not in text:
-            if text.count(anchor) != 1:
-                raise SystemExit(
-                    f"patch_llama_cpp: {vec_cpp} does not look as expected (another llama.cpp version?)"
-                )
-            vec_cpp.write_text(text.replace(anchor, DOT.lstrip("\n") + "\n" + anchor))
-        replace_once(ggml_cpu_c, TRAIT_OLD, TRAIT_NEW)
-        replace_once(ops_cpp, SPLIT_OLD, SPLIT_NEW)
-        text = sgemm.read_text()
-        if MARK not in text:
-            if text.count(SGEMM_512_OLD) != 1 or text.count(SGEMM_256_OLD) != 1:
-                raise SystemExit(
-                    f"patch_llama_cpp: {sgemm} does not look as expected (another llama.cpp version?)"
-                )
-            sgemm.write_text(text.replace(SGEMM_512_OLD, SGEMM_512_NEW).replace(SGEMM_256_OLD, SGEMM_256_NEW))
-    except SystemExit as exc:
+    try:  # every file checked before any is written: a refused tree is left as it was
+        texts = {path: patched_text(path, edits) for path, edits in plan.items()}
+    except PatchError as exc:
         print(exc, file=sys.stderr)
         return 1
+    for path, text in texts.items():
+        if text is not None:
+            path.write_text(text)
     print(
         f"patched llama.cpp in {argv[1]}: float32 activations for float16 weights, one kernel per batch size"
     )
