@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.backends.base import GenerationRequest, SamplerSettings
 from engine.events import Chunk
+from engine.request import GenerationRequest, SamplerSettings
 
 # (question, words of which the answer must hold one, case-insensitively)
 FACTUAL_QUESTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (

@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.backends.base import GenerationRequest, SamplerSettings
 from engine.events import Chunk
+from engine.request import GenerationRequest, SamplerSettings
 
 VARIANTS = ("ours-plain", "ours-fast", "ours-ngram", "lcpp-plain")
 TARGETS = {

@@ -15,10 +15,11 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.backends.base import BackendError, GenerationRequest, SamplerSettings
 from engine.backends.remote import RemoteBackend
+from engine.errors import BackendError
 from engine.events import Chunk, Done
 from engine.rates import decode_tokens_per_s
+from engine.request import GenerationRequest, SamplerSettings
 
 
 @dataclass

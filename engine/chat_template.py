@@ -14,6 +14,8 @@ from pathlib import Path
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from engine.errors import UserError
+
 # End-of-turn markers of common template families, most specific first.
 END_OF_TURN_CANDIDATES = (
     "<|im_end|>",
@@ -36,7 +38,7 @@ FALLBACK_NOTE = (
 )
 
 
-class ChatTemplateError(ValueError):
+class ChatTemplateError(UserError, ValueError):
     pass
 
 

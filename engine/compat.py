@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine.backends.base import BackendError
+from engine.errors import BackendError
 
 # Ids compared string by string: the first ones (specials, bytes), then an even spread over the vocabulary.
 SAMPLE_HEAD = 300

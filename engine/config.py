@@ -27,6 +27,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from engine.errors import UserError
+
 APP_NAME = "specchat"
 ENV_PREFIX = "SPECCHAT_"
 CONFIG_FILE_ENV = "SPECCHAT_CONFIG_FILE"
@@ -38,7 +40,7 @@ BackendName = Literal["auto", "exllamav2", "transformers", "llamacpp", "remote"]
 DRAFT_KEYWORDS = ("ngram", "none")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A bad config file, environment variable or command-line value; the message is one line for the user."""
 
 

@@ -33,8 +33,9 @@ from typing import Any
 
 import orjson
 
-from engine.backends.base import SamplerSettings, resolve_cache_mode
+from engine.errors import UserError
 from engine.metrics import ACCEPTANCE_DROP_POINTS, TOKENS_PER_S_DROP, fingerprint
+from engine.request import SamplerSettings, resolve_cache_mode
 
 STATUSES = ("pass", "warn", "fail", "skip")
 CHECK_NAMES = (
@@ -69,7 +70,7 @@ _CITIES = ("Paris", "Lima", "Oslo", "Cairo", "Kyoto", "Quito", "Perth", "Turin",
 LOAD_FAILURE_WORDS = ("newly initialized", "newly initialised", "not initialized", "were not used")
 
 
-class DoctorError(ValueError):
+class DoctorError(UserError, ValueError):
     """Doctor cannot run at all (exit 2); one line."""
 
 
@@ -553,7 +554,6 @@ def run_doctor(
     progress: Callable[[str, float | None], None] | None = None,
     step: Callable[[str], None] | None = None,
 ) -> DoctorReport:
-    from engine.errors import user_error_types
     from engine.models import ensure_embedded_model
     from engine.presets import load_presets
 
@@ -582,7 +582,7 @@ def run_doctor(
     say("loading the model")
     try:
         backend, reason, captured, load_s = load_capturing_warnings(settings, progress)
-    except user_error_types() as exc:
+    except UserError as exc:
         report.add("load", "fail", " ".join(str(exc).split()))
         for name in later[1:]:
             report.add(name, "skip", "not run: the model did not load")
@@ -677,7 +677,7 @@ def run_doctor(
             report.add("tasks", "fail", f"no reply for {', '.join(empty)} ({text})", tasks=tasks)
         else:
             report.add("tasks", "pass", text, tasks=tasks)
-    except user_error_types() as exc:
+    except UserError as exc:
         report.add("baseline", "fail", f"generation failed: {' '.join(str(exc).split())}")
         backend.close()
         return report
@@ -688,7 +688,7 @@ def run_doctor(
         again, _, _, again_s = load_capturing_warnings(settings, progress)
         rerun = _run(again, _fixed_prompt_ids(again), k, max_new)
         again.close()
-    except user_error_types() as exc:
+    except UserError as exc:
         report.add("restart", "fail", f"the second load failed: {' '.join(str(exc).split())}")
     else:
         same = rerun["token_ids"] == first_text

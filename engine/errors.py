@@ -1,32 +1,23 @@
-"""The one error type the front ends catch: its message is shown to the user as it is, on one line."""
+"""The user-facing errors: one base, `UserError`, that every error whose message is written for the user subclasses.
+
+The front ends catch that one type and show its message as it is, on one line, never a traceback. A leaf: the
+errors of higher modules (config, presets, models, the store ...) subclass `UserError` where they are defined, so
+nothing here imports upward to list them.
+"""
 
 from __future__ import annotations
 
 
-class SpecchatError(Exception):
+class UserError(Exception):
+    """A failure whose message is fit to show a user as it is (one line, says what to do)."""
+
+
+class SpecchatError(UserError):
     """A user-facing failure: bad input, a missing model, an unusable backend. Never shown as a traceback."""
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(str(message).split()))
 
 
-def user_error_types() -> tuple[type[BaseException], ...]:
-    """Every module-level error whose message is written for users (imported lazily: torch-free callers)."""
-    from engine.backends.base import BackendError
-    from engine.chat_template import ChatTemplateError
-    from engine.config import ConfigError
-    from engine.metrics import MetricsError
-    from engine.models import ModelError
-    from engine.presets import PresetError
-    from engine.store import StoreError
-
-    return (
-        SpecchatError,
-        BackendError,
-        ChatTemplateError,
-        ConfigError,
-        ModelError,
-        PresetError,
-        StoreError,
-        MetricsError,
-    )
+class BackendError(UserError):
+    """A backend failure with a message fit to show a user as it is (one line, says what to do)."""

@@ -11,8 +11,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engine.backends.base import CACHE_MODES
+from engine.errors import UserError
 from engine.models import estimate_param_count
+from engine.request import CACHE_MODES
 
 # Bytes per cached element. ExLlamaV2's quantized caches store one fp16 scale per 32 elements: 2/32 = 0.0625.
 QUANT_SCALE_OVERHEAD = 2 / 32
@@ -40,7 +41,7 @@ SAFETY_MARGIN = 0.10
 assert set(CACHE_BYTES_PER_ELEMENT) == set(CACHE_MODES)
 
 
-class MemoryPlanError(ValueError):
+class MemoryPlanError(UserError, ValueError):
     """A config that cannot be planned for (missing sizes, unknown cache mode)."""
 
 

@@ -27,6 +27,8 @@ from typing import Any
 
 import orjson
 
+from engine.errors import UserError
+
 METRICS_NAME = "metrics.jsonl"
 RECORD_VERSION = 1
 
@@ -54,7 +56,7 @@ _SINCE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mhdw])\s*$")
 _UNIT_S = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-class MetricsError(ValueError):
+class MetricsError(UserError, ValueError):
     """Bad input to the metrics reader (a malformed --since); one line for the user."""
 
 

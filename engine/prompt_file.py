@@ -10,8 +10,10 @@ from typing import Any
 
 import orjson
 
+from engine.errors import UserError
 
-class PromptFileError(ValueError):
+
+class PromptFileError(UserError, ValueError):
     """A prompt file that cannot be used; the message is written for the user."""
 
 

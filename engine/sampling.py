@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:  # a leaf module: the settings type only, no import of the backends at run time
-    from engine.backends.base import SamplerSettings
+    from engine.request import SamplerSettings
 
 
 def reply_uniforms(seed: int, count: int) -> list[float]:

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from engine import metrics
-from engine.backends.base import Backend, GenerationRequest
+from engine.backends.base import Backend
 from engine.config import Settings, data_dir, env_name, presets_dir
-from engine.errors import SpecchatError, user_error_types
+from engine.errors import SpecchatError, UserError
 from engine.events import (
     BackendInfo,
     Chunk,
@@ -36,6 +36,7 @@ from engine.origins import OriginRun, encode_runs, merge_runs, split_chunk_by_or
 from engine.presets import Preset, PresetError, load_presets, with_overrides
 from engine.reasoning import split_reasoning, thinking_end
 from engine.recording import ChatRecorder
+from engine.request import GenerationRequest
 from engine.router import route
 from engine.session_history import SessionHistory
 from engine.speculation import AcceptanceAccounting
@@ -196,7 +197,7 @@ class ChatSession(SessionHistory):
             self._info = self.backend.info
             self.check_regressions()
             self._recount_context()  # a chat opened before the model was ready (--resume)
-        except user_error_types() as exc:
+        except UserError as exc:
             raise SpecchatError(self._where_model_came_from() + str(exc)) from exc
         except MemoryError as exc:
             raise SpecchatError(
@@ -249,7 +250,7 @@ class ChatSession(SessionHistory):
             backend, reason = create_backend(loading, progress)
             backend.load(progress)
             info = backend.info
-        except (*user_error_types(), MemoryError) as exc:
+        except (UserError, MemoryError) as exc:
             if backend is not None:
                 with contextlib.suppress(Exception):  # half-loaded: free what it holds, keep the old one
                     backend.close()
@@ -364,10 +365,8 @@ class ChatSession(SessionHistory):
         if not self.turns or self.backend is None or self._info is None:
             self.context_used = 0
             return
-        try:
+        with contextlib.suppress(UserError):  # the figure stays as it was; the next reply measures it again
             self.context_used = len(self.backend.encode_chat(self._messages(self.turns)))
-        except user_error_types():
-            pass  # the figure stays as it was; the next reply measures it again
 
     def send(
         self, text: str, on_event: EventCallback, cancel: threading.Event
@@ -457,7 +456,7 @@ class ChatSession(SessionHistory):
         preset, auto, reason = self.choose_preset(text)
         try:
             prompt_ids = self._fit_context(preset, on_event)
-        except user_error_types() as exc:
+        except UserError as exc:
             self._discard_user(self._undo_turn(replaced))
             return self._failed(str(exc), "", on_event, undone=True)
         if prompt_ids is None:
@@ -529,7 +528,7 @@ class ChatSession(SessionHistory):
                         self.recorder.reply_progress(reply_id, lambda: "".join(pieces))
                 else:
                     done = event
-        except user_error_types() as exc:
+        except UserError as exc:
             if not pieces:
                 # Nothing arrived (a server gone before its first token): as for a reply stopped before it
                 # began, the message goes back to the user (a regenerated reply's old one stays).

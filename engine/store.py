@@ -30,6 +30,8 @@ from typing import Any, TypeVar
 
 import orjson
 
+from engine.errors import UserError
+
 T = TypeVar("T")
 
 DB_NAME = "specchat.db"
@@ -91,7 +93,7 @@ _UNWRITABLE_PHRASES = (
 )
 
 
-class StoreError(Exception):
+class StoreError(UserError):
     """A store failure whose message is written for the user (e.g. an unknown chat id)."""
 
 

@@ -39,9 +39,9 @@ from typing import IO, Any
 
 import orjson
 
-from engine.backends.base import SamplerSettings, resolve_cache_mode
 from engine.errors import SpecchatError
 from engine.prompt_file import PromptFileError, read_prompt_file
+from engine.request import SamplerSettings, resolve_cache_mode
 from engine.speculation import predicted_speedup
 
 TASKS = ("code", "qa", "creative")
@@ -524,11 +524,11 @@ def _second_load(
     cache_mode: str,
 ) -> None:
     """The winning K of each task on another load (the other drafter, or the other cache mode), against plain."""
-    from engine.errors import user_error_types
+    from engine.errors import UserError
 
     try:
         backend, _ = load_backend(settings, load_progress, **updates)
-    except user_error_types() as exc:  # e.g. an incompatible draft: the other rows still stand
+    except UserError as exc:  # e.g. an incompatible draft: the other rows still stand
         result.notes.append(f"{sweep} sweep skipped: {' '.join(str(exc).split())}")
         return
     try:

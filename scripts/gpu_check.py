@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.backends.base import BackendError, GenerationRequest, SamplerSettings
 from engine.backends.exl2 import ExLlamaV2Backend, probe_exllamav2
+from engine.errors import BackendError
 from engine.events import Chunk, Done
+from engine.request import GenerationRequest, SamplerSettings
 from engine.speculation import AcceptanceAccounting
 
 PROMPT = (

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from engine.backends import llamacpp
-from engine.backends.base import BackendError
 from engine.backends.select import create_backend
+from engine.errors import BackendError
 
 
 def settings_for(model: Path | None, backend: str) -> SimpleNamespace:

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from engine.backends.base import CACHE_MODES
 from engine.config import (
     ConfigError,
     Settings,
@@ -19,6 +18,7 @@ from engine.config import (
     load_settings,
     presets_dir,
 )
+from engine.request import CACHE_MODES
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ def test_cache_modes_match_the_backend_contract() -> None:
 
 
 def test_auto_cache_mode_is_each_backends_default() -> None:
-    from engine.backends.base import resolve_cache_mode
+    from engine.request import resolve_cache_mode
 
     assert resolve_cache_mode("auto", "exllamav2") == "q8"
     assert resolve_cache_mode("auto", "transformers") == "fp16"  # full precision: the model's own text

@@ -17,7 +17,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.backends.base import BackendError, GenerationRequest, SamplerSettings
 from engine.backends.exl2 import (
     MAX_DRAFT_TOKENS,
     ExLlamaV2Backend,
@@ -30,7 +29,9 @@ from engine.backends.exl2 import (
     sampler_fields,
     stop_reason_of,
 )
+from engine.errors import BackendError
 from engine.events import Chunk, Done
+from engine.request import GenerationRequest, SamplerSettings
 from engine.speculation import AcceptanceAccounting
 
 STANDIN = Path(__file__).parent / "exl2_standin"

@@ -18,8 +18,8 @@ from types import SimpleNamespace
 import pytest
 
 from engine.backends import exl2_build
-from engine.backends.base import BackendError
 from engine.backends.exl2 import import_exllamav2, probe_exllamav2
+from engine.errors import BackendError
 
 DATA = Path(__file__).parent / "data" / "exl2_build"
 NINJA = shutil.which("ninja", path=str(Path(sys.executable).parent)) or shutil.which("ninja")

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.backends.base import Backend, BackendError, GenerationRequest, SamplerSettings
+from engine.backends.base import Backend
 from engine.backends.hf import TransformersBackend
+from engine.errors import BackendError
 from engine.events import Chunk, Done
 from engine.kv_cache import INITIAL_CAPACITY, Int8Layer, SpecCache, full_precision_bytes
+from engine.request import GenerationRequest, SamplerSettings
 
 PROMPTS = (
     "Write a Python function that reverses a string.",

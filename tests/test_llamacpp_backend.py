@@ -16,7 +16,7 @@ from tests.conftest import FreeVerify
 
 pytest.importorskip("llama_cpp")
 
-from engine.backends.base import Backend, BackendError, GenerationRequest, SamplerSettings  # noqa: E402
+from engine.backends.base import Backend
 from engine.backends.llamacpp import (  # noqa: E402
     LONG_PROBE_POSITION,
     LlamaCppBackend,
@@ -24,7 +24,9 @@ from engine.backends.llamacpp import (  # noqa: E402
     physical_cores,
     resolve_gguf,
 )
+from engine.errors import BackendError
 from engine.events import Chunk, Done  # noqa: E402
+from engine.request import GenerationRequest, SamplerSettings  # noqa: E402
 
 # The reply repeats its own lines ('echo', loop syntax), so the n-gram drafter finds matches: measured, this
 # prompt gives fully, partly and not accepted rounds alike.

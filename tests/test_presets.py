@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from engine.backends.base import SamplerSettings
 from engine.presets import (
     FILE_KEYS,
     PRESET_NAMES_BUILTIN,
@@ -20,6 +19,7 @@ from engine.presets import (
     load_builtin_presets,
     load_presets,
 )
+from engine.request import SamplerSettings
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import threading
 import pytest
 from rich.console import Console
 
-from engine.backends.base import BackendError
 from engine.backends.remote import RemoteBackend
 from engine.backends.remote_servers import (
     detect_kind,
@@ -19,6 +18,7 @@ from engine.backends.remote_servers import (
     spec_counters,
 )
 from engine.config import ConfigError, load_settings
+from engine.errors import BackendError
 from engine.events import Chunk, ReplyFailed, ReplyFinished
 from engine.session import ChatSession
 from engine.speculation import solve_alpha

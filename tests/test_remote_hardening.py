@@ -23,7 +23,6 @@ import pytest
 from rich.console import Console
 
 from engine.backends import remote
-from engine.backends.base import BackendError
 from engine.backends.remote import RemoteBackend
 from engine.backends.remote_servers import (
     EventStreamReader,
@@ -34,6 +33,7 @@ from engine.backends.remote_servers import (
     spec_counters,
 )
 from engine.config import load_settings
+from engine.errors import BackendError
 from engine.events import ReplyFailed, ReplyFinished
 from engine.session import ChatSession
 from tests.remote_fixture_server import (

@@ -12,10 +12,10 @@ import time
 import httpx
 import pytest
 
-from engine.backends.base import BackendError
 from engine.backends.remote import RemoteBackend
 from engine.backends.remote_servers import spec_counters
 from engine.config import load_settings
+from engine.errors import BackendError
 from engine.events import Chunk, ReplyFailed, ReplyFinished
 from engine.llama_server import LlamaServer, free_port, llama_server_binary
 from tui.formatting import stats_line

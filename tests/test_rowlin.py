@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from engine.backends import hf_kernels, rowlin
-from engine.backends.base import GenerationRequest, SamplerSettings
 from engine.backends.hf import TransformersBackend
+from engine.request import GenerationRequest, SamplerSettings
 
 needs_compiler = pytest.mark.skipif(
     not any(shutil.which(c) for c in ("cc", "gcc", "clang")), reason="no C compiler on this machine"

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 import engine.round_loop as round_loop
-from engine.backends.base import GenerationRequest, SamplerSettings
 from engine.backends.hf import TransformersBackend
 from engine.events import Chunk
+from engine.request import GenerationRequest, SamplerSettings
 from engine.sampling import (
     apply_repetition_penalty,
     choose_tokens,

@@ -11,10 +11,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from engine.backends.base import BackendError
 from engine.backends.scripted import ScriptedBackend
 from engine.config import Settings
-from engine.errors import SpecchatError
+from engine.errors import BackendError, SpecchatError
 from engine.events import MessageStats, ReplyFailed, ReplyFinished
 from engine.presets import load_presets
 from engine.session import ChatSession

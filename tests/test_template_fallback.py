@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.backends.base import GenerationRequest, SamplerSettings
 from engine.chat_template import FALLBACK_NOTE, ChatTemplate
 from engine.drafting import AdaptiveK
 from engine.events import Chunk, Done
+from engine.request import GenerationRequest, SamplerSettings
 from engine.round_loop import LoopSetup, StopStringWatch, run_reply
 from tests.test_hf_backend import generate
 

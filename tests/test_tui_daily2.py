@@ -13,9 +13,9 @@ from textual.widgets._markdown import MarkdownParagraph
 from tui_helpers import make_app, plain, send, status, wait_ready, wait_until
 
 from engine import metrics
-from engine.backends.base import BackendError
 from engine.backends.scripted import ScriptedBackend, scripted_words
 from engine.config import config_dir, presets_dir
+from engine.errors import BackendError
 from engine.presets import Preset
 from engine.session import ChatSession
 from engine.store import Store

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 
-from engine.backends.base import GenerationRequest, SamplerSettings
 from engine.backends.scripted import ScriptedBackend, SteppingClock, scripted_words
 from engine.events import Chunk, Done, MessageStats
+from engine.request import GenerationRequest, SamplerSettings
 from tui.formatting import bar, percent, sparkline, stats_line
 from tui.keymap import check_keymap, key_for
 from tui.streaming import ReplyBuffer, merge_runs, split_chunk_by_origin

@@ -477,9 +477,9 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     import json
 
-    from engine.backends.base import resolve_cache_mode
     from engine.memory import MemoryPlanError, format_bytes, plan_memory
     from engine.models import ensure_embedded_model, validate_model_folder
+    from engine.request import resolve_cache_mode
 
     settings = _settings(args)
     gguf_bits: dict[str, float] = {}
@@ -789,14 +789,14 @@ class TypeAheadEnter:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from engine.errors import user_error_types
+    from engine.errors import UserError
 
     try:
         if args.command is None:  # the chat: take Enter as Enter from the first moment
             with TypeAheadEnter():
                 return COMMANDS[args.command](args)
         return COMMANDS[args.command](args)
-    except (CliError, *user_error_types()) as exc:
+    except (CliError, UserError) as exc:
         message = " ".join(str(exc).split())
         print(f"specchat: error: {message}", file=sys.stderr)
         return EXIT_USAGE

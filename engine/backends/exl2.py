@@ -40,16 +40,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from engine.backends.base import (
-    CACHE_MODES,
-    BackendError,
-    GenerationRequest,
-    ProgressCallback,
-    SamplerSettings,
-)
+from engine.backends.base import ProgressCallback
 from engine.chat_template import ChatTemplate, ChatTemplateError
 from engine.drafting import PROBE_LENGTH, AdaptiveK, VerifyCostModel
+from engine.errors import BackendError
 from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
+from engine.request import CACHE_MODES, GenerationRequest, SamplerSettings
 
 PAGE_SIZE = 256  # exllamav2's PAGED_PAGE_SIZE: cache lengths must be a multiple of it
 MAX_DRAFT_TOKENS = 16  # the largest K; the generator's max_q_size is K_max + 1 (K drafts + the last token)

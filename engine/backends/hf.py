@@ -24,12 +24,14 @@ from pathlib import Path
 import torch
 
 from engine.backends import hf_kernels
-from engine.backends.base import BackendError, ProgressCallback, resolve_cache_mode
+from engine.backends.base import ProgressCallback
 from engine.chat_template import FALLBACK_NOTE, ChatTemplate, ChatTemplateError
 from engine.compat import VocabView, check_draft_compatible, special_token_ids
 from engine.drafting import MAX_DRAFT_LENGTH, AdaptiveK, VerifyCostModel
+from engine.errors import BackendError
 from engine.events import BackendInfo, DraftMode
 from engine.kv_cache import SpecCache
+from engine.request import resolve_cache_mode
 from engine.round_loop import RoundLoopBackend, common_prefix
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from engine.backends.base import BackendError, ProgressCallback, resolve_cache_mode
+from engine.backends.base import ProgressCallback
 from engine.chat_template import (
     END_OF_TURN_CANDIDATES,
     FALLBACK_NOTE,
@@ -45,7 +45,9 @@ from engine.chat_template import (
 from engine.compat import VocabView, check_draft_compatible
 from engine.cpu_threads import StallWatch, ThreadChoice, choose_threads, threads_label
 from engine.drafting import AdaptiveK, VerifyCostModel
+from engine.errors import BackendError
 from engine.events import BackendInfo, DraftMode
+from engine.request import resolve_cache_mode
 from engine.round_loop import LoopSetup, RoundLoopBackend, common_prefix
 
 BACKEND_NAME = "llama.cpp"

@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from engine.backends.base import BackendError, GenerationRequest, ProgressCallback
+from engine.backends.base import ProgressCallback
 from engine.backends.remote_servers import (
     DRAFT_FIELDS,
     EXTRA_SAMPLER_FIELDS,
@@ -46,7 +46,9 @@ from engine.backends.remote_servers import (
     read_spec_counters,
     spec_counters,
 )
+from engine.errors import BackendError
 from engine.events import BackendInfo, Chunk, Done, ServerStats, StopReason
+from engine.request import GenerationRequest
 
 BACKEND_NAME = "remote"
 METRICS_POLL_S = 0.5  # at most 2 Hz: the server serves other clients too

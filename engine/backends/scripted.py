@@ -13,8 +13,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from engine.backends.base import BackendError, GenerationRequest, ProgressCallback
+from engine.backends.base import ProgressCallback
+from engine.errors import BackendError
 from engine.events import BackendInfo, Chunk, Done
+from engine.request import GenerationRequest
 
 # A token is a run of whitespace followed by a run of non-space characters, or trailing whitespace alone:
 # joining the pieces gives back the text exactly, so decode(encode(text)) == text.

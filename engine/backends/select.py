@@ -10,7 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.backends.base import Backend, BackendError, ProgressCallback, resolve_cache_mode
+from engine.backends.base import Backend, ProgressCallback
+from engine.errors import BackendError
+from engine.request import resolve_cache_mode
 
 
 def _model_dir(settings: Any) -> Path:

@@ -1,0 +1,66 @@
+"""The request vocabulary: what a session asks a backend for, in plain numbers (no presets, no UI).
+
+A leaf (stdlib only): `SamplerSettings` (one message's sampler, with its temperature ramp), `GenerationRequest`
+(prompt ids, K, limits, the adaptive-K key), and the KV cache modes. Backends, the decoding core, presets and the
+memory planner all read these, so they live below all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CACHE_MODES = ("fp16", "q8", "q6", "q4")
+# "auto" (the default) means each backend's own default: ExLlamaV2 keeps Q8 (a quarter of FP16's memory at a
+# small cost in acceptance); on the CPU the transformers backend keeps full precision, because only that
+# cache gives the model's own full-precision greedy text (an int8 cache changed it on 6 prompts in 12).
+DEFAULT_CACHE_MODES = {"exllamav2": "q8", "transformers": "fp16"}
+
+
+def resolve_cache_mode(mode: str | None, backend: str) -> str:
+    """The cache mode a backend runs for a setting that may be "auto"."""
+    if mode in (None, "", "auto"):
+        return DEFAULT_CACHE_MODES.get(backend, "fp16")
+    return mode
+
+
+@dataclass(frozen=True, slots=True)
+class SamplerSettings:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    # Temperature ramp: the first `ramp_tokens` tokens of a reply start at `ramp_start` and rise linearly to
+    # `temperature`. Cooler early tokens agree with a greedy draft more often.
+    ramp_tokens: int = 0
+    ramp_start: float = 0.0
+
+    def temperature_at(self, index: int) -> float:
+        """Temperature used to sample the reply's token number `index` (0-based)."""
+        if self.ramp_tokens <= 0 or index >= self.ramp_tokens:
+            return self.temperature
+        start = min(self.ramp_start, self.temperature)
+        return start + (self.temperature - start) * index / self.ramp_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    prompt_ids: tuple[int, ...]
+    sampler: SamplerSettings
+    max_new_tokens: int
+    num_draft_tokens: int = 0  # K; 0 turns drafting off for this request
+    drafting: bool = True
+    seed: int | None = None
+    # "fixed": K drafts every round (n-gram: K wherever a match is found). "adaptive": K is the ceiling and the
+    # backend picks each round's (exllamav2: each reply's) K from measured acceptance and cost.
+    k_mode: str = "fixed"
+    # Whose acceptance estimates an adaptive K learns from and adds to (the preset's name), and the
+    # per-position acceptance r_i to start them from (from the metrics log) the first time that key is seen.
+    tuning_key: str = ""
+    acceptance_prior: tuple[float, ...] = ()
+    # The conversation as chat messages (what `prompt_ids` renders): a remote server takes these, not ids.
+    messages: tuple[dict[str, str], ...] = ()
+
+    @property
+    def effective_k(self) -> int:
+        return self.num_draft_tokens if self.drafting else 0
