@@ -25,10 +25,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.decoding.acceptance import AcceptanceAccounting
 from engine.events import Chunk, Done
 from engine.prompt_file import PromptFileError, read_prompt_file
 from engine.request import GenerationRequest, SamplerSettings
-from engine.speculation import AcceptanceAccounting
 
 GREEDY_VARIANTS = ("ours-plain", "ours-ngram", "hf-plain", "hf-lookup")
 FIXED_KS = (2, 5, 8)

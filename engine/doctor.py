@@ -377,7 +377,12 @@ def check_compatibility(report: DoctorReport, model_dir: Path, draft_dir: Path |
     from transformers import AutoTokenizer
 
     from engine.chat_template import ChatTemplate
-    from engine.compat import DraftIncompatibleError, VocabView, check_draft_compatible, special_token_ids
+    from engine.decoding.draft_compat import (
+        DraftIncompatibleError,
+        VocabView,
+        check_draft_compatible,
+        special_token_ids,
+    )
 
     views, templates, sizes = {}, {}, {}
     for who, folder in (("target", model_dir), ("draft", draft_dir)):

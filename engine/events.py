@@ -226,7 +226,7 @@ class LiveStats:
     accepted: int = 0
     rounds: int = 0
     new_tokens: int = 0
-    # Decode speed and time to first token, as engine.rates defines them (None until measurable).
+    # Decode speed and time to first token, as engine.decoding.rates defines them (None until measurable).
     tokens_per_s: float | None = None
     ttft_s: float | None = None
     temperature: float = 0.0

@@ -19,6 +19,7 @@ from typing import Any
 from engine import metrics
 from engine.backends.base import Backend
 from engine.config import Settings, data_dir, env_name, presets_dir
+from engine.decoding.acceptance import AcceptanceAccounting
 from engine.errors import SpecchatError, UserError
 from engine.events import (
     BackendInfo,
@@ -39,7 +40,6 @@ from engine.recording import ChatRecorder
 from engine.request import GenerationRequest
 from engine.router import route
 from engine.session_history import SessionHistory
-from engine.speculation import AcceptanceAccounting
 
 EventCallback = Callable[[object], None]
 ProgressCallback = Callable[[str, float | None], None]

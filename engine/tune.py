@@ -39,10 +39,10 @@ from typing import IO, Any
 
 import orjson
 
+from engine.decoding.acceptance import predicted_speedup
 from engine.errors import SpecchatError
 from engine.prompt_file import PromptFileError, read_prompt_file
 from engine.request import SamplerSettings, resolve_cache_mode
-from engine.speculation import predicted_speedup
 
 TASKS = ("code", "qa", "creative")
 K_VALUES = (0, 1, 2, 3, 4, 5, 6, 7, 8)

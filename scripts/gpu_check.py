@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from engine.backends.exl2 import ExLlamaV2Backend, probe_exllamav2
+from engine.decoding.acceptance import AcceptanceAccounting
 from engine.errors import BackendError
 from engine.events import Chunk, Done
 from engine.request import GenerationRequest, SamplerSettings
-from engine.speculation import AcceptanceAccounting
 
 PROMPT = (
     "Copy this list exactly, then copy it once more: alpha, beta, gamma, delta, epsilon, zeta, eta, theta, "

@@ -32,7 +32,7 @@ import pytest
 
 from engine import metrics
 from engine.backends.hf import TransformersBackend
-from engine.drafting import (
+from engine.decoding.drafting import (
     MAX_DRAFT_LENGTH,
     PROBE_INTERVAL,
     PROBE_LENGTH,

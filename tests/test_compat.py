@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.chat_template import ChatTemplate
-from engine.compat import (
+from engine.decoding.draft_compat import (
     SAMPLE_HEAD,
     DraftIncompatibleError,
     VocabView,

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from engine.drafting import (
+from engine.decoding.drafting import (
     FIRST_TOKEN_PRIOR,
     MIN_GAIN,
     NEXT_TOKEN_PRIOR,

@@ -29,10 +29,10 @@ from engine.backends.exl2 import (
     sampler_fields,
     stop_reason_of,
 )
+from engine.decoding.acceptance import AcceptanceAccounting
 from engine.errors import BackendError
 from engine.events import Chunk, Done
 from engine.request import GenerationRequest, SamplerSettings
-from engine.speculation import AcceptanceAccounting
 
 STANDIN = Path(__file__).parent / "exl2_standin"
 TOKENIZER_FILES = (
@@ -797,7 +797,7 @@ def test_adaptive_k_turns_a_useless_draft_off_between_replies_and_probes_later(
     standin, make_model, reply_ids
 ):
     from engine.backends.exl2 import PROBE_INTERVAL_ROUNDS
-    from engine.drafting import PROBE_LENGTH, VerifyCostModel
+    from engine.decoding.drafting import PROBE_LENGTH, VerifyCostModel
 
     target = make_model("target", {"reply": reply_ids, "end": "eos"})
     draft = make_model("draft", {"draft_acceptance": [0]})  # never right

@@ -1,12 +1,12 @@
-"""One definition of a reply's speed (engine.rates), used live and in the per-message stats."""
+"""One definition of a reply's speed (engine.decoding.rates), used live and in the per-message stats."""
 
 from __future__ import annotations
 
 import pytest
 
+from engine.decoding.acceptance import AcceptanceAccounting
+from engine.decoding.rates import decode_tokens_per_s, time_to_first_token
 from engine.events import Chunk, Done
-from engine.rates import decode_tokens_per_s, time_to_first_token
-from engine.speculation import AcceptanceAccounting
 
 
 def test_decode_speed_leaves_the_first_chunk_and_ttft_out():

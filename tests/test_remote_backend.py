@@ -18,10 +18,10 @@ from engine.backends.remote_servers import (
     spec_counters,
 )
 from engine.config import ConfigError, load_settings
+from engine.decoding.acceptance import solve_alpha
 from engine.errors import BackendError
 from engine.events import Chunk, ReplyFailed, ReplyFinished
 from engine.session import ChatSession
-from engine.speculation import solve_alpha
 from tests.remote_fixture_server import (
     DATA,
     FixtureServer,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.round_loop import MAX_PERIOD, MIN_REPEATED_TOKENS, REPEATS, RepetitionGuard
+from engine.decoding.round_loop import MAX_PERIOD, MIN_REPEATED_TOKENS, REPEATS, RepetitionGuard
 from tests.conftest import COPY_CYCLE, FreeVerify
 from tests.test_hf_backend import generate
 

@@ -15,17 +15,17 @@ from pathlib import Path
 import pytest
 import torch
 
-import engine.round_loop as round_loop
+import engine.decoding.round_loop as round_loop
 from engine.backends.hf import TransformersBackend
-from engine.events import Chunk
-from engine.request import GenerationRequest, SamplerSettings
-from engine.sampling import (
+from engine.decoding.sampling import (
     apply_repetition_penalty,
     choose_tokens,
     filtered_candidates,
     filtered_probabilities,
     sample_from,
 )
+from engine.events import Chunk
+from engine.request import GenerationRequest, SamplerSettings
 
 # Samples per distribution. With 16 cells an exact sampler's expected total variation is about 0.045 at
 # this size (measured 0.054); the wrong rules below land at 0.65-0.78.
@@ -80,7 +80,7 @@ def test_filters_match_transformers(settings: SamplerSettings) -> None:
 
 
 def test_a_nucleus_wider_than_the_candidate_pool_is_still_exact() -> None:
-    from engine.sampling import CANDIDATE_POOL
+    from engine.decoding.sampling import CANDIDATE_POOL
 
     row = torch.linspace(0.0, 0.5, 4 * CANDIDATE_POOL)  # nearly flat: top_p 0.95 keeps ~3.8x the pool
     settings = SamplerSettings(temperature=1.0, top_p=0.95)
@@ -93,7 +93,7 @@ def test_a_nucleus_wider_than_the_candidate_pool_is_still_exact() -> None:
 
 def test_a_min_p_set_wider_than_the_candidate_pool_is_still_exact() -> None:
     """min-p alone (top_p 1) on a flat row keeps thousands of tokens: not only the pool's 256."""
-    from engine.sampling import CANDIDATE_POOL
+    from engine.decoding.sampling import CANDIDATE_POOL
 
     row = torch.linspace(0.0, 1.0, 8 * CANDIDATE_POOL)  # min_p 0.2 keeps the top ~80%: ~6.4x the pool
     settings = SamplerSettings(temperature=1.0, min_p=0.2)

@@ -2,8 +2,8 @@ import math
 
 import pytest
 
+from engine.decoding.acceptance import AcceptanceAccounting, best_k, predicted_speedup, solve_alpha
 from engine.events import Chunk, Done
-from engine.speculation import AcceptanceAccounting, best_k, predicted_speedup, solve_alpha
 
 
 def chunk(n_tokens: int, drafted: int, accepted: int, t: float, temperature: float = 0.0) -> Chunk:

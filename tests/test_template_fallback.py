@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from engine.chat_template import FALLBACK_NOTE, ChatTemplate
-from engine.drafting import AdaptiveK
+from engine.decoding.drafting import AdaptiveK
+from engine.decoding.round_loop import LoopSetup, StopStringWatch, run_reply
 from engine.events import Chunk, Done
 from engine.request import GenerationRequest, SamplerSettings
-from engine.round_loop import LoopSetup, StopStringWatch, run_reply
 from tests.test_hf_backend import generate
 
 FALLBACK_STOPS = ("\nUser:", "\nAssistant:", "\nSystem:")

@@ -208,8 +208,8 @@ def test_status_bar_shows_where_adaptive_k_moved():
 
 
 def test_live_k_is_the_median_of_the_recent_rounds_and_the_stats_keep_every_round():
+    from engine.decoding.acceptance import AcceptanceAccounting
     from engine.events import Chunk, Done
-    from engine.speculation import AcceptanceAccounting
 
     accounting = AcceptanceAccounting(t_start=0.0)
     for i, k in enumerate([5, 5, 4, 3, 3, 3, 0, 3, 3, 2]):

@@ -42,7 +42,7 @@ from typing import Any
 
 from engine.backends.base import ProgressCallback
 from engine.chat_template import ChatTemplate, ChatTemplateError
-from engine.drafting import PROBE_LENGTH, AdaptiveK, VerifyCostModel
+from engine.decoding.drafting import PROBE_LENGTH, AdaptiveK, VerifyCostModel
 from engine.errors import BackendError
 from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
 from engine.request import CACHE_MODES, GenerationRequest, SamplerSettings
@@ -332,7 +332,7 @@ def _fix_rope_theta(config: Any, folder: Path) -> None:
 
 
 class _ExLlamaV2Vocab:
-    """An ExLlamaV2Tokenizer seen through the few transformers methods `engine.compat` asks for."""
+    """An ExLlamaV2Tokenizer seen through the few transformers methods `engine.decoding.draft_compat` asks for."""
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
@@ -349,7 +349,7 @@ class _ExLlamaV2Vocab:
 
 
 def _vocab_view(name: str, tokenizer: Any, end_of_turn: str | None) -> Any:
-    from engine.compat import VocabView
+    from engine.decoding.draft_compat import VocabView
 
     vocab = _ExLlamaV2Vocab(tokenizer)
     special: dict[str, int | None] = {"bos": tokenizer.bos_token_id, "eos": tokenizer.eos_token_id}
@@ -478,7 +478,7 @@ class ExLlamaV2Backend:
             if self.draft_dir is not None:
                 loading = f"draft model {self.draft_dir.name}"
                 draft_config = self._read_config(ex, self.draft_dir, "draft model")
-                from engine.compat import check_draft_compatible
+                from engine.decoding.draft_compat import check_draft_compatible
 
                 eot = self._template.end_of_turn if self._template else None
                 check_draft_compatible(  # raises DraftIncompatibleError (a BackendError) naming the rule

@@ -1,6 +1,6 @@
 """transformers + torch backend: runs anywhere (CPU by default), with exact speculative decoding.
 
-The round loop is `engine.round_loop` (shared with llama.cpp): a drafter (n-gram lookup, a draft model, or none)
+The round loop is `engine.decoding.round_loop` (shared with llama.cpp): a drafter (n-gram lookup, a draft model, or none)
 proposes k tokens; the target scores the last token plus the k drafts in one forward pass over its KV cache
 (`ModelState.score`) and samples every position with the message's own sampler; drafts are accepted while they
 equal the target's sample, the first mismatch ends the round with the target's token. This module supplies the
@@ -26,13 +26,13 @@ import torch
 from engine.backends import hf_kernels
 from engine.backends.base import ProgressCallback
 from engine.chat_template import FALLBACK_NOTE, ChatTemplate, ChatTemplateError
-from engine.compat import VocabView, check_draft_compatible, special_token_ids
-from engine.drafting import MAX_DRAFT_LENGTH, AdaptiveK, VerifyCostModel
+from engine.decoding.draft_compat import VocabView, check_draft_compatible, special_token_ids
+from engine.decoding.drafting import MAX_DRAFT_LENGTH, AdaptiveK, VerifyCostModel
+from engine.decoding.round_loop import RoundLoopBackend, common_prefix
 from engine.errors import BackendError
 from engine.events import BackendInfo, DraftMode
 from engine.kv_cache import SpecCache
 from engine.request import resolve_cache_mode
-from engine.round_loop import RoundLoopBackend, common_prefix
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")

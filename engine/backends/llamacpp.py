@@ -1,6 +1,6 @@
 """llama.cpp backend (llama-cpp-python's low-level API): GGUF models on CPUs, Apple silicon, AMD.
 
-The speculative loop is ours, the same one as the transformers backend's (`engine.round_loop`): a drafter
+The speculative loop is ours, the same one as the transformers backend's (`engine.decoding.round_loop`): a drafter
 (n-gram lookup, a GGUF draft model, or none) proposes k tokens; one `llama_decode` scores the last token plus the
 k drafts with logits for every position (`LlamaCppModel.score`); the shared sampler picks the target's token at
 each position; the longest agreeing prefix is accepted and the rejected positions are removed from llama.cpp's
@@ -42,13 +42,13 @@ from engine.chat_template import (
     FALLBACK_TEMPLATE,
     ChatTemplate,
 )
-from engine.compat import VocabView, check_draft_compatible
 from engine.cpu_threads import StallWatch, ThreadChoice, choose_threads, threads_label
-from engine.drafting import AdaptiveK, VerifyCostModel
+from engine.decoding.draft_compat import VocabView, check_draft_compatible
+from engine.decoding.drafting import AdaptiveK, VerifyCostModel
+from engine.decoding.round_loop import LoopSetup, RoundLoopBackend, common_prefix
 from engine.errors import BackendError
 from engine.events import BackendInfo, DraftMode
 from engine.request import resolve_cache_mode
-from engine.round_loop import LoopSetup, RoundLoopBackend, common_prefix
 
 BACKEND_NAME = "llama.cpp"
 # cache_mode -> llama.cpp K/V cache type name; llama.cpp has no 6-bit cache type, q6 takes q8_0.
@@ -175,7 +175,7 @@ def resolve_gguf(path: str | Path, what: str = "model") -> Path:
 
 
 class _GgufTokenizer:
-    """What `engine.compat` needs of a tokenizer, over a llama.cpp vocabulary."""
+    """What `engine.decoding.draft_compat` needs of a tokenizer, over a llama.cpp vocabulary."""
 
     def __init__(self, llama_cpp, vocab, size: int) -> None:
         self._lib = llama_cpp

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.decoding.rates import decode_tokens_per_s, time_to_first_token
 from engine.events import Chunk, Done, LiveStats, MessageStats, ServerStats
-from engine.rates import decode_tokens_per_s, time_to_first_token
 
 EMA_WEIGHT = 0.2  # weight of the newest round in the live acceptance EMA
 SPARKLINE_ROUNDS = 32  # rounds kept for the status bar's sparkline

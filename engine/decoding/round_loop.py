@@ -30,11 +30,11 @@ from typing import Protocol
 import torch
 
 from engine.chat_template import ChatTemplate, ChatTemplateError
-from engine.drafting import AdaptiveK, NgramDrafter, VerifyCostModel, round_cost, round_limit
+from engine.decoding.drafting import AdaptiveK, NgramDrafter, VerifyCostModel, round_cost, round_limit
+from engine.decoding.sampling import choose_tokens, count_accepted, reply_uniforms
 from engine.errors import BackendError
 from engine.events import Chunk, Done, StopReason
 from engine.request import GenerationRequest
-from engine.sampling import choose_tokens, count_accepted, reply_uniforms
 
 # The repetition guard: a reply whose last tokens repeat one span of at most MAX_PERIOD tokens, over at least
 # max(MIN_REPEATED_TOKENS, REPEATS * period) tokens after the span's first copy, is stopped there. Small models
