@@ -295,7 +295,7 @@ def _cache_memory(backend, positions: int) -> dict[str, int]:
     """Bytes of the KV cache after `positions` tokens: fp32 (what the CPU runs), fp16 and our int8 `q8` cache."""
     import torch
 
-    from engine.kv_cache import SpecCache, full_precision_bytes
+    from engine.backends.hf_cache import SpecCache, full_precision_bytes
 
     ids = torch.arange(positions, dtype=torch.long).remainder(1000).add(100).unsqueeze(0)
     kwarg = backend.target.cache_kwarg

@@ -78,6 +78,20 @@ def data_dir(settings: Settings | None = None) -> Path:
     return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
 
 
+CACHE_DIR_ENV = "SPECCHAT_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """specchat's cache root (models, kernels, wheels): `$SPECCHAT_CACHE_DIR` if set, else the platform's user
+    cache dir."""
+    override = os.environ.get(CACHE_DIR_ENV)
+    if override:
+        return Path(override).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("specchat"))
+
+
 def display_path(path: Path | str) -> str:
     """A path as a user would type it: `~/...` under the home folder, else as given."""
     path = Path(path)

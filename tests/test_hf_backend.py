@@ -12,9 +12,9 @@ import torch
 
 from engine.backends.base import Backend
 from engine.backends.hf import TransformersBackend
+from engine.backends.hf_cache import INITIAL_CAPACITY, Int8Layer, SpecCache, full_precision_bytes
 from engine.errors import BackendError
 from engine.events import Chunk, Done
-from engine.kv_cache import INITIAL_CAPACITY, Int8Layer, SpecCache, full_precision_bytes
 from engine.request import GenerationRequest, SamplerSettings
 
 PROMPTS = (

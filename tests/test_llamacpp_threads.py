@@ -16,7 +16,7 @@ pytest.importorskip("llama_cpp")
 
 import engine.backends.llamacpp as llamacpp_module  # noqa: E402
 from engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
-from engine.cpu_threads import STALL_ROUNDS  # noqa: E402
+from engine.backends.llamacpp_threads import STALL_ROUNDS  # noqa: E402
 from engine.decoding.acceptance import AcceptanceAccounting  # noqa: E402
 from engine.events import Chunk, Done  # noqa: E402
 from engine.request import GenerationRequest, SamplerSettings  # noqa: E402

@@ -149,7 +149,7 @@ def test_the_backend_runs_every_pass_on_rowlin_and_stays_exact(smol_dir: Path) -
 
 def _history(kind: str, heads: int, length: int, head_dim: int, seed: int):
     """The same keys/values written into a plain and a fused layer of `kind` ("q8" or "fp32")."""
-    from engine.kv_cache import GrowingLayer, Int8Layer
+    from engine.backends.hf_cache import GrowingLayer, Int8Layer
 
     generator = torch.Generator().manual_seed(seed)
     keys = torch.randn(1, heads, length, head_dim, generator=generator)
@@ -196,7 +196,7 @@ def test_cache_attention_matches_sdpa_and_every_row_stands_alone(
 
 
 def test_a_fused_int8_layer_keeps_what_the_plain_one_keeps_across_crops_and_growth() -> None:
-    from engine.kv_cache import INITIAL_CAPACITY, Int8Layer
+    from engine.backends.hf_cache import INITIAL_CAPACITY, Int8Layer
 
     generator = torch.Generator().manual_seed(5)
     plain, fused = Int8Layer(), Int8Layer(fused=True)

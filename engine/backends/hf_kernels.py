@@ -138,7 +138,9 @@ def rowwise_attention(
     window = kwargs.pop("sliding_window", None) or None
     softcap = kwargs.pop("softcap", None)
     layer = getattr(key, "specchat_layer", None)
-    if layer is not None:  # a fused cache layer (engine/kv_cache.py) handed its buffers: attention reads them
+    if (
+        layer is not None
+    ):  # a fused cache layer (engine/backends/hf_cache.py) handed its buffers: attention reads them
         kernel, _ = rowlin.load()
         if rows <= ROWWISE_MAX_ROWS and kernel is not None:
             scale = scaling if scaling is not None else query.shape[-1] ** -0.5

@@ -36,13 +36,13 @@ from pathlib import Path
 import torch
 
 from engine.backends.base import ProgressCallback
+from engine.backends.llamacpp_threads import StallWatch, ThreadChoice, choose_threads, threads_label
 from engine.chat_template import (
     END_OF_TURN_CANDIDATES,
     FALLBACK_NOTE,
     FALLBACK_TEMPLATE,
     ChatTemplate,
 )
-from engine.cpu_threads import StallWatch, ThreadChoice, choose_threads, threads_label
 from engine.decoding.draft_compat import VocabView, check_draft_compatible
 from engine.decoding.drafting import AdaptiveK, VerifyCostModel
 from engine.decoding.round_loop import LoopSetup, RoundLoopBackend, common_prefix
