@@ -34,8 +34,8 @@ from typing import Any
 import orjson
 
 from engine.errors import UserError
-from engine.metrics import ACCEPTANCE_DROP_POINTS, TOKENS_PER_S_DROP, fingerprint
 from engine.request import SamplerSettings, resolve_cache_mode
+from engine.storage.metrics import ACCEPTANCE_DROP_POINTS, TOKENS_PER_S_DROP, fingerprint
 
 STATUSES = ("pass", "warn", "fail", "skip")
 CHECK_NAMES = (

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine import metrics
 from engine.backends.base import Backend
 from engine.config import Settings, data_dir, env_name, presets_dir
 from engine.decoding.acceptance import AcceptanceAccounting
@@ -32,14 +31,15 @@ from engine.events import (
     ReplyFinished,
     ReplyStarted,
 )
-from engine.metrics import Regression
 from engine.origins import OriginRun, encode_runs, merge_runs, split_chunk_by_origin
 from engine.presets import Preset, PresetError, load_presets, with_overrides
 from engine.reasoning import split_reasoning, thinking_end
-from engine.recording import ChatRecorder
 from engine.request import GenerationRequest
 from engine.router import route
 from engine.session_history import SessionHistory
+from engine.storage import metrics
+from engine.storage.metrics import Regression
+from engine.storage.recording import ChatRecorder
 
 EventCallback = Callable[[object], None]
 ProgressCallback = Callable[[str, float | None], None]

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import SpecchatError
 from engine.events import MessageStats, ReplyStarted
-from engine.metrics import Regression, Summary, find_regressions, recent_average
 from engine.origins import decode_runs
-from engine.recording import ChatRecorder, stats_from_dict
-from engine.store import MessageRecord, StoreError
+from engine.storage.metrics import Regression, Summary, find_regressions, recent_average
+from engine.storage.recording import ChatRecorder, stats_from_dict
+from engine.storage.store import MessageRecord, StoreError
 
 if TYPE_CHECKING:
     from engine.config import Settings
@@ -146,7 +146,7 @@ class SessionHistory:
                 turn.message_id = None
 
     def export_chat(self, chat_id: int, fmt: str = "md", stats_line: Callable | None = None) -> bytes:
-        from engine.store import export_json, export_markdown
+        from engine.storage.store import export_json, export_markdown
 
         store = self._store()
         try:

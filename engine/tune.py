@@ -133,7 +133,7 @@ def builtin_prompts() -> list[TunePrompt]:
 def prompts_from_history(data_dir: Path, limit: int = 200) -> list[TunePrompt]:
     """The user's own messages from the conversation store, newest first, routed as the chat routes them."""
     from engine.router import route
-    from engine.store import DB_NAME, Store
+    from engine.storage.store import DB_NAME, Store
 
     if not (data_dir / DB_NAME).is_file():
         raise TuneError(f"no conversation history yet ({data_dir / DB_NAME}): chat first or use --prompts")

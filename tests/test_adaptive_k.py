@@ -30,7 +30,6 @@ from pathlib import Path
 
 import pytest
 
-from engine import metrics
 from engine.backends.hf import TransformersBackend
 from engine.decoding.drafting import (
     MAX_DRAFT_LENGTH,
@@ -44,6 +43,7 @@ from engine.decoding.drafting import (
 )
 from engine.events import Chunk, Done
 from engine.request import GenerationRequest, SamplerSettings
+from engine.storage import metrics
 from tests.conftest import TOKENIZER_FILE_NAMES, build_successor_llama, build_tiny_llama
 
 # A CPU-like verify curve: each extra token in a pass costs 15% of a plain step (SmolLM2 on 2 cores: 10-20%).

@@ -126,7 +126,7 @@ def test_metrics_json_csv_table_and_check(data_dir: Path, capsys: pytest.Capture
 def test_metrics_check_names_the_drop(data_dir: Path, capsys: pytest.CaptureFixture[str]):
     import time
 
-    from engine import metrics
+    from engine.storage import metrics
     from tests.test_metrics import baseline_rows, recent_rows
 
     shift = time.time() - 1_800_000_000.0  # the synthetic series ends now

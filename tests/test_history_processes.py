@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 
-from engine.store import Store
+from engine.storage.store import Store
 from tests.history_worker import FIRST_REPLY, LONG_REPLY
 
 WORKER = Path(__file__).with_name("history_worker.py")

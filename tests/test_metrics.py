@@ -8,8 +8,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from engine import metrics
-from engine.metrics import MetricsError
+from engine.storage import metrics
+from engine.storage.metrics import MetricsError
 
 DAY = 86400.0
 NOW = 1_800_000_000.0

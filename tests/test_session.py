@@ -206,7 +206,7 @@ def test_start_refuses_an_empty_message_at_once():
 
 
 def test_requests_carry_k_mode_tuning_key_and_the_logged_acceptance(tmp_path):
-    from engine import metrics
+    from engine.storage import metrics
 
     backend = ScriptedBackend("def f(): pass")
     session = make_session(backend, data_dir=tmp_path)

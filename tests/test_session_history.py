@@ -17,7 +17,7 @@ from engine.errors import BackendError, SpecchatError
 from engine.events import MessageStats, ReplyFailed, ReplyFinished
 from engine.presets import load_presets
 from engine.session import ChatSession
-from engine.store import Store
+from engine.storage.store import Store
 
 
 def make_session(data_dir: Path, backend: ScriptedBackend, save: bool = True) -> ChatSession:

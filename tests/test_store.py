@@ -9,8 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from engine import store as store_module
-from engine.store import DB_NAME, SCHEMA_VERSION, Store, StoreError, export_json, export_markdown, title_from
+from engine.storage import store as store_module
+from engine.storage.store import (
+    DB_NAME,
+    SCHEMA_VERSION,
+    Store,
+    StoreError,
+    export_json,
+    export_markdown,
+    title_from,
+)
 
 
 def make_chat(
@@ -263,7 +271,7 @@ def test_a_version_1_file_gains_the_origins_column_and_keeps_its_messages(tmp_pa
     import sqlite3
 
     from engine.origins import decode_runs, encode_runs
-    from engine.store import MIGRATIONS
+    from engine.storage.store import MIGRATIONS
 
     con = sqlite3.connect(tmp_path / DB_NAME)
     con.executescript(MIGRATIONS[1])

@@ -12,13 +12,13 @@ from textual.widgets._footer import FooterKey
 from textual.widgets._markdown import MarkdownParagraph
 from tui_helpers import make_app, plain, send, status, wait_ready, wait_until
 
-from engine import metrics
 from engine.backends.scripted import ScriptedBackend, scripted_words
 from engine.config import config_dir, presets_dir
 from engine.errors import BackendError
 from engine.presets import Preset
 from engine.session import ChatSession
-from engine.store import Store
+from engine.storage import metrics
+from engine.storage.store import Store
 from tui.app import SpecchatApp
 from tui.screens.inspector import InspectorScreen
 from tui.widgets.message import DRAFT_STYLE

@@ -11,7 +11,7 @@ from engine.backends.scripted import ScriptedBackend
 from engine.config import Settings
 from engine.presets import load_presets
 from engine.session import ChatSession
-from engine.store import Store
+from engine.storage.store import Store
 from tests.tui_helpers import SIZE, plain, send, wait_ready, wait_until
 from tui.app import SpecchatApp
 from tui.screens.history import HistoryScreen
@@ -160,7 +160,7 @@ async def test_regenerated_replies_page_older_and_newer(tmp_path: Path):
 def write_regressed_log(data_dir: Path) -> None:
     import time
 
-    from engine import metrics
+    from engine.storage import metrics
     from tests.test_metrics import baseline_rows, recent_rows
 
     shift = time.time() - 1_800_000_000.0  # the synthetic series ends now

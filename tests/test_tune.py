@@ -107,7 +107,7 @@ def test_prompt_file_routes_lines_without_a_category_and_names_bad_lines(tmp_pat
 
 
 def test_history_prompts_are_the_users_own_messages(tmp_path):
-    from engine.store import Store
+    from engine.storage.store import Store
 
     with pytest.raises(TuneError, match="no conversation history yet"):
         prompts_from_history(tmp_path)

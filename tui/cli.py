@@ -356,7 +356,7 @@ def cmd_paths(args: argparse.Namespace) -> int:
 
 def _open_store():
     from engine.config import data_dir, load_settings
-    from engine.store import Store
+    from engine.storage.store import Store
 
     store = Store.open(data_dir(load_settings()))
     for notice in store.take_notices():
@@ -367,7 +367,7 @@ def _open_store():
 def cmd_history(args: argparse.Namespace) -> int:
     import orjson
 
-    from engine.store import export_json, export_markdown
+    from engine.storage.store import export_json, export_markdown
     from tui.formatting import stored_stats_line
 
     store = _open_store()
@@ -437,8 +437,8 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
     import orjson
 
-    from engine import metrics
     from engine.config import data_dir, load_settings
+    from engine.storage import metrics
 
     since = metrics.parse_since(args.since)  # MetricsError: one line, exit 2
     path = data_dir(load_settings()) / metrics.METRICS_NAME

@@ -107,7 +107,7 @@ def interrupted_line(preset: str | None, k: int | None, temperature: float | Non
 
 def stored_stats_line(message) -> str:
     """The stats line of a stored reply (a `MessageRecord`): as under a live reply, or why it has none."""
-    from engine.recording import stats_from_dict
+    from engine.storage.recording import stats_from_dict
 
     if message.role != "assistant":
         return ""

@@ -15,7 +15,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from engine import metrics
+from engine.storage import metrics
 
 WINDOW_S = 7 * 86400
 

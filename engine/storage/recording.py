@@ -17,9 +17,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from engine import metrics
 from engine.events import BackendInfo, MessageStats
-from engine.store import MessageRecord, Store, StoreError, title_from
+from engine.storage import metrics
+from engine.storage.store import MessageRecord, Store, StoreError, title_from
 
 FLUSH_INTERVAL_S = 0.5
 
