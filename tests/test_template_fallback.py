@@ -361,7 +361,7 @@ def test_a_chat_on_the_template_less_gguf_stores_and_shows_no_invented_turn(
     assert FALLBACK_NOTE in session.load().notes
     session.set_mode("code")  # T 0.2, seeded: measured, eight seeds out of eight stop at "\nUser"
     # The two short turns as a chat reopened from history would hold them; the third is asked for real.
-    from engine.session import Turn
+    from engine.session.turn import Turn
 
     session.turns.extend(Turn(m["role"], m["content"]) for m in FEW_SHOT[:-1])
     result = session.send(FEW_SHOT[-1]["content"], lambda event: None, threading.Event())

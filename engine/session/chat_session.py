@@ -12,7 +12,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,8 @@ from engine.presets import Preset, PresetError, load_presets, with_overrides
 from engine.reasoning import split_reasoning, thinking_end
 from engine.request import GenerationRequest
 from engine.router import route
-from engine.session_history import SessionHistory
+from engine.session.history import SessionHistory
+from engine.session.turn import Turn
 from engine.storage import metrics
 from engine.storage.metrics import Regression
 from engine.storage.recording import ChatRecorder
@@ -113,22 +113,6 @@ class ReplyHandle:
         if self.error is not None:
             raise self.error
         return self.result
-
-
-@dataclass(slots=True)
-class Turn:
-    role: str
-    content: str
-    stats: MessageStats | None = None
-    origins: tuple[bool, ...] | None = None
-    cancelled: bool = False
-    message_id: int | None = None  # its row in the store, when the session saves
-    # Which characters came from accepted drafts (draft colouring), as (text, from_draft) runs.
-    runs: tuple[OriginRun, ...] | None = None
-    interrupted: bool = False  # a stored reply whose process ended mid-stream (it has no stats)
-    error: str = ""  # a stored reply that failed: why
-    # A stored reply's (preset, K, temperature) as it started: all that is known of an interrupted one.
-    started: tuple[str | None, int | None, float | None] | None = None
 
 
 class ChatSession(SessionHistory):

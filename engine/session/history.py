@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from engine.errors import SpecchatError
 from engine.events import MessageStats, ReplyStarted
 from engine.origins import decode_runs
+from engine.session.turn import Turn
 from engine.storage.metrics import Regression, Summary, find_regressions, recent_average
 from engine.storage.recording import ChatRecorder, stats_from_dict
 from engine.storage.store import MessageRecord, StoreError
@@ -19,13 +20,10 @@ from engine.storage.store import MessageRecord, StoreError
 if TYPE_CHECKING:
     from engine.config import Settings
     from engine.events import BackendInfo
-    from engine.session import Turn
 
 
 def _turn(record: MessageRecord) -> Turn:
     """A stored message as a turn of the conversation, with what the UI needs to show it as it was."""
-    from engine.session import Turn  # the session module imports this one
-
     stop_reason = record.stop_reason
     assistant = record.role == "assistant"
     return Turn(
