@@ -6,7 +6,8 @@ import io
 
 import pytest
 
-from engine.bench import VARIANTS, load_prompt_set, run_bench
+from engine.benchmarks.bench import VARIANTS, run_bench
+from engine.benchmarks.runner import load_prompt_set
 from engine.config import Settings
 
 
@@ -79,7 +80,7 @@ def test_bench_on_a_tiny_model_prints_the_table_and_ratios(tiny_model_dir):
 
 @pytest.mark.slow
 def test_answer_check_compares_each_backend_with_the_fp32_reference(tiny_model_dir, monkeypatch):
-    import engine.bench_answers as answers
+    import engine.benchmarks.answers as answers
 
     monkeypatch.setattr(answers, "MAX_NEW", 12)
     prompts = [{"category": "qa", "prompt": "Name a colour."}]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.doctor import CHECK_NAMES, compare_baseline, default_ladder, ladder_verdict
+from engine.benchmarks.doctor import CHECK_NAMES, compare_baseline, default_ladder, ladder_verdict
 from tests.conftest import run_cli
 
 

@@ -45,7 +45,7 @@ def test_llama_cpp_answers_as_the_models_own_fp32_reference(smol_dir: Path) -> N
     pytest.importorskip("llama_cpp")
     from engine.backends.hf import TransformersBackend
     from engine.backends.llamacpp import LlamaCppBackend
-    from engine.bench_answers import _greedy, _reference
+    from engine.benchmarks.answers import _greedy, _reference
     from engine.models import ensure_embedded_gguf
 
     hf = TransformersBackend(smol_dir, draft="none")

@@ -197,7 +197,7 @@ def test_tabbyapi_reply_shows_dashes_with_reasons():
 
 
 def test_a_server_that_is_down_gives_one_clear_line():
-    from engine.llama_server import free_port
+    from engine.benchmarks.llama_server import free_port
 
     backend = RemoteBackend(f"http://127.0.0.1:{free_port()}")
     with pytest.raises(BackendError) as caught:
@@ -381,7 +381,7 @@ def test_generate_remote_json_and_the_key_is_never_written(capsys, tmp_path, mon
 
 
 def test_bench_remote_prints_the_servers_figures_and_says_k_is_fixed():
-    from engine.bench_remote import run_remote_bench
+    from engine.benchmarks.remote import run_remote_bench
 
     out = io.StringIO()
     with FixtureServer(vllm_routes()) as server:

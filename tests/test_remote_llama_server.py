@@ -14,10 +14,10 @@ import pytest
 
 from engine.backends.remote import RemoteBackend
 from engine.backends.remote_servers import spec_counters
+from engine.benchmarks.llama_server import LlamaServer, free_port, llama_server_binary
 from engine.config import load_settings
 from engine.errors import BackendError
 from engine.events import Chunk, ReplyFailed, ReplyFinished
-from engine.llama_server import LlamaServer, free_port, llama_server_binary
 from tui.formatting import stats_line
 
 pytestmark = pytest.mark.slow
@@ -181,7 +181,7 @@ def test_generate_command_runs_on_the_remote_backend(gguf, capsys, tmp_path, mon
 def test_bench_peer_runs_llama_cpps_own_server_plain_and_ngram(gguf):
     import io
 
-    from engine.bench_remote import bench_llama_server_peer
+    from engine.benchmarks.remote import bench_llama_server_peer
 
     out = io.StringIO()
     prompts = [{"category": "code", "prompt": REPEATING}]

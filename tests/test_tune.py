@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.tune import (
+from engine.benchmarks.tune import (
     ROW_FIELDS,
     ProgressBar,
     TaskDecision,
@@ -224,7 +224,7 @@ def test_apply_writes_a_preset_that_presets_lists_and_keeps_a_backup(copy_model_
 
 
 def test_k_changes_only_when_the_winner_beats_the_presets_k_by_more_than_the_noise():
-    from engine.tune import TuneRow, _decide_k
+    from engine.benchmarks.tune import TuneRow, _decide_k
 
     def row(k: int, tps: float, sweep: str = "k", k_mode: str = "fixed") -> TuneRow:
         return TuneRow(

@@ -532,8 +532,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from engine.bench import load_prompt_set, run_bench
-    from engine.bench_llamacpp import bench_llamacpp_if_usable
+    from engine.benchmarks.bench import run_bench
+    from engine.benchmarks.llamacpp import bench_llamacpp_if_usable
+    from engine.benchmarks.runner import load_prompt_set
 
     settings = _settings(args)
     prompt_set = args.prompts
@@ -546,7 +547,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except PromptFileError as exc:
         raise CliError(str(exc)) from None
     if args.remote:
-        from engine.bench_remote import run_remote_bench
+        from engine.benchmarks.remote import run_remote_bench
 
         run_remote_bench(settings, args.remote, quick=args.quick, prompt_set=prompt_set)
         return 0
@@ -554,11 +555,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         run_bench(settings, quick=args.quick, prompt_set=prompt_set)
     bench_llamacpp_if_usable(settings, quick=args.quick, prompt_set=prompt_set)
     if settings.backend in ("auto", "transformers", "llamacpp"):
-        from engine.bench_answers import run_answer_check
+        from engine.benchmarks.answers import run_answer_check
 
         run_answer_check(settings, load_prompt_set(prompt_set))
     if args.ui:
-        from bench.ui_bench import run_ui_bench
+        from tui.ui_bench import run_ui_bench
 
         run_ui_bench()
     return 0
@@ -581,9 +582,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     import orjson
 
-    from engine.config import data_dir, presets_dir
-    from engine.models import print_progress
-    from engine.tune import (
+    from engine.benchmarks.tune import (
         TASKS,
         TunePlan,
         apply_results,
@@ -595,6 +594,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         run_tune,
         write_outputs,
     )
+    from engine.config import data_dir, presets_dir
+    from engine.models import print_progress
 
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
     unknown = [t for t in tasks if t not in TASKS]
@@ -657,8 +658,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     import orjson
 
+    from engine.benchmarks.doctor import DoctorOptions, format_report, run_doctor
     from engine.config import data_dir
-    from engine.doctor import DoctorOptions, format_report, run_doctor
 
     if args.max_new_tokens < 4:
         raise CliError(f"--max-new-tokens must be at least 4 (got {args.max_new_tokens})")

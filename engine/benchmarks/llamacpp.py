@@ -98,7 +98,7 @@ def run_llamacpp_bench(
     import llama_cpp
 
     from engine.backends.llamacpp import LlamaCppBackend, patched_build
-    from engine.bench import _builtin_presets, load_prompt_set
+    from engine.benchmarks.runner import chat_presets, load_prompt_set
 
     max_new = max_new_tokens or (96 if quick else 192)
     repeats = 2 if quick else 3
@@ -130,7 +130,7 @@ def run_llamacpp_bench(
         verbose=False,
     )
     prompts = prompts if prompts is not None else load_prompt_set(prompt_set)
-    presets = _builtin_presets()
+    presets = chat_presets()
     k_by_category = {name: presets[name].k for name in ("code", "qa", "creative") if name in presets}
     print(
         f"specchat bench (llama.cpp {llama_cpp.__version__}, {'patched' if patched_build() else 'stock'} build, "
@@ -209,8 +209,8 @@ def bench_llamacpp_if_usable(
         threads=getattr(settings, "threads", None),
         model_name=name,
     )
-    from engine.bench import load_prompt_set
-    from engine.bench_remote import bench_llama_server_peer
+    from engine.benchmarks.remote import bench_llama_server_peer
+    from engine.benchmarks.runner import load_prompt_set
 
     print(
         "\nllama.cpp's own server on the same GGUF (decode tok/s measured here over HTTP, first token to last):",

@@ -13,22 +13,19 @@ the one least disturbed by others):
   hf-lookup     transformers' generate(prompt_lookup_num_tokens=K), same copy
   plain-sampled / ngram-sampled   our loop with the preset's sampler and seed, without and with drafting
 Ratios are computed from the same run; nothing here is compared to a stored number. Two prompt sets ship:
-`public` (bench/prompts.jsonl, the one the drafter's priors were measured on) and `heldout`
-(bench/prompts_heldout.jsonl, never used to tune anything): report the held-out figures.
+`public` (engine/benchmarks/prompts.jsonl, the one the drafter's priors were measured on) and `heldout`
+(engine/benchmarks/prompts_heldout.jsonl, never used to tune anything): report the held-out figures.
 """
 
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from engine.benchmarks.runner import chat_presets, load_prompt_set, timed_reply
 from engine.decoding.acceptance import AcceptanceAccounting
-from engine.events import Chunk, Done
-from engine.prompt_file import PromptFileError, read_prompt_file
-from engine.request import GenerationRequest, SamplerSettings
+from engine.events import Done
 
 GREEDY_VARIANTS = ("ours-plain", "ours-ngram", "hf-plain", "hf-lookup")
 FIXED_KS = (2, 5, 8)
@@ -43,8 +40,6 @@ TARGETS = {
     "adaptive_vs_best_fixed_total": 0.97,
     "adaptive_vs_preset_fixed_total": 1.0,
 }
-PROMPT_SETS = {"public": "prompts.jsonl", "heldout": "prompts_heldout.jsonl"}
-SAMPLING_SEED = 1234
 
 
 @dataclass
@@ -67,62 +62,6 @@ class PromptResult:
         if variant not in self.tokens:
             return float("nan")
         return self.tokens[variant] / min(self.seconds[variant])
-
-
-BENCH_CATEGORIES = ("code", "qa", "creative")
-
-
-def load_prompt_set(path: Path | str | None = None) -> list[dict[str, str]]:
-    """A prompt set: None or "public", "heldout", or a JSON Lines file of {"category", "prompt"} objects."""
-    if path is None or str(path) in PROMPT_SETS:
-        name = PROMPT_SETS[str(path or "public")]
-        path = Path(__file__).resolve().parent.parent / "bench" / name
-    prompts = []
-    for number, obj in read_prompt_file(Path(path)):  # PromptFileError: one line for the user
-        if obj.get("category") not in BENCH_CATEGORIES:
-            raise PromptFileError(
-                f"{path}:{number}: each line needs a category of code, qa or creative (got {obj.get('category')!r})"
-            )
-        prompts.append(obj)
-    return prompts
-
-
-def _builtin_presets() -> dict:
-    from engine.presets import load_presets
-
-    return load_presets(None)
-
-
-def _ours(
-    backend,
-    prompt_ids: list[int],
-    k: int,
-    max_new: int,
-    sampler: SamplerSettings | None = None,
-    k_mode: str = "adaptive",
-    key: str = "",
-) -> tuple[list[int], float, AcceptanceAccounting, Done]:
-    request = GenerationRequest(
-        prompt_ids=tuple(prompt_ids),
-        sampler=sampler or SamplerSettings(temperature=0.0),
-        max_new_tokens=max_new,
-        num_draft_tokens=k,
-        drafting=k > 0,
-        seed=SAMPLING_SEED,
-        k_mode=k_mode,
-        tuning_key=key,
-    )
-    t0 = time.perf_counter()
-    accounting = AcceptanceAccounting(t_start=t0)
-    ids: list[int] = []
-    done = None
-    for event in backend.generate(request, threading.Event()):
-        if isinstance(event, Chunk):
-            accounting.add(event)
-            ids.extend(event.token_ids)
-        else:
-            done = event
-    return ids, time.perf_counter() - t0, accounting, done
 
 
 def _peer(model, stop_ids: list[int], prompt_ids: list[int], k: int, max_new: int) -> tuple[list[int], float]:
@@ -190,7 +129,7 @@ def run_bench(
     peer = AutoModelForCausalLM.from_pretrained(model_dir, dtype=backend.dtype).eval() if peers else None
     stop_ids = sorted(backend.stop_token_ids)
     prompts = prompts if prompts is not None else load_prompt_set(prompt_set)
-    presets = _builtin_presets()
+    presets = chat_presets()
     variants = _variants(sampled, k_sweep, peers)
     print(
         f"specchat bench: {len(prompts)} prompts ({prompt_set or 'given'}), max {max_new} new tokens, "
@@ -208,7 +147,7 @@ def run_bench(
         sampler = preset.sampler()
         prompt_ids = backend.encode_chat([{"role": "user", "content": item["prompt"]}])
         res = PromptResult(item["category"], item["prompt"], k, seconds={v: [] for v in variants})
-        _ours(backend, prompt_ids, 0, 8)  # warm-up: allocator, caches
+        timed_reply(backend, prompt_ids, 0, 8)  # warm-up: allocator, caches
         outputs: dict[str, list[int]] = {}
         for rep in range(repeats):
             shift = (idx + rep) % len(variants)
@@ -222,10 +161,10 @@ def run_bench(
                     fixed_k = k if variant == "fixed-preset" else int(variant.removeprefix("fixed-"))
                     # Its own estimates: what fixed runs learn must not help the adaptive one.
                     key = f"{variant}:{preset.name}"
-                    ids, secs, _, _ = _ours(backend, prompt_ids, fixed_k, max_new, None, "fixed", key)
+                    ids, secs, _, _ = timed_reply(backend, prompt_ids, fixed_k, max_new, None, "fixed", key)
                 else:
                     drafting = variant in ("ours-ngram", "ngram-sampled")
-                    ids, secs, acc, done = _ours(
+                    ids, secs, acc, done = timed_reply(
                         backend,
                         prompt_ids,
                         k if drafting else 0,
@@ -277,7 +216,7 @@ def _cache_speed(model_dir, reference, context: int, new_tokens: int = 24) -> di
     for _ in range(2):
         for mode, backend in backends.items():
             backend.target.new_cache()  # a fresh prefill each time: no prefix reuse between the two
-            _, _, acc, _ = _ours(backend, prompt, 0, new_tokens)
+            _, _, acc, _ = timed_reply(backend, prompt, 0, new_tokens)
             span = (acc.t_last or 0.0) - (acc.t_first or 0.0)
             tps = (acc.live.new_tokens - acc.first_chunk_tokens) / span if span > 0 else 0.0
             best[mode] = max(best.get(mode, 0.0), tps)

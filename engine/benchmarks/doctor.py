@@ -455,7 +455,7 @@ class _CapturedLogs(logging.Handler):
 
 def load_capturing_warnings(settings, progress=None):
     """(backend, reason, captured warning lines, seconds): warnings and library log warnings raised while loading."""
-    from engine.tune import load_backend
+    from engine.benchmarks.tune import load_backend
 
     handler = _CapturedLogs()
     loggers = [logging.getLogger(name) for name in ("transformers", "torch", "llama-cpp-python", "exllamav2")]
@@ -500,9 +500,9 @@ def _run(
 ) -> dict:
     """One reply through the bench's runner. Fixed K by default: the baseline and the ladder judge the drafts
     themselves, not the adaptive choice of when to draft (which follows the machine's load)."""
-    from engine.bench import _ours
+    from engine.benchmarks.runner import timed_reply
 
-    ids, seconds, accounting, _done = _ours(
+    ids, seconds, accounting, _done = timed_reply(
         backend, prompt_ids, k, max_new, sampler, k_mode, f"doctor-{k_mode}"
     )
     live = accounting.live
@@ -655,7 +655,7 @@ def run_doctor(
         report.add("context_ladder", status, reason_text, rungs=rungs)
 
         say("task types")
-        from engine.bench import load_prompt_set
+        from engine.benchmarks.runner import load_prompt_set
 
         tasks = {}
         for item in load_prompt_set("public"):

@@ -13,8 +13,8 @@ noise falls on all of them alike; each cell keeps its best time). The sampled ru
 without drafting they emit the same tokens. The temperature and ramp rows divide by the K sweep's plain row:
 plain decoding's speed per token does not depend on the sampler.
 
-The prompts: the public bench set (bench/prompts.jsonl; the held-out one stays for `specchat bench`), a JSON Lines
-file of {"prompt", "category"?} objects, or the user's own past messages from the conversation store. A prompt
+The prompts: the public bench set (engine/benchmarks/prompts.jsonl; the held-out one stays for `specchat bench`), a
+JSON Lines file of {"prompt", "category"?} objects, or the user's own past messages from the conversation store. A prompt
 without a category is routed as the chat would route it.
 
 `apply_results()` writes the winning K (and the ramp, where on and off differ by more than the noise margin)
@@ -125,7 +125,7 @@ def prompts_from_jsonl(path: Path) -> list[TunePrompt]:
 
 def builtin_prompts() -> list[TunePrompt]:
     """The public bench set: tuning never sees the held-out prompts that `specchat bench` reports on."""
-    from engine.bench import load_prompt_set
+    from engine.benchmarks.runner import load_prompt_set
 
     return [TunePrompt(p["category"], p["prompt"]) for p in load_prompt_set("public")]
 
@@ -339,14 +339,14 @@ def _measure(
     label: str,
 ) -> None:
     """Run every cell on every prompt, `plan.repeats` times in rotating order; fill in the cells."""
-    from engine.bench import _ours
+    from engine.benchmarks.runner import timed_reply
 
-    _ours(backend, prompt_ids[0], 0, 4)  # warm-up: allocator, caches
+    timed_reply(backend, prompt_ids[0], 0, 4)  # warm-up: allocator, caches
     for rep in range(plan.repeats):
         for p, ids in enumerate(prompt_ids):
             shift = (p + rep) % len(cells)
             for cell in cells[shift:] + cells[:shift]:
-                out, seconds, accounting, done = _ours(
+                out, seconds, accounting, done = timed_reply(
                     backend, ids, cell.k, plan.max_new_tokens, cell.sampler, cell.k_mode, cell.key
                 )
                 n = max(len(out), 1)

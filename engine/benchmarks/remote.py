@@ -79,7 +79,7 @@ def _fmt(value: float | None, pattern: str = "{:.1f}") -> str:
 def run_remote_bench(
     settings, url: str, quick: bool = False, prompt_set: str | None = None, out=sys.stdout
 ) -> dict[str, RemoteFigures]:
-    from engine.bench import _builtin_presets, load_prompt_set
+    from engine.benchmarks.runner import chat_presets, load_prompt_set
 
     prompts = load_prompt_set(prompt_set)
     if quick:
@@ -95,7 +95,7 @@ def run_remote_bench(
         backend.load()
         profile = backend.profile
         assert profile is not None
-        presets = _builtin_presets()
+        presets = chat_presets()
         print(
             f"specchat bench --remote {backend.base}: {profile.summary()}; {len(prompts)} prompts "
             f"({prompt_set or 'heldout'}), temperature 0, max {max_new} new tokens",
@@ -145,7 +145,7 @@ def bench_llama_server_peer(
     context: int = 4096,
 ) -> dict[str, RemoteFigures] | None:
     """llama.cpp's own server on `gguf`: plain and `--spec-type ngram-mod`, the same prompts, tok/s of each."""
-    from engine.llama_server import LlamaServer, llama_server_binary
+    from engine.benchmarks.llama_server import LlamaServer, llama_server_binary
 
     binary, why = llama_server_binary()
     if binary is None:
