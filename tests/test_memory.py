@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.memory import (
+from engine.memory_plan import (
     CACHE_BYTES_PER_ELEMENT,
     MemoryPlanError,
     format_bytes,

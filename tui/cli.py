@@ -477,7 +477,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     import json
 
-    from engine.memory import MemoryPlanError, format_bytes, plan_memory
+    from engine.memory_plan import MemoryPlanError, format_bytes, plan_memory
     from engine.models import ensure_embedded_model, validate_model_folder
     from engine.request import resolve_cache_mode
 

@@ -199,7 +199,7 @@ def default_ladder(max_context: int) -> list[int]:
 
 def tier_advice(config: dict, cache_mode: str, max_context: int, draft_config: dict | None, bits=None):
     """For each of 24/16/12/8 GB: (fits, one line)."""
-    from engine.memory import plan_memory
+    from engine.memory_plan import plan_memory
 
     tiers = {}
     for gb in GPU_TIERS_GB:
@@ -306,7 +306,7 @@ def _read_config(path: Path) -> tuple[dict, float | None]:
 
 
 def check_memory(report: DoctorReport, settings, model_dir: Path, draft_dir: Path | None, cuda: bool) -> None:
-    from engine.memory import MemoryPlanError, format_bytes, plan_memory
+    from engine.memory_plan import MemoryPlanError, format_bytes, plan_memory
 
     try:
         config, bits = _read_config(model_dir)
