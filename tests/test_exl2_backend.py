@@ -20,15 +20,12 @@ import pytest
 from engine.backends.exl2 import (
     MAX_DRAFT_TOKENS,
     ExLlamaV2Backend,
-    build_sampler_settings,
     import_exllamav2,
     ntk_alpha,
     probe_exllamav2,
-    round_origins,
     round_up_to_page,
-    sampler_fields,
-    stop_reason_of,
 )
+from engine.backends.exl2_rounds import build_sampler_settings, round_origins, sampler_fields, stop_reason_of
 from engine.decoding.acceptance import AcceptanceAccounting
 from engine.errors import BackendError
 from engine.events import Chunk, Done

@@ -33,19 +33,19 @@ import json
 import statistics
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from engine.backends.base import ProgressCallback
+from engine.backends.exl2_rounds import HeldRounds, build_sampler_settings, ids_of, stop_reason_of
 from engine.chat_template import ChatTemplate, ChatTemplateError
 from engine.decoding.drafting import PROBE_LENGTH, AdaptiveK, VerifyCostModel
 from engine.errors import BackendError
 from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
-from engine.request import CACHE_MODES, GenerationRequest, SamplerSettings
+from engine.request import CACHE_MODES, GenerationRequest
 
 PAGE_SIZE = 256  # exllamav2's PAGED_PAGE_SIZE: cache lengths must be a multiple of it
 MAX_DRAFT_TOKENS = 16  # the largest K; the generator's max_q_size is K_max + 1 (K drafts + the last token)
@@ -77,145 +77,6 @@ def ntk_alpha(native_len: int, target_len: int) -> float:
     if ratio <= 1.0:
         return 1.0
     return -0.13436 + 0.80541 * ratio + 0.28833 * ratio**2
-
-
-def round_origins(emitted: int, accepted: int) -> tuple[bool, ...]:
-    """Origins of the `emitted` tokens of one round: the first `accepted` came from the drafter."""
-    drafted = min(max(accepted, 0), emitted)
-    return (True,) * drafted + (False,) * (emitted - drafted)
-
-
-@dataclass(slots=True)
-class _Round:
-    """One verification round whose tokens the generator may still be holding back."""
-
-    sampled: int  # reply tokens the job sampled in this round (a stop token is not one)
-    drafted: int
-    accepted: int
-    temperature: float
-    ids: list[int] = field(default_factory=list)
-
-
-class HeldRounds:
-    """Turns exllamav2's streaming results into one Chunk per round, whatever text the generator holds back.
-
-    The dynamic generator holds back the tokens of an incomplete UTF-8 character and of a possible stop string
-    (`held_text` / `held_tokens` in dynamic.py) and releases them in a later round, or at the end in
-    `result["held"]`. Counting per round comes from the job's counters, tokens come when released, so:
-    a round is remembered when sampled (`add_round`), released ids fill the rounds in order (`release`), and a
-    round becomes a Chunk only once all its tokens are out. A Chunk therefore never carries accepted counts without
-    tokens, and its origins line up with its own round's accepted count. Released text is not split by token: it
-    goes on the last Chunk completed with it (or waits for the next one), so the texts still add up exactly.
-    """
-
-    def __init__(self, k: int | None = None) -> None:
-        self.rounds: deque[_Round] = deque()
-        self.text = ""  # released, not yet on a Chunk
-        self.k = k  # the reply's K, on every Chunk
-
-    def add_round(self, sampled: int, drafted: int, accepted: int, temperature: float) -> None:
-        if sampled > 0:  # a round whose only sample was the stop token drafted nothing and emits nothing
-            self.rounds.append(_Round(sampled, drafted, min(accepted, sampled), temperature))
-
-    @property
-    def held_tokens(self) -> int:
-        return sum(r.sampled - len(r.ids) for r in self.rounds)
-
-    def release(self, ids: list[int], text: str, t: float) -> list[Chunk]:
-        """Chunks for the rounds that `ids` (released in order) complete; extra ids beyond the rounds are dropped."""
-        self.text += text
-        chunks: list[Chunk] = []
-        for token in ids:
-            open_round = next((r for r in self.rounds if len(r.ids) < r.sampled), None)
-            if open_round is None:
-                break
-            open_round.ids.append(token)
-        while self.rounds and len(self.rounds[0].ids) == self.rounds[0].sampled:
-            done = self.rounds.popleft()
-            chunks.append(
-                Chunk(
-                    text="",
-                    token_ids=tuple(done.ids),
-                    drafted=done.drafted,
-                    accepted=done.accepted,
-                    origins=round_origins(done.sampled, done.accepted),
-                    t=t,
-                    temperature=done.temperature,
-                    k=self.k,
-                )
-            )
-        if chunks:
-            last = chunks[-1]
-            chunks[-1] = Chunk(last.text + self.text, last.token_ids, last.drafted, last.accepted, last.origins,
-                               last.t, last.temperature, last.k)  # fmt: skip
-            self.text = ""
-        return chunks
-
-
-def _ids_of(value: Any) -> list[int]:
-    """Token ids from a result's `token_ids` tensor (shape (1, n))."""
-    return [int(t) for t in value.view(-1).tolist()] if value is not None else []
-
-
-def stop_reason_of(
-    end: dict[str, Any], eos_id: int | None, end_of_turn_id: int | None, end_of_turn_text: str | None = None
-) -> StopReason:
-    """Our stop reason for an exllamav2 end-of-job result."""
-    reason = end.get("eos_reason")
-    if reason == "stop_string" and end_of_turn_text and end.get("eos_triggering_string") == end_of_turn_text:
-        return "end_of_turn"
-    if reason == "stop_token":
-        token = end.get("eos_triggering_token_id")
-        if token is not None and token == eos_id:
-            return "eos"
-        if token is not None and token == end_of_turn_id:
-            return "end_of_turn"
-        return "eos"
-    if reason == "max_new_tokens":
-        return "max_new_tokens"
-    return "stop_string"  # "stop_string", and "end_filter" (filters are not used here)
-
-
-def sampler_fields(sampler: SamplerSettings, temperature: float) -> dict[str, Any]:
-    """Every `ExLlamaV2Sampler.Settings` field a reply relies on.
-
-    The library's defaults are not neutral (repetition penalty 1.025, top-k 50, top-p 0.8), so each one is set:
-    our neutral values (top_k 0, top_p 1.0, min_p 0) also mean "off" to exllamav2's sampler, and a temperature
-    below 0.01 makes it greedy, like ours at 0.
-    """
-    return {
-        "temperature": temperature,
-        "top_k": sampler.top_k,
-        "top_p": sampler.top_p,
-        "min_p": sampler.min_p,
-        "token_repetition_penalty": sampler.repetition_penalty,
-        "token_repetition_range": -1,
-        "token_repetition_decay": 0,
-        "token_frequency_penalty": 0.0,
-        "token_presence_penalty": 0.0,
-        "top_a": 0.0,
-        "tfs": 0.0,
-        "typical": 0.0,
-        "skew": 0.0,
-        "smoothing_factor": 0.0,
-        "min_temp": 0.0,
-        "max_temp": 0.0,
-        "temp_exponent": 1.0,
-        "temperature_last": False,
-        "mirostat": False,
-        "dry_multiplier": 0.0,
-        "xtc_probability": 0.0,
-        "token_bias": None,
-        "cfg_scale": None,
-    }
-
-
-def build_sampler_settings(settings_cls: type, sampler: SamplerSettings, temperature: float) -> Any:
-    """A fresh `ExLlamaV2Sampler.Settings` for one reply (never shared: the job mutates nothing else)."""
-    settings = settings_cls()
-    for name, value in sampler_fields(sampler, temperature).items():
-        setattr(settings, name, value)
-    return settings
 
 
 def short_cause(exc: BaseException) -> str:
@@ -673,12 +534,12 @@ class ExLlamaV2Backend:
                 ids: list[int] = []
                 text = ""
                 for r in streaming:
-                    ids.extend(_ids_of(r.get("token_ids")))
+                    ids.extend(ids_of(r.get("token_ids")))
                     text += r.get("text", "")
                 if on_stop_token:
                     # The generator ends on a stop token without releasing what it held: the tokens of an
                     # incomplete character before it, then the stop token itself, are in result["held"].
-                    tail = _ids_of(end.get("held", {}).get("token_ids"))
+                    tail = ids_of(end.get("held", {}).get("token_ids"))
                     stop_id = end.get("eos_triggering_token_id")
                     if tail and (stop_id is None or tail[-1] == stop_id):
                         tail = tail[:-1]
