@@ -18,12 +18,11 @@ from engine.benchmarks.tune import (
     TuneError,
     TunePlan,
     TunePrompt,
-    apply_results,
     pick_prompts,
     prompts_from_history,
     prompts_from_jsonl,
-    set_toml_keys,
 )
+from engine.benchmarks.tune_apply import apply_results, set_toml_keys
 from tests.conftest import run_cli as run_specchat
 
 run_cli = functools.partial(run_specchat, timeout=600)

@@ -585,7 +585,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from engine.benchmarks.tune import (
         TASKS,
         TunePlan,
-        apply_results,
         builtin_prompts,
         format_tables,
         plot,
@@ -594,6 +593,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         run_tune,
         write_outputs,
     )
+    from engine.benchmarks.tune_apply import apply_results
     from engine.config import data_dir, presets_dir
     from engine.models import print_progress
 

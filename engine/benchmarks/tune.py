@@ -17,7 +17,7 @@ The prompts: the public bench set (engine/benchmarks/prompts.jsonl; the held-out
 JSON Lines file of {"prompt", "category"?} objects, or the user's own past messages from the conversation store. A prompt
 without a category is routed as the chat would route it.
 
-`apply_results()` writes the winning K (and the ramp, where on and off differ by more than the noise margin)
+`tune_apply.apply_results()` writes the winning K (and the ramp, where on and off differ by more than the noise margin)
 into `<config dir>/presets/<task>.toml`, keeping the previous file as `<task>.toml.bak`, and returns the diffs.
 Drives a backend; nothing imports this module back (the CLI calls it).
 """
@@ -25,11 +25,8 @@ Drives a backend; nothing imports this module back (the CLI calls it).
 from __future__ import annotations
 
 import csv
-import difflib
 import io
 import math
-import re
-import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -51,7 +48,6 @@ TEMPERATURES = (0.1, 0.5, 0.7, 1.0, 1.2)
 NOISE_MARGIN = 0.03
 # The ramp tried for a preset that has none: the first 16 tokens start at half the temperature.
 DEFAULT_RAMP_TOKENS = 16
-BACKUP_SUFFIX = ".bak"
 ROW_FIELDS = (
     "task",
     "sweep",
@@ -720,86 +716,3 @@ def write_outputs(result: TuneResult, folder: Path, stamp: str | None = None) ->
     except OSError as exc:
         raise TuneError(f"cannot write the tune results to {folder}: {exc.strerror or exc}") from None
     return csv_path, json_path
-
-
-# --------------------------------------------------------------------------------------------------- apply
-
-
-@dataclass(frozen=True, slots=True)
-class AppliedPreset:
-    path: Path
-    backup: Path | None
-    diff: str
-
-
-def set_toml_keys(text: str, values: dict[str, Any], comment: str) -> str:
-    """`text` with top-level `key = value` lines set (replaced in place, or added before the first table) and
-    one `# specchat tune ...` comment line kept current; every other line stays as it is."""
-    lines = text.splitlines()
-    lines = [line for line in lines if not line.startswith("# specchat tune")]
-    first_table = next((i for i, line in enumerate(lines) if line.lstrip().startswith("[")), len(lines))
-    for key, value in values.items():
-        rendered = f"{key} = {_toml_value(value)}"
-        pattern = re.compile(rf"^\s*{re.escape(key)}\s*=")
-        for i in range(first_table):
-            if pattern.match(lines[i]):
-                lines[i] = rendered
-                break
-        else:
-            lines.insert(first_table, rendered)
-            first_table += 1
-    return "\n".join([f"# specchat tune {comment}", *lines]) + "\n"
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, int):
-        return str(value)
-    return orjson.dumps(str(value)).decode()
-
-
-def apply_results(decisions: dict[str, TaskDecision], folder: Path, comment: str) -> list[AppliedPreset]:
-    """Write each task's winning K (and ramp decision) into `folder/<task>.toml`, backing up the old file.
-
-    A file that would not load afterwards is put back and a PresetError raised (one line).
-    """
-    from engine.presets import PresetError, load_builtin_presets, load_user_preset
-
-    builtins = load_builtin_presets()
-    applied = []
-    for task, decision in decisions.items():
-        path = folder / f"{task}.toml"
-        old = path.read_text(encoding="utf-8") if path.is_file() else ""
-        new = set_toml_keys(old, decision.values(), comment)
-        if new == old:
-            continue
-        backup = None
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            if path.is_file():
-                backup = path.with_name(path.name + BACKUP_SUFFIX)
-                shutil.copy2(path, backup)
-            path.write_text(new, encoding="utf-8")
-        except OSError as exc:
-            raise TuneError(f"cannot write {path}: {exc.strerror or exc}") from None
-        try:
-            load_user_preset(path, base=builtins.get(task))
-        except PresetError:
-            if backup is not None:
-                shutil.copy2(backup, path)
-            else:
-                path.unlink(missing_ok=True)
-            raise
-        diff = "".join(
-            difflib.unified_diff(
-                old.splitlines(keepends=True),
-                new.splitlines(keepends=True),
-                fromfile=f"{path} (before)" if old else "/dev/null",
-                tofile=str(path),
-            )
-        )
-        applied.append(AppliedPreset(path, backup, diff))
-    return applied
