@@ -214,7 +214,7 @@ def test_generate_json_end_to_end(tmp_path, smol_dir):
 def test_help_documents_every_binding_id_and_the_model_flags():
     import re
 
-    from tui.cli import KEYS_HELP, build_parser
+    from tui.cli.entry import KEYS_HELP, build_parser
     from tui.keymap import KNOWN_IDS
 
     documented = set(re.findall(r"\[([a-z_]+\.[a-z_]+)\]", KEYS_HELP))

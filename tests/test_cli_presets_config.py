@@ -34,7 +34,7 @@ def write_config(text: str) -> Path:
 
 
 def test_the_presets_command_lists_the_good_presets_and_names_the_bad_file(capsys):
-    from tui.cli import cmd_presets
+    from tui.cli.presets import run as cmd_presets
 
     bad = write_preset("short", "k = 99\n")
     write_preset("steady", "k = 2\n")
@@ -51,7 +51,8 @@ def test_the_presets_command_lists_the_good_presets_and_names_the_bad_file(capsy
 
 def test_an_unknown_preset_in_the_config_keeps_the_keymap_of_the_same_file(monkeypatch):
     import tui.app
-    from tui.cli import build_parser, cmd_chat
+    from tui.cli.chat import run as cmd_chat
+    from tui.cli.entry import build_parser
 
     write_config('preset = "nosuch"\n[keymap]\n"reply.cancel" = "ctrl+g"\n')
     opened = {}

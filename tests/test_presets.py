@@ -245,7 +245,7 @@ def test_the_presets_command_shows_adaptive_k_as_a_ceiling(tmp_path: Path, capsy
     import argparse
 
     from engine.config import presets_dir
-    from tui.cli import cmd_presets
+    from tui.cli.presets import run as cmd_presets
 
     presets_dir().mkdir(parents=True, exist_ok=True)
     (presets_dir() / "steady.toml").write_text('k = 4\nk_mode = "fixed"\n')

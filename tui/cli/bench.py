@@ -1,0 +1,59 @@
+"""`specchat bench`: speculative vs plain decoding vs the peers, side by side in one run (engine.benchmarks)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tui.cli.common import CliError, add_model_flags, cli_settings
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_flags(parser)
+    parser.add_argument("--quick", action="store_true", help="short replies, fewer repeats")
+    parser.add_argument("--ui", action="store_true", help="also run the UI streaming benchmark")
+    parser.add_argument(
+        "--remote",
+        metavar="URL",
+        help="run the prompts through this OpenAI-compatible server instead (with and without its drafting "
+        "where it can be switched per request)",
+    )
+    parser.add_argument(
+        "--prompts",
+        default="heldout",
+        help="prompt set: heldout (default: never tuned on), public, or a JSON Lines file",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.benchmarks.bench import run_bench
+    from engine.benchmarks.llamacpp import bench_llamacpp_if_usable
+    from engine.benchmarks.runner import load_prompt_set
+
+    settings = cli_settings(args)
+    prompt_set = args.prompts
+    if prompt_set not in ("heldout", "public") and not Path(prompt_set).is_file():
+        raise CliError(f"--prompts: no such prompt set or file: {prompt_set}")
+    from engine.prompt_file import PromptFileError
+
+    try:
+        load_prompt_set(prompt_set)  # a bad file is one line now, not a traceback minutes into the run
+    except PromptFileError as exc:
+        raise CliError(str(exc)) from None
+    if args.remote:
+        from engine.benchmarks.remote import run_remote_bench
+
+        run_remote_bench(settings, args.remote, quick=args.quick, prompt_set=prompt_set)
+        return 0
+    if settings.backend != "llamacpp" and not str(settings.model or "").lower().endswith(".gguf"):
+        run_bench(settings, quick=args.quick, prompt_set=prompt_set)
+    bench_llamacpp_if_usable(settings, quick=args.quick, prompt_set=prompt_set)
+    if settings.backend in ("auto", "transformers", "llamacpp"):
+        from engine.benchmarks.answers import run_answer_check
+
+        run_answer_check(settings, load_prompt_set(prompt_set))
+    if args.ui:
+        from tui.ui_bench import run_ui_bench
+
+        run_ui_bench()
+    return 0

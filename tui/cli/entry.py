@@ -1,0 +1,117 @@
+"""`specchat`: the chat TUI by default, plus generate / presets / fetch / paths / plan / bench / tune / doctor /
+history / metrics.
+
+Each subcommand is a module of this package (`tui/cli/<name>.py`) that owns its arguments (`add_arguments`) and its
+run function (`run`), imported only when chosen; the chat is `tui/cli/chat.py`. Every user mistake ends as one line
+on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from types import ModuleType
+
+from tui.cli.common import EXIT_USAGE, CliError, OneLineParser, add_model_flags
+
+KEYS_HELP = """\
+keys in the chat (binding id in brackets; remap under [keymap] in config.toml, e.g. "reply.cancel" = "ctrl+g"):
+  enter             send the message; ctrl+j (shift+enter where reported) adds a new line
+  f1 f2 f3 f4       preset auto / code / qa / creative, for the next reply
+                    [preset.auto] [preset.code] [preset.qa] [preset.creative]
+  ctrl+o            preset picker, user presets too [preset.pick]; ctrl+p: command palette
+  escape            stop the reply: partial text kept, the prompt comes back if nothing arrived [reply.cancel]
+  ctrl+r            regenerate the last reply (the old one stays as a variant) [reply.regenerate]
+  alt+left/right    page the last reply's older / newer variants [reply.older_variant] [reply.newer_variant]
+  ctrl+e            edit and resend the last message [reply.edit_last]
+  ctrl+y / ctrl+b   copy the reply / its last code block [reply.copy] [reply.copy_code]
+  ctrl+s            statistics inspector of the selected reply [reply.inspect]
+  alt+up / alt+down select a reply, or click it [reply.previous] [reply.next]
+  on a reply        enter: stats, ctrl+y: copy, ctrl+b: copy code, f5: help; typing goes to the prompt
+                    [message.inspect] [message.copy] [message.copy_code] [message.help]
+  pageup/pagedown   scroll the chat from the prompt (shift+pageup/pagedown too) [chat.page_up] [chat.page_down]
+  f6                colour text the draft got right [view.draft_highlight]
+  f5                help [help.show]     ctrl+l  back to the prompt [prompt.focus]
+  ctrl+n            new chat; the last one stays in the history [chat.new]  ctrl+q  quit [app.quit]
+  ctrl+h or f7      saved chats: search, open, rename, delete, export [chat.history]
+                    (f7 where the terminal sends ctrl+h as backspace)
+  f12               settings for this chat: model and draft (reloaded, the chat stays), system prompt,
+                    K, temperature, top_p, ramp, drafting [settings.open]
+"""
+
+# Each subcommand and its one-line help, in the order --help lists them; its module is tui.cli.<name>.
+SUBCOMMANDS = {
+    "generate": "answer prompts without the UI (plain text or JSON lines)",
+    "presets": "list the presets (built-in and user)",
+    "fetch": "fetch and convert the embedded model; prints its folder and its GGUF file",
+    "paths": "print where config, presets, cache and data live",
+    "plan": "memory plan: weights + KV cache + draft against a GPU budget",
+    "bench": "speculative vs plain decoding vs the transformers peer, side by side",
+    "tune": "sweep K, temperature, drafting and cache per task; --apply writes the winning K",
+    "doctor": "validate: environment, memory, draft compatibility, baseline, context, restart",
+    "history": "saved chats: list, show, export, delete",
+    "metrics": "acceptance, τ, tok/s and TTFT over time, from the metrics log",
+}
+
+
+def command_module(command: str | None) -> ModuleType:
+    """The module of a subcommand (None: the chat)."""
+    return importlib.import_module(f"tui.cli.{command or 'chat'}")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser, with `command`'s own arguments; every other subcommand is only its help line (its module is not
+    imported)."""
+    parser = OneLineParser(
+        prog="specchat",
+        description="Chat with a local LLM, with speculative decoding you can see and steer.",
+        epilog=KEYS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_flags(parser)
+    parser.add_argument(
+        "--preset", help="auto (route each message) or a preset name: code, qa, creative, ..."
+    )
+    reopen = parser.add_mutually_exclusive_group()
+    reopen.add_argument("--resume", action="store_true", help="continue the last chat")
+    reopen.add_argument(
+        "--chat", type=int, metavar="ID", help="continue the chat with this id (history list)"
+    )
+    sub = parser.add_subparsers(dest="command", parser_class=OneLineParser, metavar="COMMAND")
+    for name, help_text in SUBCOMMANDS.items():
+        if name != command:
+            sub.add_parser(name, help=help_text, add_help=False)
+            continue
+        add_arguments = getattr(command_module(name), "add_arguments", None)
+        subparser = sub.add_parser(name, help=help_text)
+        if add_arguments is not None:
+            add_arguments(subparser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # Two passes, so that only the chosen subcommand's module is imported: the first finds which one the command
+    # line names (the subcommands' own arguments are left over), the second parses with that one's arguments.
+    chosen, _ = build_parser().parse_known_args(argv)
+    args = build_parser(chosen.command).parse_args(argv)
+    command = command_module(args.command)
+    from engine.errors import UserError
+
+    try:
+        if args.command is None:  # the chat: take Enter as Enter from the first moment
+            with command.TypeAheadEnter():
+                return command.run(args)
+        return command.run(args)
+    except (CliError, UserError) as exc:
+        message = " ".join(str(exc).split())
+        print(f"specchat: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("specchat: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
