@@ -17,8 +17,6 @@ from typing import Any
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
-from textual.command import DiscoveryHit, Hit, Hits, Provider
-from textual.message import Message
 from textual.screen import ModalScreen
 from textual.worker import Worker, WorkerState
 
@@ -27,8 +25,10 @@ from engine.config import ConfigError, Settings, save_setting
 from engine.errors import SpecchatError
 from engine.events import Chunk, ContextTrimmed, ReplyFailed, ReplyFinished, ReplyStarted
 from engine.session import ChatSession
-from tui.formatting import interrupted_line, k_label, preset_label
+from tui.commands import SpecchatCommands
 from tui.keymap import APP_KEYS, bindings, check_keymap, key_for
+from tui.messages import LoadProgressed, ReplyEventArrived, ReplyTextArrived
+from tui.reply_header import started_header, variant_header
 from tui.screens.error import ErrorScreen
 from tui.screens.help import HelpScreen
 from tui.screens.inspector import InspectorScreen
@@ -42,95 +42,6 @@ from tui.widgets.prompt import PromptInput
 from tui.widgets.status_bar import StatusBar, collect_status
 
 STATUS_INTERVAL_S = 0.1
-
-
-# --- messages from worker threads (past tense: they report what happened) -----------------------------------
-
-
-class ReplyTextArrived(Message):
-    """New text is waiting in the reply buffer. A burst collapses into the newest message."""
-
-    def __init__(self, buffer: ReplyBuffer) -> None:
-        super().__init__()
-        self.buffer = buffer
-
-    def can_replace(self, message: Message) -> bool:
-        return isinstance(message, ReplyTextArrived) and message.buffer is self.buffer
-
-
-class ReplyEventArrived(Message):
-    def __init__(self, event: object, buffer: ReplyBuffer) -> None:
-        super().__init__()
-        self.event = event
-        self.buffer = buffer
-
-
-class LoadProgressed(Message):
-    def __init__(self, stage: str, fraction: float | None) -> None:
-        super().__init__()
-        self.stage = stage
-        self.fraction = fraction
-
-    def can_replace(self, message: Message) -> bool:
-        return isinstance(message, LoadProgressed)
-
-
-# --- command palette --------------------------------------------------------------------------------------
-
-
-class SpecchatCommands(Provider):
-    """'preset: use creative', 'reply: regenerate', ... in the command palette (ctrl+p)."""
-
-    def _commands(self) -> list[tuple[str, Any, str]]:
-        app = self.app
-        assert isinstance(app, SpecchatApp)
-        commands: list[tuple[str, Any, str]] = [
-            (
-                "preset: use auto",
-                lambda: app.action_use_preset("auto"),
-                "the router picks a preset per message",
-            )
-        ]
-        for name, preset in app.session.presets.items():
-            commands.append(
-                (f"preset: use {name}", lambda n=name: app.action_use_preset(n), preset.description or name)
-            )
-        commands += [
-            ("preset: pick…", app.action_pick_preset, "choose from every preset"),
-            ("reply: regenerate", app.action_regenerate, "drop the last reply and generate it again"),
-            ("reply: edit last message", app.action_edit_last, "put the last message back in the prompt"),
-            ("reply: copy", app.action_copy_reply, "copy the selected or last reply"),
-            ("reply: copy code block", app.action_copy_code, "copy the last code block of the reply"),
-            ("reply: statistics", app.action_inspect_reply, "open the statistics inspector"),
-            (
-                "view: toggle draft highlighting",
-                app.action_toggle_highlight,
-                "colour what the draft got right",
-            ),
-            ("chat: new", app.action_new_chat, "start a new conversation"),
-            ("chat: history", app.action_show_history, "saved chats: search, open, rename, delete, export"),
-            ("metrics: trend", app.action_show_trend, "acceptance and speed over the last 7 days"),
-            ("reply: older variant", lambda: app.action_page_variant(-1), "page regenerated replies"),
-            ("reply: newer variant", lambda: app.action_page_variant(1), "page regenerated replies"),
-            (
-                "settings: edit",
-                app.action_show_settings,
-                "model and draft, system prompt, K, temperature, top_p, ramp, drafting",
-            ),
-            ("help: keys", app.action_show_help, "list every key"),
-        ]
-        return commands
-
-    async def discover(self) -> Hits:
-        for name, callback, help_text in self._commands():
-            yield DiscoveryHit(name, callback, help=help_text)
-
-    async def search(self, query: str) -> Hits:
-        matcher = self.matcher(query)
-        for name, callback, help_text in self._commands():
-            score = matcher.match(name)
-            if score > 0:
-                yield Hit(score, matcher.highlight(name), callback, help=help_text)
 
 
 # --- the app ----------------------------------------------------------------------------------------------
@@ -212,7 +123,7 @@ class SpecchatApp(App[None]):
         if self.load_on_mount:
             self.start_loading()
         elif self._startup_banner() is not None:
-            self._set_banner(self._startup_banner(), error=True)
+            self.chat_log.set_banner(self._startup_banner(), error=True)
         if self.open_chat_id is not None:
             self.call_later(self.show_chat, self.open_chat_id)
 
@@ -268,7 +179,9 @@ class SpecchatApp(App[None]):
     def start_loading(self) -> None:
         self.state = "loading"
         self.state_message = "starting"
-        self._set_banner(Text.assemble(("◌ Loading the model…", "bold"), ("  you can type already", "dim")))
+        self.chat_log.set_banner(
+            Text.assemble(("◌ Loading the model…", "bold"), ("  you can type already", "dim"))
+        )
         self.load_model()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="load")
@@ -292,7 +205,7 @@ class SpecchatApp(App[None]):
         self.state = "loading"
         self.state_message = "starting"
         name = Path(model).name if model else "the embedded model"
-        self._set_banner(
+        self.chat_log.set_banner(
             Text.assemble(
                 ("◌ Loading ", "bold"),
                 (name, "bold"),
@@ -320,9 +233,11 @@ class SpecchatApp(App[None]):
         self.state = self._state_before_reload
         self.state_message = (self.load_error or "") if self.state == "failed" else ""
         if self.state == "failed":
-            self._set_banner(Text.assemble(("✖ The model did not load: ", "bold red"), message), error=True)
+            self.chat_log.set_banner(
+                Text.assemble(("✖ The model did not load: ", "bold red"), message), error=True
+            )
         else:
-            self._set_banner(self._startup_banner(), error=self._startup_banner() is not None)
+            self.chat_log.set_banner(self._startup_banner(), error=self._startup_banner() is not None)
         loaded = self.session.info.model if self.session.info is not None else None
         still = f" · still on {loaded}" if loaded and self.state != "failed" else ""
         self.notify(f"{message}{still}", title="The model was not changed", severity="error", timeout=15)
@@ -338,7 +253,7 @@ class SpecchatApp(App[None]):
             return
         share = f" {message.fraction * 100:.0f}%" if message.fraction is not None else ""
         self.state_message = f"{message.stage}{share}"
-        self._set_banner(Text.assemble(("◌ Loading the model: ", "bold"), self.state_message))
+        self.chat_log.set_banner(Text.assemble(("◌ Loading the model: ", "bold"), self.state_message))
         self.refresh_status()
 
     def _startup_banner(self) -> Text | None:
@@ -355,7 +270,7 @@ class SpecchatApp(App[None]):
     async def _loaded(self, info: Any, reloaded: bool = False) -> None:
         self.state = "ready"
         self.state_message = ""
-        self._set_banner(self._startup_banner(), error=self._startup_banner() is not None)
+        self.chat_log.set_banner(self._startup_banner(), error=self._startup_banner() is not None)
         notes = f" ({'; '.join(info.notes)})" if getattr(info, "notes", ()) else ""
         if reloaded:  # short: the chat is on screen under the toast
             draft = info.draft_model or info.draft_mode
@@ -381,7 +296,7 @@ class SpecchatApp(App[None]):
         self.state = "failed"
         self.state_message = message
         self.load_error = message
-        self._set_banner(Text.assemble((f"✖ {title}: ", "bold red"), message), error=True)
+        self.chat_log.set_banner(Text.assemble((f"✖ {title}: ", "bold red"), message), error=True)
         self.push_screen(ErrorScreen(title, message))
         self.refresh_status()
         if self._queued is not None:  # the waiting message goes back to the prompt: nothing typed is lost
@@ -395,13 +310,6 @@ class SpecchatApp(App[None]):
         typed = self.prompt.text.strip()
         self.prompt.set_text(text if not typed else f"{text}\n{typed}")
         self.prompt.focus()
-
-    def _set_banner(self, text: Text | None, error: bool = False) -> None:
-        banner = self.chat_log.banner
-        banner.display = text is not None
-        banner.set_class(error, "error")
-        if text is not None:
-            banner.update(text)
 
     # --- sending ---------------------------------------------------------------------------------------------
 
@@ -476,11 +384,8 @@ class SpecchatApp(App[None]):
         event = message.event
         reply = self._reply
         if isinstance(event, ReplyStarted):
-            why = f" — {event.router_reason}" if event.auto and event.router_reason else ""
             by_server = bool(self.session.info and self.session.info.k_by_server)
-            k_text = "K server" if by_server else f"K {event.num_draft_tokens}"
-            drafting = k_text if event.drafting else "draft off"
-            reply.set_header(f"{preset_label(event.preset, event.auto)} · {drafting}{why}")
+            reply.set_header(started_header(event, by_server))
             self.refresh_status()
         elif isinstance(event, ContextTrimmed):
             self.notify(
@@ -712,27 +617,16 @@ class SpecchatApp(App[None]):
         if text is None:
             self.notify("No message to edit yet.", severity="warning")
             return
-        messages = self.chat_log.messages()
-        # Remove the last user message and everything after it.
-        last_user = max((i for i, m in enumerate(messages) if isinstance(m, UserMessage)), default=None)
-        if last_user is not None:
-            await self.chat_log.remove_children(messages[last_user:])
+        await self.chat_log.remove_last_exchange()
         self.prompt.set_text(text)
         self.prompt.focus()
         self.refresh_status()
 
-    def _selected_reply(self) -> ReplyMessage | None:
-        focused = self.focused
-        if isinstance(focused, ReplyMessage):
-            return focused
-        replies = [r for r in self.chat_log.replies() if not r.streaming]
-        return replies[-1] if replies else None
-
     def action_copy_reply(self) -> None:
-        self._copy(self._selected_reply(), code_only=False)
+        self._copy(self.chat_log.selected_reply(self.focused), code_only=False)
 
     def action_copy_code(self) -> None:
-        self._copy(self._selected_reply(), code_only=True)
+        self._copy(self.chat_log.selected_reply(self.focused), code_only=True)
 
     @on(ReplyMessage.CopyRequested)
     def _copy_requested(self, event: ReplyMessage.CopyRequested) -> None:
@@ -755,7 +649,7 @@ class SpecchatApp(App[None]):
             self.notify(f"Copied the reply ({len(text)} characters).", timeout=2)
 
     def action_inspect_reply(self) -> None:
-        self._inspect(self._selected_reply())
+        self._inspect(self.chat_log.selected_reply(self.focused))
 
     @on(ReplyMessage.InspectRequested)
     def _inspect_requested(self, event: ReplyMessage.InspectRequested) -> None:
@@ -775,16 +669,7 @@ class SpecchatApp(App[None]):
         self.push_screen(InspectorScreen(reply.stats, reply.cancelled, recent))
 
     def action_select_reply(self, step: int) -> None:
-        replies = self.chat_log.replies()
-        if not replies:
-            return
-        focused = self.focused
-        if isinstance(focused, ReplyMessage) and focused in replies:
-            index = max(0, min(len(replies) - 1, replies.index(focused) + step))
-        else:
-            index = len(replies) - 1 if step < 0 else 0
-        replies[index].focus()
-        replies[index].scroll_visible()
+        self.chat_log.select_reply(step, self.focused)
 
     def action_focus_prompt(self) -> None:
         self.prompt.focus()
@@ -805,8 +690,7 @@ class SpecchatApp(App[None]):
 
     def action_toggle_highlight(self) -> None:
         self.highlight_drafts = not self.highlight_drafts
-        for reply in self.chat_log.replies():
-            reply.set_highlight(self.highlight_drafts)
+        self.chat_log.set_highlight(self.highlight_drafts)
         if self.highlight_drafts:
             self.notify("Draft colours on: green text was proposed by the draft and accepted.", timeout=3)
         else:
@@ -833,60 +717,19 @@ class SpecchatApp(App[None]):
         except SpecchatError as exc:
             self.notify(str(exc), severity="error")
             return
-        await self.chat_log.clear_messages()
-        for turn in turns:
-            if turn.role == "user":
-                await self.chat_log.mount(UserMessage(turn.content))
-            else:
-                await self._mount_stored_reply(turn)
-        self.chat_log.anchor()
+        await self.chat_log.show_turns(turns, self.highlight_drafts)
         self.prompt.focus()
         self.refresh_status()
-
-    async def _mount_stored_reply(self, turn: Any) -> ReplyMessage:
-        """A stored reply as it looked when it ended: draft colours, stats line (or why it has none), header."""
-        reply = ReplyMessage(highlight=self.highlight_drafts)
-        await self.chat_log.mount(reply)
-        note = ""
-        if turn.interrupted:
-            preset, k, temperature = turn.started or (None, None, None)
-            note = interrupted_line(preset, k, temperature, turn.content)
-            reply.set_header(f"{preset or ''} · interrupted".lstrip(" ·"))
-        await reply.finish(
-            turn.content,
-            turn.stats,
-            cancelled=turn.cancelled,
-            error=turn.error,
-            runs=turn.runs,
-            note=note,
-        )
-        self._restore_header(reply)
-        return reply
-
-    @staticmethod
-    def _restore_header(reply: ReplyMessage) -> None:
-        """A stored reply's header, as it read when the reply streamed (preset, K, the router's reason)."""
-        stats = reply.stats
-        if stats is None:
-            return
-        drafting = (
-            k_label(stats)
-            if stats.draft_mode != "none" and (stats.num_draft_tokens or stats.k_by_server)
-            else "draft off"
-        )
-        why = f" — {stats.router_reason}" if stats.router_reason else ""
-        reply.set_header(f"{preset_label(stats.preset, bool(stats.router_reason))} · {drafting}{why}")
 
     def _label_variant(self, reply: ReplyMessage) -> None:
         """A regenerated reply says which variant it is, and how to page."""
         position, count = self.session.variants()
         if count > 1:
-            base = reply.header.split(" · variant ")[0]
             older, newer = (
                 key_for("reply.older_variant", self.keymap),
                 key_for("reply.newer_variant", self.keymap),
             )
-            reply.set_header(f"{base} · variant {position}/{count} ({older} / {newer})")
+            reply.set_header(variant_header(reply.header, position, count, older, newer))
 
     async def action_page_variant(self, step: int) -> None:
         if self.generating:
@@ -907,7 +750,7 @@ class SpecchatApp(App[None]):
         replies = self.chat_log.replies()
         if replies:
             await replies[-1].remove()
-        reply = await self._mount_stored_reply(turn)
+        reply = await self.chat_log.mount_stored_reply(turn, self.highlight_drafts)
         self._label_variant(reply)
         self.chat_log.anchor()
         self.refresh_status()

@@ -1,10 +1,19 @@
-"""The scrolling conversation, anchored to the bottom while new text arrives."""
+"""The scrolling conversation, anchored to the bottom while new text arrives: its messages, the banner above them
+(loading, a config problem), and what is done to them as a whole (a stored chat shown, the last exchange taken
+back, a reply selected, draft colours on or off). The app decides when; this widget knows how.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+from rich.text import Text
 from textual.containers import VerticalScroll
+from textual.widget import Widget
 from textual.widgets import Static
 
+from tui.formatting import interrupted_line
+from tui.reply_header import stored_header
 from tui.widgets.message import ReplyMessage, UserMessage
 
 
@@ -19,6 +28,13 @@ class ChatLog(VerticalScroll, can_focus=False):
     def banner(self) -> Static:
         return self.query_one("#banner", Static)
 
+    def set_banner(self, text: Text | None, error: bool = False) -> None:
+        banner = self.banner
+        banner.display = text is not None
+        banner.set_class(error, "error")
+        if text is not None:
+            banner.update(text)
+
     def replies(self) -> list[ReplyMessage]:
         return list(self.query(ReplyMessage))
 
@@ -27,3 +43,65 @@ class ChatLog(VerticalScroll, can_focus=False):
 
     async def clear_messages(self) -> None:
         await self.remove_children([*self.query(UserMessage), *self.query(ReplyMessage)])
+
+    async def show_turns(self, turns: list[Any], highlight: bool) -> None:
+        """A stored chat in place of what is on screen, stats lines included."""
+        await self.clear_messages()
+        for turn in turns:
+            if turn.role == "user":
+                await self.mount(UserMessage(turn.content))
+            else:
+                await self.mount_stored_reply(turn, highlight)
+        self.anchor()
+
+    async def mount_stored_reply(self, turn: Any, highlight: bool) -> ReplyMessage:
+        """A stored reply as it looked when it ended: draft colours, stats line (or why it has none), header."""
+        reply = ReplyMessage(highlight=highlight)
+        await self.mount(reply)
+        note = ""
+        if turn.interrupted:
+            preset, k, temperature = turn.started or (None, None, None)
+            note = interrupted_line(preset, k, temperature, turn.content)
+            reply.set_header(f"{preset or ''} · interrupted".lstrip(" ·"))
+        await reply.finish(
+            turn.content,
+            turn.stats,
+            cancelled=turn.cancelled,
+            error=turn.error,
+            runs=turn.runs,
+            note=note,
+        )
+        if reply.stats is not None:
+            reply.set_header(stored_header(reply.stats))
+        return reply
+
+    async def remove_last_exchange(self) -> None:
+        """Remove the last user message and everything after it."""
+        messages = self.messages()
+        last_user = max((i for i, m in enumerate(messages) if isinstance(m, UserMessage)), default=None)
+        if last_user is not None:
+            await self.remove_children(messages[last_user:])
+
+    def selected_reply(self, focused: Widget | None) -> ReplyMessage | None:
+        """The reply with focus, else the last finished one."""
+        if isinstance(focused, ReplyMessage):
+            return focused
+        replies = [r for r in self.replies() if not r.streaming]
+        return replies[-1] if replies else None
+
+    def select_reply(self, step: int, focused: Widget | None) -> None:
+        """Move the selection `step` replies from the focused one (from either end when none has focus)."""
+        replies = self.replies()
+        if not replies:
+            return
+        if isinstance(focused, ReplyMessage) and focused in replies:
+            index = max(0, min(len(replies) - 1, replies.index(focused) + step))
+        else:
+            index = len(replies) - 1 if step < 0 else 0
+        replies[index].focus()
+        replies[index].scroll_visible()
+
+    def set_highlight(self, on: bool) -> None:
+        """Draft colours on every reply."""
+        for reply in self.replies():
+            reply.set_highlight(on)
