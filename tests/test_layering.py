@@ -1,0 +1,246 @@
+"""The house rules of the code's layout, read from the code's own imports (every import, function-level ones too).
+
+- no import cycle between files;
+- the engine never imports textual;
+- the decoding core (engine/decoding/) imports no backend;
+- storage (engine/storage/) imports nothing of the session;
+- nothing on the chat path (tui.app, engine.session, engine.backends and all they import) imports the tools
+  (engine.benchmarks, tui.ui_bench);
+- importing tui.app or tui.cli loads no torch;
+- engine/'s root holds at most 14 modules, and no file in engine/ or tui/ runs over 800 lines.
+
+Imports under `if TYPE_CHECKING:` are left out: they never run.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("engine", "tui", "presets")
+MAX_LINES = 800
+MAX_ENGINE_ROOT_MODULES = 14
+CHAT_PATH = ("tui.app", "engine.session", "engine.backends")
+TOOLS = ("engine.benchmarks", "tui.ui_bench")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@cache
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imported_names(tree: ast.AST, package: str) -> list[str]:
+    """Every module name an import statement anywhere in `tree` names (`from a import b`: a.b and a)."""
+    names: list[str] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolved against the importing module's package
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            names.extend(f"{base}.{alias.name}" for alias in node.names)
+            names.append(base)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return names
+
+
+def _resolve(name: str) -> str | None:
+    """The project module an imported name lives in (the longest module prefix), or None (not ours)."""
+    known = modules()
+    while name:
+        if name in known:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+@cache
+def imports_of(module: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(project modules, top-level names of everything else) that `module` imports."""
+    path = modules()[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    ours: set[str] = set()
+    other: set[str] = set()
+    for name in imported_names(ast.parse(path.read_text(encoding="utf-8")), package):
+        target = _resolve(name)
+        if target is None:
+            other.add(name.split(".")[0])
+        elif target != module:
+            ours.add(target)
+    return frozenset(ours), frozenset(other)
+
+
+def graph() -> dict[str, frozenset[str]]:
+    return {m: imports_of(m)[0] for m in modules()}
+
+
+def cycles(edges: dict[str, frozenset[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in edges:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def offending_imports(sources: str, targets: str) -> list[str]:
+    """`a -> b` for each module under `sources` that imports one under `targets`."""
+    return sorted(
+        f"{m} -> {t}"
+        for m, imported in graph().items()
+        if within(m, sources)
+        for t in imported
+        if within(t, targets)
+    )
+
+
+def reachable(starts: tuple[str, ...]) -> dict[str, str]:
+    """Every module the `starts` (and the modules under them) import, directly or not: {module: who imported it}."""
+    edges = graph()
+    seen = {m: m for m in edges if any(within(m, s) for s in starts)}
+    todo = list(seen)
+    while todo:
+        module = todo.pop()
+        for target in edges[module]:
+            if target not in seen:
+                seen[target] = module
+                todo.append(target)
+    return seen
+
+
+# --- the rules ---------------------------------------------------------------------------------------------
+
+
+def test_the_parser_sees_function_level_imports_and_skips_type_checking_ones():
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from engine.config import Settings\n"
+        "def f():\n    from engine.storage import metrics\n    import engine.models\n"
+    )
+    names = imported_names(tree, "engine")
+    assert "engine.storage.metrics" in names and "engine.models" in names
+    assert "engine.config.Settings" not in names and "engine.config" not in names
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles(
+        {"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset({"a"}), "d": frozenset()}
+    ) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle_between_files():
+    assert cycles(graph()) == []
+
+
+def test_the_engine_never_imports_textual():
+    users = sorted(m for m in modules() if within(m, "engine") and {"textual", "rich"} & imports_of(m)[1])
+    assert users == [], "the engine imports textual (or rich): " + ", ".join(users)
+
+
+def test_the_decoding_core_imports_no_backend():
+    assert offending_imports("engine.decoding", "engine.backends") == []
+
+
+def test_storage_imports_nothing_of_the_session():
+    assert offending_imports("engine.storage", "engine.session") == []
+
+
+def test_nothing_on_the_chat_path_imports_the_tools():
+    seen = reachable(CHAT_PATH)
+    tools = sorted(f"{seen[m]} -> {m}" for m in seen if any(within(m, t) for t in TOOLS))
+    assert tools == [], "the chat path reaches the tools: " + ", ".join(tools)
+
+
+@pytest.mark.parametrize("module", ["tui.app", "tui.cli"])
+def test_importing_the_front_end_loads_no_torch(module: str):
+    code = f"import sys, {module}; print('torch' in sys.modules)"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False", f"import {module} loaded torch"
+
+
+def test_the_engine_root_holds_at_most_14_modules():
+    root = sorted(p.name for p in (ROOT / "engine").glob("*.py"))
+    assert len(root) <= MAX_ENGINE_ROOT_MODULES, f"{len(root)} modules in engine/: {', '.join(root)}"
+
+
+def test_no_file_in_engine_or_tui_runs_over_800_lines():
+    long = {
+        str(p.relative_to(ROOT)): n
+        for package in ("engine", "tui")
+        for p in (ROOT / package).rglob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert long == {}, f"over {MAX_LINES} lines: {long}"
