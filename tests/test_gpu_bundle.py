@@ -97,6 +97,25 @@ def test_bundle_fits_and_resolves_offline_for_python_3_12(bundle, tmp_path):
 
 
 @pytest.mark.slow
+def test_bundle_s_specchat_wheel_holds_every_package_and_its_data(bundle):
+    import zipfile
+
+    wheel = next((bundle / "wheels").glob("specchat-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    packages = {
+        str(init.parent.relative_to(ROOT))
+        for top in ("engine", "tui", "presets")
+        for init in (ROOT / top).rglob("__init__.py")
+    }
+    assert {"engine/decoding", "engine/benchmarks", "engine/session", "engine/storage", "tui/cli"} <= packages
+    for package in sorted(packages):
+        assert f"{package}/__init__.py" in names, f"{package} is not in the wheel"
+    for data in ("engine/benchmarks/prompts.jsonl", "engine/benchmarks/prompts_heldout.jsonl", "tui/app.tcss",
+                 "presets/code.toml", "engine/backends/rowlin.c"):  # fmt: skip
+        assert data in names
+
+
+@pytest.mark.slow
 def test_bundle_carries_the_model_s_shape_and_tokenizer_not_its_weights(bundle):
     config = json.loads((bundle / "model" / "config.json").read_text())
     assert (config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]) == (576, 30, 49152)

@@ -7,7 +7,8 @@
 - nothing on the chat path (tui.app, engine.session, engine.backends and all they import) imports the tools
   (engine.benchmarks, tui.ui_bench);
 - importing tui.app or tui.cli loads no torch;
-- engine/'s root holds at most 14 modules, and no file in engine/ or tui/ runs over 800 lines.
+- engine/'s root holds at most 14 modules, and no file in engine/ or tui/ runs over 800 lines;
+- every folder of Python files is a package (pyproject.toml finds packages by their __init__.py).
 
 Imports under `if TYPE_CHECKING:` are left out: they never run.
 """
@@ -229,6 +230,13 @@ def test_importing_the_front_end_loads_no_torch(module: str):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False", f"import {module} loaded torch"
+
+
+def test_every_folder_of_python_files_is_a_package():
+    """pyproject.toml finds packages by their __init__.py: a folder without one would be left out of the wheel."""
+    folders = {p.parent for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
+    missing = sorted(str(f.relative_to(ROOT)) for f in folders if not (f / "__init__.py").is_file())
+    assert missing == [], f"no __init__.py (left out of the wheel): {missing}"
 
 
 def test_the_engine_root_holds_at_most_14_modules():
