@@ -115,6 +115,20 @@ def model_folder() -> Path:
     return Path(ensure_embedded_model(print_progress))
 
 
+def build_wheel(wheels: Path, out: Path) -> Path:
+    """specchat's wheel, built from a fresh copy of the project. setuptools packs whatever an earlier build left in
+    build/lib, so an in-tree build after a module moved (engine/bench.py -> engine/benchmarks/) would ship the old
+    module beside the new one."""
+    skip = shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "tests", out.name
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "specchat"
+        shutil.copytree(ROOT, source, ignore=skip)
+        pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels), str(source))
+    return next(wheels.glob("specchat-*.whl"))
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[0] if argv else "gpu-bundle").resolve()
     if out.exists():
@@ -122,8 +136,7 @@ def main(argv: list[str]) -> int:
     wheels = out / "wheels"
     wheels.mkdir(parents=True)
     print(f"gpu-bundle: building specchat's wheel into {wheels}", flush=True)
-    pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels), str(ROOT))
-    project = next(wheels.glob("specchat-*.whl"))
+    project = build_wheel(wheels, out)
 
     print(f"gpu-bundle: resolving for CPython {PYTHON_VERSION} manylinux x86_64", flush=True)
     with tempfile.TemporaryDirectory() as tmp:

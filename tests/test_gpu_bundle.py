@@ -116,6 +116,27 @@ def test_bundle_s_specchat_wheel_holds_every_package_and_its_data(bundle):
 
 
 @pytest.mark.slow
+def test_the_wheel_is_built_from_a_fresh_copy_not_from_a_stale_build_folder(tmp_path, monkeypatch):
+    import shutil
+    import zipfile
+
+    project = tmp_path / "project"
+    skip = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".*_cache", "tests")
+    shutil.copytree(ROOT, project, ignore=skip)
+    stale = (
+        project / "build" / "lib" / "engine" / "bench.py"
+    )  # what an earlier build left of a module since moved
+    stale.parent.mkdir(parents=True)
+    stale.write_text("x = 1\n")
+    monkeypatch.setattr(gpu_bundle, "ROOT", project)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    names = zipfile.ZipFile(gpu_bundle.build_wheel(wheels, tmp_path / "gpu-bundle")).namelist()
+    assert "engine/benchmarks/bench.py" in names
+    assert "engine/bench.py" not in names
+
+
+@pytest.mark.slow
 def test_bundle_carries_the_model_s_shape_and_tokenizer_not_its_weights(bundle):
     config = json.loads((bundle / "model" / "config.json").read_text())
     assert (config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]) == (576, 30, 49152)
