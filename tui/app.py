@@ -33,7 +33,7 @@ from tui.screens.error import ErrorScreen
 from tui.screens.help import HelpScreen
 from tui.screens.inspector import InspectorScreen
 from tui.screens.presets import PresetPickerScreen
-from tui.screens.settings import SettingsScreen
+from tui.screens.settings import open_chat_settings
 from tui.streaming import ReplyBuffer
 from tui.widgets.chat_log import ChatLog
 from tui.widgets.footer import FittingFooter
@@ -503,63 +503,7 @@ class SpecchatApp(App[None]):
     # --- settings for this chat (tui/screens/settings.py) and the remembered theme ------------------------------
 
     def action_show_settings(self) -> None:
-        session = self.session
-        values: dict[str, Any] = dict(session.overrides)
-        if session.mode != "auto":
-            # A preset chosen by hand: show its values (with this chat's overrides) to edit.
-            preset = session.effective_preset(session.mode)
-            values = {
-                f: getattr(preset, f) for f in ("k", "temperature", "top_p", "ramp_tokens", "ramp_start")
-            }
-            values["drafting"] = preset.drafting
-        title = f"Settings for this chat · preset {session.mode}"
-
-        model, draft = session.model_dir or "", session.settings.draft
-
-        def same_choice(text: str, current: str) -> bool:
-            """'NGRAM' is ngram, '~/m/' is /home/me/m: only a real change reloads the model."""
-            if text.lower() in ("ngram", "none") or not text or not current:
-                return text.lower() == current.lower()
-            return Path(text).expanduser().resolve() == Path(current).expanduser().resolve()
-
-        def model_changed(result: dict[str, Any]) -> bool:
-            return not (same_choice(result["model"], model) and same_choice(result["draft"], draft))
-
-        def check(result: dict[str, Any]) -> None:
-            session.check_overrides(**result["overrides"])
-            if model_changed(result) and (self.generating or self.state == "loading"):
-                busy = "a reply is streaming (esc stops it)" if self.generating else "a model is loading"
-                raise SpecchatError(f"{busy}: change the model or draft when it is done")
-
-        def applied(result: dict[str, Any] | None) -> None:
-            if result is None:
-                return
-            overrides = dict(result["overrides"])
-            if session.mode == "auto" and overrides.get("drafting") and "drafting" not in session.overrides:
-                overrides["drafting"] = None  # left on: each routed preset keeps its own drafting
-            session.set_system_prompt(result["system_prompt"])
-            session.set_overrides(**overrides)
-            if self.generating:
-                self.notify("The settings apply from the next reply.", timeout=2)
-            if model_changed(result):
-                # After the dialog is gone from the screen: a load thread busy from the start keeps the app
-                # from repainting what the dialog covered (its border and keys stayed until the load ended).
-                self.call_after_refresh(self.start_reload, result["model"] or None, result["draft"])
-            self.refresh_status()
-
-        self.push_screen(
-            SettingsScreen(
-                session.settings.system_prompt,
-                values,
-                check,
-                title,
-                model=model,
-                draft=draft,
-                check_model=lambda text: session.check_model_choice(model=text or None),
-                check_draft=lambda text: session.check_model_choice(draft=text),
-            ),
-            applied,
-        )
+        open_chat_settings(self)
 
     def _apply_saved_theme(self) -> None:
         theme = self.settings.theme

@@ -5,12 +5,14 @@ The values are checked (by `check`: the session's preset rules, and that the mod
 before the dialog closes: a bad one shows a one-line error in the dialog and every edit stays. An empty number
 field leaves that value to the preset; an empty model field means the embedded model. The model and draft fields
 are checked as they are typed (Input validators); another model or draft is loaded by the app after the dialog
-closes, and the conversation stays.
+closes, and the conversation stays. `open_chat_settings` opens the dialog for the app's chat and applies what
+comes back (the app's F12 action).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rich.text import Text
@@ -228,3 +230,63 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
 
         title = "Pick the model folder or .gguf file" if field == "model" else "Pick the draft model"
         self.app.push_screen(PathPickerScreen(title, start_folder(target.value)), picked)
+
+
+def open_chat_settings(app: Any) -> None:
+    """Open this dialog for the app's chat (its F12 action): the values shown are the preset's or the chat's,
+    and what is applied goes to the session; another model or draft is loaded by the app once the dialog is gone."""
+    session = app.session
+    values: dict[str, Any] = dict(session.overrides)
+    if session.mode != "auto":
+        # A preset chosen by hand: show its values (with this chat's overrides) to edit.
+        preset = session.effective_preset(session.mode)
+        values = {f: getattr(preset, f) for f in ("k", "temperature", "top_p", "ramp_tokens", "ramp_start")}
+        values["drafting"] = preset.drafting
+    title = f"Settings for this chat · preset {session.mode}"
+
+    model, draft = session.model_dir or "", session.settings.draft
+
+    def same_choice(text: str, current: str) -> bool:
+        """'NGRAM' is ngram, '~/m/' is /home/me/m: only a real change reloads the model."""
+        if text.lower() in ("ngram", "none") or not text or not current:
+            return text.lower() == current.lower()
+        return Path(text).expanduser().resolve() == Path(current).expanduser().resolve()
+
+    def model_changed(result: dict[str, Any]) -> bool:
+        return not (same_choice(result["model"], model) and same_choice(result["draft"], draft))
+
+    def check(result: dict[str, Any]) -> None:
+        session.check_overrides(**result["overrides"])
+        if model_changed(result) and (app.generating or app.state == "loading"):
+            busy = "a reply is streaming (esc stops it)" if app.generating else "a model is loading"
+            raise SpecchatError(f"{busy}: change the model or draft when it is done")
+
+    def applied(result: dict[str, Any] | None) -> None:
+        if result is None:
+            return
+        overrides = dict(result["overrides"])
+        if session.mode == "auto" and overrides.get("drafting") and "drafting" not in session.overrides:
+            overrides["drafting"] = None  # left on: each routed preset keeps its own drafting
+        session.set_system_prompt(result["system_prompt"])
+        session.set_overrides(**overrides)
+        if app.generating:
+            app.notify("The settings apply from the next reply.", timeout=2)
+        if model_changed(result):
+            # After the dialog is gone from the screen: a load thread busy from the start keeps the app
+            # from repainting what the dialog covered (its border and keys stayed until the load ended).
+            app.call_after_refresh(app.start_reload, result["model"] or None, result["draft"])
+        app.refresh_status()
+
+    app.push_screen(
+        SettingsScreen(
+            session.settings.system_prompt,
+            values,
+            check,
+            title,
+            model=model,
+            draft=draft,
+            check_model=lambda text: session.check_model_choice(model=text or None),
+            check_draft=lambda text: session.check_model_choice(draft=text),
+        ),
+        applied,
+    )
