@@ -228,10 +228,11 @@ def test_the_kernel_probe_notices_single_token_kernels_that_round_differently() 
     # On the Q4_1 GGUF llama.cpp's single-token and batched kernels agree here (on F16 they do not): the probe
     # must see one planted ulp.
     from engine.models import ensure_embedded_gguf
+    from tests.native_guard import survives
 
-    backend = LlamaCppBackend(
-        ensure_embedded_gguf(precision="q4_1"), draft="ngram", cache_mode="fp16", max_context=512
-    )
+    q4_1 = ensure_embedded_gguf(precision="q4_1")
+    survives(q4_1)  # a native crash (llama.cpp's AMX repack) fails this test alone, not the suite
+    backend = LlamaCppBackend(q4_1, draft="ngram", cache_mode="fp16", max_context=512)
     backend.load()
     try:
         target = backend.target

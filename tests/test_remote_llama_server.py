@@ -192,3 +192,21 @@ def test_bench_peer_runs_llama_cpps_own_server_plain_and_ngram(gguf):
     assert plain.tokens > 0 and ngram.tokens > 0
     assert plain.drafted == 0 and ngram.drafted > 0  # only the --spec-type ngram-mod server drafts
     assert "llama-server plain" in text and "llama-server ngram vs plain:" in text
+
+
+@needs_server
+def test_the_server_answers_on_a_quantized_gguf():
+    # The embedded model's Q4_1 GGUF: weights llama.cpp's AMX path repacks (and crashes on, on some Xeons);
+    # LlamaServer passes --no-repack there. The child-process check first, so a crash fails this test alone.
+    from engine.models import ensure_embedded_gguf
+    from tests.native_guard import survives
+
+    q4_1 = ensure_embedded_gguf(precision="q4_1")
+    survives(q4_1)
+    with LlamaServer(q4_1, spec=True) as server:
+        assert server.proc is not None and server.proc.poll() is None
+        session = _session(server.url)
+        session.set_mode("qa")
+        session.set_overrides(temperature=0.0, max_new_tokens=24)
+        result = session.send("What is the capital of France?", lambda event: None, threading.Event())
+    assert isinstance(result, ReplyFinished) and "Paris" in result.text

@@ -47,3 +47,18 @@ async def test_missing_model_folder_fails_the_load_in_app(tmp_path: Path):
 async def test_exllamav2_backend_unusable_is_a_message_in_app(tiny_model_dir: Path):
     app = SpecchatApp(Settings(model=tiny_model_dir, backend="exllamav2"))
     await _shows_error(app, "exllamav2 is unusable here")
+
+
+async def test_a_native_crash_in_the_trial_decode_is_a_message_and_the_app_stays_up(monkeypatch):
+    # The trial child dies of a real SIGSEGV (planted), as llama.cpp's AMX path does on some Xeons: the open app
+    # shows one line naming the signal instead of vanishing.
+    import pytest
+
+    pytest.importorskip("llama_cpp")
+    from engine.backends import llamacpp_native
+    from engine.models import ensure_embedded_gguf
+
+    path = ensure_embedded_gguf(precision="q4_1")
+    monkeypatch.setenv(llamacpp_native.PLANT_ENV, "decode")
+    app = SpecchatApp(Settings(model=path, backend="llamacpp"))
+    await _shows_error(app, "llama.cpp crashed (SIGSEGV)")

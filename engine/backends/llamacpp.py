@@ -36,6 +36,8 @@ from pathlib import Path
 import torch
 
 from engine.backends.base import ProgressCallback
+from engine.backends.llamacpp_native import RepackChoice, choose_repack, plan_load
+from engine.backends.llamacpp_text import ByteDetokenizer, GgufTokenizer, resolve_gguf
 from engine.backends.llamacpp_threads import StallWatch, ThreadChoice, choose_threads, threads_label
 from engine.chat_template import (
     END_OF_TURN_CANDIDATES,
@@ -135,75 +137,28 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-class ByteDetokenizer:
-    """Text deltas of a growing token list from llama.cpp's byte pieces; a trailing half character (U+FFFD)
-    is held back until its other bytes arrive."""
-
-    def __init__(self, piece) -> None:
-        self.piece = piece
-        self.data = bytearray()
-        self.sent = ""
-
-    def push(self, token_ids: Sequence[int], final: bool = False) -> str:
-        for token in token_ids:
-            self.data += self.piece(token)
-        text = self.data.decode("utf-8", "replace")
-        if not final and text.endswith("\ufffd"):
-            text = text.rstrip("\ufffd")
-        shared = len(self.sent) if text.startswith(self.sent) else common_prefix(self.sent, text)
-        self.sent = text
-        return text[shared:]
-
-
-def resolve_gguf(path: str | Path, what: str = "model") -> Path:
-    """A .gguf file, or a folder holding exactly one; BackendError (one line) otherwise."""
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise BackendError(f"{what} not found: {path}")
-    if path.is_dir():
-        found = sorted(path.glob("*.gguf"))
-        if len(found) != 1:
-            raise BackendError(
-                f"{what} folder {path} holds {len(found)} .gguf files; the llama.cpp backend needs one "
-                "(give the .gguf file itself)"
-            )
-        path = found[0]
-    with path.open("rb") as handle:
-        if handle.read(4) != b"GGUF":
-            raise BackendError(f"{what} {path} is not a GGUF file (no GGUF header)")
-    return path
-
-
-class _GgufTokenizer:
-    """What `engine.decoding.draft_compat` needs of a tokenizer, over a llama.cpp vocabulary."""
-
-    def __init__(self, llama_cpp, vocab, size: int) -> None:
-        self._lib = llama_cpp
-        self._vocab = vocab
-        self._size = size
-
-    def __len__(self) -> int:
-        return self._size
-
-    def convert_ids_to_tokens(self, ids: list[int]) -> list[str | None]:
-        get = self._lib.llama_vocab_get_text
-        return [get(self._vocab, i).decode("utf-8", "replace") if 0 <= i < self._size else None for i in ids]
-
-    def convert_tokens_to_ids(self, tokens: str) -> int | None:
-        return None  # the check only needs ids -> strings; special ids come from the vocabulary itself
-
-
 class LlamaCppModel:
     """One GGUF model with its llama.cpp context (KV cache) and the token ids whose keys/values it holds."""
 
     def __init__(
-        self, lib, path: Path, n_ctx: int, threads: int, cache_type: int, n_batch: int, gpu_layers: int
+        self,
+        lib,
+        path: Path,
+        n_ctx: int,
+        threads: int,
+        cache_type: int,
+        n_batch: int,
+        gpu_layers: int,
+        repack: bool = True,
     ) -> None:
         from llama_cpp import _internals
 
         self._lib = lib
         params = lib.llama_model_default_params()
         params.n_gpu_layers = gpu_layers
+        # Weight repacking into llama.cpp's extra buffer types (AMX, the CPU repack): see llamacpp_native.
+        params.use_extra_bufts = repack
+        self.repack = repack
         try:
             self.model = _internals.LlamaModel(path_model=str(path), params=params, verbose=False)
         except (ValueError, OSError) as exc:
@@ -427,6 +382,11 @@ class LlamaCppBackend(RoundLoopBackend):
         self._adds_bos = False
         self._lib = None
         self._lock = threading.Lock()
+        # Weight repacking, chosen for this CPU at load (off where llama.cpp's AMX path crashes), per model file.
+        self.repack: RepackChoice | None = None
+        self.repack_by_file: dict[Path, bool] = {}
+        # Seconds this load spent in trial decodes in a child process (0 when the verdicts were remembered).
+        self.trial_seconds = 0.0
         # Per tuning key (preset): acceptance by draft position and, for n-gram drafts, by match length;
         # learnt across replies.
         self.tuners: dict[str, AdaptiveK] = {}
@@ -470,12 +430,16 @@ class LlamaCppBackend(RoundLoopBackend):
         self._lib = llama_cpp
         path = resolve_gguf(self.model_path, "model")
         draft_path = resolve_gguf(self.draft, "draft model") if self.draft_mode == "model" else None
+        self._plan_loads(path, draft_path, report)
         report("loading model", 0.1)
         llama_cpp.llama_backend_init()
         gpu_layers = 0
         if llama_cpp.llama_supports_gpu_offload():  # Metal, CUDA, ROCm, Vulkan builds
             gpu_layers, self.device = -1, "gpu"
-        probe = LlamaCppModel(llama_cpp, path, 256, self.threads, llama_cpp.GGML_TYPE_F16, 8, gpu_layers)
+        repack = self.repack_by_file[path]
+        probe = LlamaCppModel(
+            llama_cpp, path, 256, self.threads, llama_cpp.GGML_TYPE_F16, 8, gpu_layers, repack
+        )
         limit = probe.n_ctx_train or 4096
         probe.close()
         if self.requested_max_context and self.requested_max_context > limit:
@@ -492,6 +456,7 @@ class LlamaCppBackend(RoundLoopBackend):
             self._cache_type(self.requested_cache_mode, "target"),
             n_batch,
             gpu_layers,
+            repack,
         )
         self.model_path = path
         if self.target.cache_fallback:
@@ -507,6 +472,7 @@ class LlamaCppBackend(RoundLoopBackend):
                 self._cache_type(self.requested_draft_cache_mode, "draft"),
                 n_batch,
                 gpu_layers,
+                self.repack_by_file[draft_path],
             )
             if self.draft_state.cache_fallback:
                 self.notes.append(f"draft cache: f16 ({self.draft_state.cache_fallback})")
@@ -547,6 +513,22 @@ class LlamaCppBackend(RoundLoopBackend):
         if measure and self.threads > 1:
             self._stall_watch = StallWatch(self._predicted_cost())
         report("ready", 1.0)
+
+    def _plan_loads(self, path: Path, draft_path: Path | None, report) -> None:
+        """Choose weight repacking for this CPU, and trial-decode each GGUF in a child process where llama.cpp
+        could crash on it (first sight of a file/build/CPU only): a crash becomes a note or one BackendError
+        line instead of a dead process."""
+        self.repack = choose_repack()
+        if not self.repack.enabled:
+            self.notes.append(self.repack.reason)
+        for file, what in ((path, "model"), (draft_path, "draft model")):
+            if file is None:
+                continue
+            report(f"checking that llama.cpp runs the {what} safely", 0.05)
+            plan = plan_load(file, self.repack, threads=self.threads, what=what)
+            self.repack_by_file[file] = plan.repack
+            self.trial_seconds += plan.trial_seconds
+            self.notes.extend(plan.notes)
 
     # --- threads -------------------------------------------------------------------------------------------
 
@@ -711,7 +693,7 @@ class LlamaCppBackend(RoundLoopBackend):
             name=path.name,
             tokenizer_size=state.n_vocab,
             special_ids=state.special_ids(eot_id),
-            tokenizer=_GgufTokenizer(self._lib, state.model.vocab, state.n_vocab),
+            tokenizer=GgufTokenizer(self._lib, state.model.vocab, state.n_vocab),
         )
 
     def _init_text(self) -> None:

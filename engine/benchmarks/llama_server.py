@@ -17,6 +17,8 @@ from pathlib import Path
 
 import httpx
 
+from engine.backends.llamacpp_native import choose_repack
+
 VERSION = "0.3.36"  # the llama-cpp-python sdist whose llama.cpp source scripts/build_llama_server.sh builds
 
 
@@ -47,7 +49,8 @@ def free_port() -> int:
 
 
 class LlamaServer:
-    """`llama-server -m GGUF --port P --metrics [--spec-type ngram-mod] ...`; stop() kills it (SIGKILL: a crash)."""
+    """`llama-server -m GGUF --port P --metrics [--spec-type ngram-mod] [--no-repack] ...`; stop() kills it
+    (SIGKILL: a crash). `--no-repack` where the CPU has AMX, as the llama.cpp backend chooses."""
 
     def __init__(
         self,
@@ -70,6 +73,9 @@ class LlamaServer:
         ]  # fmt: skip
         if spec:
             self.args += ["--spec-type", "ngram-mod"]
+        # --no-repack where llama.cpp's AMX weight repacking crashes (engine.backends.llamacpp_native).
+        self.repack = choose_repack()
+        self.args += self.repack.server_args()
         self.args += list(extra)
         self.proc: subprocess.Popen | None = None
         # A file, not a pipe: nobody drains a pipe while a caller runs; closed by close().

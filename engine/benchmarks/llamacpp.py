@@ -98,6 +98,7 @@ def run_llamacpp_bench(
     import llama_cpp
 
     from engine.backends.llamacpp import LlamaCppBackend, patched_build
+    from engine.backends.llamacpp_native import RepackChoice, model_defaults
     from engine.benchmarks.runner import chat_presets, load_prompt_set
 
     max_new = max_new_tokens or (96 if quick else 192)
@@ -118,17 +119,19 @@ def run_llamacpp_bench(
     cache_type = {"fp16": llama_cpp.GGML_TYPE_F16, "q4": llama_cpp.GGML_TYPE_Q4_0}.get(
         cache_mode, llama_cpp.GGML_TYPE_Q8_0
     )
-    llm = llama_cpp.Llama(
-        model_path=str(exact.model_path),
-        n_ctx=exact.max_context,
-        n_batch=512,
-        n_threads=exact.threads,
-        n_threads_batch=exact.threads,
-        type_k=cache_type,
-        type_v=cache_type,
-        flash_attn=True,  # as ours on the CPU (and needed by a quantized V cache)
-        verbose=False,
-    )
+    # llama.cpp's own generate() on the same repack choice as ours (off where its AMX path crashes).
+    with model_defaults(RepackChoice(exact.repack_by_file[exact.model_path], "as ours")):
+        llm = llama_cpp.Llama(
+            model_path=str(exact.model_path),
+            n_ctx=exact.max_context,
+            n_batch=512,
+            n_threads=exact.threads,
+            n_threads_batch=exact.threads,
+            type_k=cache_type,
+            type_v=cache_type,
+            flash_attn=True,  # as ours on the CPU (and needed by a quantized V cache)
+            verbose=False,
+        )
     prompts = prompts if prompts is not None else load_prompt_set(prompt_set)
     presets = chat_presets()
     k_by_category = {name: presets[name].k for name in ("code", "qa", "creative") if name in presets}
