@@ -54,28 +54,33 @@ def cpuinfo(tmp_path: Path, flags: str, cpus: int = 2) -> Path:
 def test_a_cpu_with_amx_turns_repacking_off(tmp_path: Path) -> None:
     flags = native.cpu_flags(cpuinfo(tmp_path, SAPPHIRE_RAPIDS_FLAGS))
     assert {"amx_tile", "amx_int8", "avx512_fp16"} <= flags
-    choice = native.choose_repack(flags, environ={})
-    assert choice.enabled is False
-    assert "AMX" in choice.reason and "amx_int8" in choice.reason
-    assert choice.server_args() == ["--no-repack"]
+    for exact in (True, False):  # specchat's backend and llama.cpp's own peers alike
+        choice = native.choose_repack(flags, environ={}, exact=exact)
+        assert choice.enabled is False and choice.for_amx
+        assert "AMX" in choice.reason and "amx_int8" in choice.reason
+        assert choice.server_args() == ["--no-repack"]
 
 
-def test_a_cpu_without_amx_keeps_llama_cpps_default_repacking(tmp_path: Path) -> None:
-    choice = native.choose_repack(native.cpu_flags(cpuinfo(tmp_path, AVX2_DESKTOP_FLAGS)), environ={})
-    assert choice.enabled is True
-    assert choice.server_args() == []
+def test_without_amx_the_peers_keep_llama_cpps_default_and_ours_runs_unpacked(tmp_path: Path) -> None:
+    flags = native.cpu_flags(cpuinfo(tmp_path, AVX2_DESKTOP_FLAGS))
+    peer = native.choose_repack(flags, environ={}, exact=False)
+    assert peer.enabled is True and peer.server_args() == []
+    ours = native.choose_repack(flags, environ={})  # exact plain steps: repacked kernels would pad them
+    assert ours.enabled is False and not ours.for_amx and "padded" in ours.reason
 
 
 def test_the_environment_overrides_the_choice(tmp_path: Path) -> None:
     amx = native.cpu_flags(cpuinfo(tmp_path, SAPPHIRE_RAPIDS_FLAGS))
     assert native.choose_repack(amx, environ={native.REPACK_ENV: "on"}).enabled is True
     assert native.choose_repack([], environ={native.REPACK_ENV: "off"}).enabled is False
-    assert native.choose_repack([], environ={native.REPACK_ENV: "whatever"}).enabled is True
+    assert native.choose_repack([], environ={native.REPACK_ENV: "whatever"}, exact=False).enabled is True
 
 
 def test_no_cpuinfo_means_no_amx(tmp_path: Path) -> None:
     assert native.cpu_flags(tmp_path / "missing") == frozenset()
-    assert native.choose_repack(native.cpu_flags(tmp_path / "missing"), environ={}).enabled is True
+    assert (
+        native.choose_repack(native.cpu_flags(tmp_path / "missing"), environ={}, exact=False).enabled is True
+    )
 
 
 def test_llama_server_gets_no_repack_on_an_amx_cpu(tmp_path: Path, monkeypatch) -> None:
@@ -253,20 +258,22 @@ def test_on_an_amx_cpu_the_backend_loads_without_repacking_and_answers(
 
 
 @pytest.mark.slow
-def test_without_amx_the_backend_keeps_repacking(q4_1: Path, tmp_path: Path, monkeypatch) -> None:
+def test_without_amx_the_backend_runs_unpacked_unless_asked(q4_1: Path, tmp_path: Path, monkeypatch) -> None:
     from engine.backends.llamacpp import LlamaCppBackend
 
     monkeypatch.delenv(native.REPACK_ENV, raising=False)
     monkeypatch.setattr(native, "CPUINFO", str(cpuinfo(tmp_path, AVX2_DESKTOP_FLAGS)))
-    backend = LlamaCppBackend(q4_1, draft="none", cache_mode="fp16", max_context=512, probe_kernels=False)
-    backend.load()
-    try:
-        crashed = [note for note in backend.info.notes if "crashed" in note]
-        # Repacking on, as llama.cpp's default; only a crash of its trial (a real AMX CPU) turns it off.
-        assert backend.target.repack is (not crashed)
-        assert not any("AMX" in note for note in backend.info.notes)
-    finally:
-        backend.close()
+    for asked, expected in ((None, False), ("on", True)):
+        if asked:
+            monkeypatch.setenv(native.REPACK_ENV, asked)
+        backend = LlamaCppBackend(q4_1, draft="none", cache_mode="fp16", max_context=512, probe_kernels=False)
+        backend.load()
+        try:
+            crashed = any("crashed" in note for note in backend.info.notes)  # only on a real AMX CPU
+            assert backend.target.repack is (expected and not crashed)
+            assert not any("AMX" in note for note in backend.info.notes)
+        finally:
+            backend.close()
 
 
 REPACK_LOG_SCRIPT = """

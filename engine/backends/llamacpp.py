@@ -519,7 +519,7 @@ class LlamaCppBackend(RoundLoopBackend):
         could crash on it (first sight of a file/build/CPU only): a crash becomes a note or one BackendError
         line instead of a dead process."""
         self.repack = choose_repack()
-        if not self.repack.enabled:
+        if self.repack.for_amx:
             self.notes.append(self.repack.reason)
         for file, what in ((path, "model"), (draft_path, "draft model")):
             if file is None:

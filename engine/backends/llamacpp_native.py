@@ -4,9 +4,13 @@ Weight repacking. llama.cpp moves quantized weights into "extra buffer types" at
 (`amx_tile`/`amx_int8` in /proc/cpuinfo, compiled in by a native build on such a CPU) its AMX buffer takes
 Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K and IQ4_XS weights, and `ggml_backend_amx_mul_mat` segfaults on some of
 those machines (upstream llama.cpp#20824, closed unfixed). The same switch (`use_extra_bufts`, llama-server's
-`--no-repack`) also turns off the plain CPU repack (interleaved Q4_0/Q4_K/Q6_K/... for AVX2 and NEON), so
-`choose_repack` turns it off only where the CPU has AMX; elsewhere it stays on (it is llama.cpp's default and
-measured no slower here). `SPECCHAT_LLAMA_REPACK=on|off` overrides the choice.
+`--no-repack`) also turns off the plain CPU repack (interleaved Q4_0/Q4_K/Q6_K/... for AVX2 and NEON). That
+repack computes one token (gemv) and the rows of a batch (gemm) in other orders, so the kernel probe finds them
+apart and specchat's exact plain steps run padded to two rows: measured on Gemma 3 270M Q4_K_M on an AVX2 CPU
+(scripts/bench_repack.py), plain 1.77x and n-gram 1.16x faster with repacking off, the same greedy text. So
+`choose_repack` keeps it off for specchat's own (exact) backend on every CPU, and for llama.cpp's own peers
+(llama-server, `Llama()` in the bench: no exactness to keep) off only where the CPU has AMX.
+`SPECCHAT_LLAMA_REPACK=on|off` overrides both.
 
 A trial in a child process. Where a crash cannot be ruled out (the GGUF has weights of a type that an extra
 buffer type would take), the first load of a (model file, llama.cpp build, CPU, repack) is preceded by a short
@@ -73,15 +77,21 @@ class RepackChoice:
     enabled: bool
     reason: str
 
+    @property
+    def for_amx(self) -> bool:
+        """Turned off because of the AMX crash (worth a note to the user)."""
+        return not self.enabled and "AMX" in self.reason
+
     def server_args(self) -> list[str]:
         """llama-server's flag for the same choice."""
         return [] if self.enabled else ["--no-repack"]
 
 
 def choose_repack(
-    flags: Iterable[str] | None = None, environ: Mapping[str, str] | None = None
+    flags: Iterable[str] | None = None, environ: Mapping[str, str] | None = None, *, exact: bool = True
 ) -> RepackChoice:
-    """Repacking off where the CPU has AMX (llama.cpp's AMX buffer crashes there), on elsewhere."""
+    """Repacking off where the CPU has AMX (llama.cpp's AMX buffer crashes there); elsewhere off for specchat's
+    exact backend (`exact`: repacked kernels would pad its plain steps) and on for llama.cpp's own peers."""
     environ = os.environ if environ is None else environ
     forced = environ.get(REPACK_ENV, "").strip().lower()
     if forced in ("on", "1", "true", "yes"):
@@ -95,6 +105,12 @@ def choose_repack(
             False,
             f"weight repacking off: this CPU has AMX ({', '.join(amx)}), where llama.cpp's AMX repack of "
             "quantized weights crashes (llama.cpp#20824)",
+        )
+    if exact:
+        return RepackChoice(
+            False,
+            "weight repacking off: repacked weights compute one token and a batch row in other orders, so exact "
+            "plain steps would run padded",
         )
     return RepackChoice(True, "weight repacking on (no AMX on this CPU)")
 

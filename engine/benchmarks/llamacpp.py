@@ -98,7 +98,7 @@ def run_llamacpp_bench(
     import llama_cpp
 
     from engine.backends.llamacpp import LlamaCppBackend, patched_build
-    from engine.backends.llamacpp_native import RepackChoice, model_defaults
+    from engine.backends.llamacpp_native import choose_repack, model_defaults
     from engine.benchmarks.runner import chat_presets, load_prompt_set
 
     max_new = max_new_tokens or (96 if quick else 192)
@@ -119,8 +119,8 @@ def run_llamacpp_bench(
     cache_type = {"fp16": llama_cpp.GGML_TYPE_F16, "q4": llama_cpp.GGML_TYPE_Q4_0}.get(
         cache_mode, llama_cpp.GGML_TYPE_Q8_0
     )
-    # llama.cpp's own generate() on the same repack choice as ours (off where its AMX path crashes).
-    with model_defaults(RepackChoice(exact.repack_by_file[exact.model_path], "as ours")):
+    # llama.cpp's own generate() at its default, weight repacking on, except where its AMX path crashes.
+    with model_defaults(choose_repack(exact=False)):
         llm = llama_cpp.Llama(
             model_path=str(exact.model_path),
             n_ctx=exact.max_context,
