@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from tui_helpers import SIZE, plain, status, wait_until
 
 from engine.backends.scripted import ScriptedBackend
@@ -12,9 +13,9 @@ from tui.app import SpecchatApp
 from tui.screens.error import ErrorScreen
 
 
-async def _shows_error(app: SpecchatApp, fragment: str) -> None:
+async def _shows_error(app: SpecchatApp, fragment: str, timeout: float = 60) -> None:
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.state == "failed", timeout=60)
+        await wait_until(pilot, lambda: app.state == "failed", timeout=timeout)
         await wait_until(
             pilot, lambda: isinstance(app.screen, ErrorScreen) and app.screen.query("#error-message")
         )
@@ -49,11 +50,10 @@ async def test_exllamav2_backend_unusable_is_a_message_in_app(tiny_model_dir: Pa
     await _shows_error(app, "exllamav2 is unusable here")
 
 
+@pytest.mark.slow
 async def test_a_native_crash_in_the_trial_decode_is_a_message_and_the_app_stays_up(monkeypatch):
     # The trial child dies of a real SIGSEGV (planted), as llama.cpp's AMX path does on some Xeons: the open app
     # shows one line naming the signal instead of vanishing.
-    import pytest
-
     pytest.importorskip("llama_cpp")
     from engine.backends import llamacpp_native
     from engine.models import ensure_embedded_gguf
@@ -61,4 +61,6 @@ async def test_a_native_crash_in_the_trial_decode_is_a_message_and_the_app_stays
     path = ensure_embedded_gguf(precision="q4_1")
     monkeypatch.setenv(llamacpp_native.PLANT_ENV, "decode")
     app = SpecchatApp(Settings(model=path, backend="llamacpp"))
-    await _shows_error(app, "llama.cpp crashed (SIGSEGV)")
+    await _shows_error(
+        app, "llama.cpp crashed (SIGSEGV)", timeout=600
+    )  # a child loads the model: slow when busy
