@@ -137,11 +137,66 @@ def model_defaults(choice: RepackChoice) -> Iterator[None]:
 
 def repacked_types(path: Path) -> list[str]:
     """The GGUF's weight types that an extra buffer type could take (quantized ones), sorted; [] for F16/F32."""
-    from gguf import GGUFReader
+    from gguf import GGMLQuantizationType
 
-    reader = GGUFReader(str(path))
-    names = {tensor.tensor_type.name for tensor in reader.tensors}
+    names = set()
+    for code in gguf_tensor_types(path):
+        try:
+            names.add(GGMLQuantizationType(code).name)
+        except ValueError:
+            names.add(f"type {code}")
     return sorted(names - UNREPACKED_TYPES)
+
+
+# GGUF metadata value types whose size is fixed (gguf's GGUFValueType): uint8 .. float64, bool.
+_FIXED_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_STRING, _ARRAY = 8, 9
+
+
+def gguf_tensor_types(path: Path) -> set[int]:
+    """The ggml type codes of a GGUF file's tensors, read from its header alone (gguf's GGUFReader parses every
+    metadata array into numpy first: tens of seconds for a 150k-token vocabulary, at every load)."""
+    import mmap
+    import struct
+
+    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        if data[:4] != b"GGUF":
+            raise ValueError(f"{path.name} is not a GGUF file")
+        n_tensors, n_kv = struct.unpack_from("<QQ", data, 8)
+        offset = 24
+
+        def skip_string(at: int) -> int:
+            (length,) = struct.unpack_from("<Q", data, at)
+            return at + 8 + length
+
+        def skip_value(kind: int, at: int) -> int:
+            if kind in _FIXED_SIZES:
+                return at + _FIXED_SIZES[kind]
+            if kind == _STRING:
+                return skip_string(at)
+            if kind == _ARRAY:
+                item, count = struct.unpack_from("<IQ", data, at)
+                at += 12
+                if item in _FIXED_SIZES:
+                    return at + count * _FIXED_SIZES[item]
+                for _ in range(count):
+                    at = skip_value(item, at)
+                return at
+            raise ValueError(f"{path.name}: unknown GGUF value type {kind}")
+
+        for _ in range(n_kv):
+            offset = skip_string(offset)
+            (kind,) = struct.unpack_from("<I", data, offset)
+            offset = skip_value(kind, offset + 4)
+        types: set[int] = set()
+        for _ in range(n_tensors):
+            offset = skip_string(offset)
+            (n_dims,) = struct.unpack_from("<I", data, offset)
+            offset += 4 + 8 * n_dims
+            (code,) = struct.unpack_from("<I", data, offset)
+            types.add(code)
+            offset += 4 + 8
+        return types
 
 
 # --------------------------------------------------------------------------------------------------- the trial
