@@ -217,6 +217,21 @@ async def test_the_footer_offers_copy_code_on_a_selected_reply_with_code():
         await wait_until(pilot, lambda: "copy code" not in footer_keys(app))
 
 
+async def test_a_dialog_shows_one_scrollbar_not_the_chats_beside_it():
+    from tui.screens.help import HelpScreen
+
+    app = make_app(ScriptedBackend(" ".join(["A long reply line."] * 200)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "long please")
+        assert app.chat_log.styles.scrollbar_visibility == "visible"
+        await pilot.press("f5")
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await wait_until(pilot, lambda: app.chat_log.styles.scrollbar_visibility == "hidden")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.chat_log.styles.scrollbar_visibility == "visible")
+
+
 async def test_an_interrupted_reply_keeps_the_presets_temperature(tmp_path: Path):
     # A creative reply starts its ramp at 0.5; what is stored as it starts (all a killed process leaves) is 0.9.
     settings = Settings(data_dir=tmp_path, preset="creative")

@@ -116,6 +116,8 @@ class SpecchatApp(App[None]):
             self.notify(problem.message, severity=problem.severity, timeout=12)
         self.query_one(PromptInput).focus()
         self.set_interval(STATUS_INTERVAL_S, self._tick)
+        # A dialog shows the chat dimmed behind it: the chat's scrollbar beside the dialog's read as a second one.
+        self.watch(self.screen_stack[0], "stack_updates", self._chat_covered, init=False)
         self.refresh_status()
         for problem in self.session.skipped_presets.values():
             self.notify(
@@ -130,6 +132,9 @@ class SpecchatApp(App[None]):
             self.chat_log.set_banner(self._startup_banner(), error=True)
         if self.open_chat_id is not None:
             self.call_later(self.show_chat, self.open_chat_id)
+
+    def _chat_covered(self) -> None:
+        self.chat_log.set_class(self.screen is not self.screen_stack[0], "covered")
 
     def on_unmount(self) -> None:
         # Quitting mid-reply: stop the generation thread, or the process would wait for the whole reply.
