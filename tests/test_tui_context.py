@@ -24,7 +24,7 @@ from tests.tui_helpers import SIZE, make_app, plain, send, status, wait_ready, w
 from tui.app import SpecchatApp
 from tui.screens.inspector import InspectorScreen
 from tui.widgets.chat_log import ContextRule
-from tui.widgets.message import ReplyMessage, UserMessage
+from tui.widgets.message import ReplyMessage
 
 LONG_REPLY = " ".join(f"tok{i}" for i in range(150))
 MAX_CONTEXT = 512
@@ -240,4 +240,33 @@ async def test_an_interrupted_reply_keeps_the_presets_temperature(tmp_path: Path
     session.send("Tell me a story", on_event=lambda _e: None, cancel=threading.Event())
     stored = Store.open(tmp_path).conversation(session.chat_id)
     assert stored[-1].role == "assistant" and stored[-1].temperature == 0.9
-    assert isinstance(UserMessage("x"), UserMessage)
+
+
+def test_history_entries_are_one_line_each():
+    from types import SimpleNamespace
+
+    from tui.screens.history import TITLE_CELLS, chat_option_text
+
+    long = SimpleNamespace(
+        title="Explain " + "the lighthouse keeper's map " * 8, updated_at=0.0, message_count=12
+    )
+    pasted = SimpleNamespace(title="line one\nline two", updated_at=0.0, message_count=2)
+    for chat in (long, pasted):
+        text = chat_option_text(chat)
+        assert "\n" not in text.plain and text.no_wrap
+        assert text.plain.split("  ")[0].__len__() <= TITLE_CELLS
+    assert chat_option_text(long).plain.split("  ")[0].endswith("…")
+
+
+def test_a_first_reply_is_not_compared_with_itself():
+    from types import SimpleNamespace
+
+    from tui.screens.inspector import recent_comparison
+
+    stats = SimpleNamespace(preset="qa", acceptance_rate=0.5, mean_accepted_length=2.0, decode_tokens_per_s=40.0,
+                            ttft_s=0.1)  # fmt: skip
+    recent = SimpleNamespace(replies=1, acceptance=0.5, tau=2.0, tokens_per_s=40.0, ttft_s=0.1)
+    assert "no earlier qa replies" in recent_comparison(stats, recent).plain
+    recent.replies = 5
+    table = recent_comparison(stats, recent)
+    assert [c.header for c in table.columns][2] == "qa average of 5"  # fits 80 columns
