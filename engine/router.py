@@ -12,9 +12,9 @@ How a decision is made:
 - code or creative wins when its score reaches `DECISION_THRESHOLD`; otherwise qa, the general default
   for questions, explanations, facts and advice.
 
-Documented choice: a single programming term with no code, language name or second programming cue is
-not enough for code. "explain what a closure is" goes to qa (prose explanation, and "closure" is also an
-everyday word); "explain closures in JavaScript" or a message with a snippet goes to code.
+Documented choice: a single programming term (or a file format such as CSV) with no code, language name or
+second programming cue is not enough for code. "explain what a closure is" goes to qa (prose explanation, and
+"closure" is also an everyday word); "explain closures in JavaScript" or a message with a snippet goes to code.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ CODE_CUES: tuple[Cue, ...] = (
         r"deadlock|race condition|null|undefined|boolean|integer|int|float|enum|struct|pointer|"
         r"dereferenc\w*|memory leak|garbage collect\w*|dependency injection|type hints?|generics?|lambda|"
         r"callbacks?|promises?|closures? in|source code|codebase|repo(?:sitory)?|pull request|"
-        r"merge conflict|commit|frontend|backend|localhost|CLI|HTTP|REST|JSON|CSV|dict(?:ionary)? "
+        r"merge conflict|commit|frontend|backend|localhost|CLI|HTTP|REST|JSON|dict(?:ionary)? "
         r"comprehension|list comprehension|dataframe|component|hook|useEffect|namespace|module|"
         r"library|framework|package manager|virtualenv|venv|IDE|linter|idiomatic|"
         r"(?:for|while|infinite|nested|event) ?-?loops?|if statements?|switch statements?|try[/-](?:except|catch)|"
@@ -163,7 +163,9 @@ CODE_CUES: tuple[Cue, ...] = (
         r"loop|array|string|list|dict|tuple|object|thread|process|memory|cache|parse|parser|"
         r"syntax|compile|runtime|closure|stack|heap|index|branch|merge|terminal|console|command line|"
         r"implement\w*|mock\w*|snippet|image|container|app|website|webpage|browser|CPU|GPU|"
-        r"lookups?|iterat\w+|indices|key-value|encrypt\w*|authenticat\w*|hash(?:ing|ed)?|JWT|OAuth|SSL|TLS)\b",
+        r"lookups?|iterat\w+|indices|key-value|encrypt\w*|authenticat\w*|hash(?:ing|ed)?|JWT|OAuth|SSL|TLS|"
+        # A spreadsheet's file format as much as a programmer's: alone it does not make a question code.
+        r"CSV)\b",
         max_hits=2,
     ),
 )

@@ -116,6 +116,12 @@ def test_closure_choice_is_documented() -> None:
     assert route("explain what a closure is in Python").preset == "code"
 
 
+def test_a_file_format_alone_is_not_code() -> None:
+    # CSV is a spreadsheet's format as much as a programmer's: a plain-words question about it is qa.
+    assert route("Explain what a CSV file is in plain words").preset == "qa"
+    assert route("Read a CSV file with pandas and sum a column").preset == "code"
+
+
 def test_code_request_beats_creative_subject() -> None:
     decision = route("Write a function that returns a random haiku from a list")
     assert decision.preset == "code"

@@ -101,17 +101,22 @@ def test_context_is_trimmed_oldest_first_and_said():
     long_reply = " ".join(f"tok{i}" for i in range(150))
     backend = ScriptedBackend(long_reply, max_context=512)
     session = make_session(backend, preset="qa", max_context=512)
+    events = []
     for i in range(4):
-        collect(session, f"question number {i} " + "padding " * 20)
-    result, events = collect(session, "the last question")
-    trimmed = [e for e in events if isinstance(e, ContextTrimmed)]
+        events += collect(session, f"question number {i} " + "padding " * 20)[1]
+    result, last = collect(session, "the last question")
+    trimmed = [e for e in events + last if isinstance(e, ContextTrimmed)]
     assert trimmed, "expected a ContextTrimmed event"
-    assert trimmed[0].dropped_turns >= 2
-    assert trimmed[0].prompt_tokens + min(512 // 2, 512) <= 512
+    assert sum(e.dropped_turns for e in trimmed) == session.context_start >= 2
+    assert all(e.prompt_tokens + min(512 // 2, 512) <= 512 for e in trimmed)
     assert isinstance(result, ReplyFinished)
-    assert session.turns[0].role == "user"
-    assert "question number 0" not in session.turns[0].content
+    # The trimmed turns stay in the conversation (on screen, in the store); the model sees from context_start.
+    assert "question number 0" in session.turns[0].content
+    seen = session.context_turns
+    assert seen[0].role == "user" and "question number 0" not in seen[0].content
     assert session.turns[-2].content == "the last question"
+    sent = [m["content"] for m in session.backend.requests[-1].messages]
+    assert not any("question number 0" in text for text in sent)  # what the model got: the kept turns only
 
 
 def test_message_longer_than_the_context_fails_and_keeps_nothing_half_done():

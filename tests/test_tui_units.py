@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from engine.backends.scripted import ScriptedBackend, SteppingClock, scripted_words
 from engine.events import Chunk, Done, MessageStats
 from engine.request import GenerationRequest, SamplerSettings
 from tui.formatting import bar, percent, sparkline, stats_line
 from tui.keymap import check_keymap, key_for
-from tui.streaming import ReplyBuffer, merge_runs, split_chunk_by_origin
+from tui.streaming import RENDER_INTERVAL_S, RenderPace, ReplyBuffer, merge_runs, split_chunk_by_origin
 from tui.widgets.message import last_code_block
 from tui.widgets.status_bar import StatusFigures, render_status
 
@@ -38,6 +40,34 @@ def test_buffer_posts_at_most_every_interval_and_take_drains_all():
     assert buffer.has_pending
     assert buffer.take() == [("a", False), ("b", True)]
     assert buffer.take() == [] and not buffer.has_pending
+
+
+def test_a_stalled_buffer_is_overdue_only_after_an_interval():
+    buffer = ReplyBuffer(interval_s=10.0)
+    buffer.add(chunk("a", [1], [False]))  # posted at once (the first chunk)
+    buffer.add(chunk("b", [2], [False]))  # not posted: within the interval
+    assert buffer.has_pending and not buffer.overdue  # the UI's timer must not redraw at its own rate
+    buffer.interval_s = 0.0
+    assert buffer.overdue
+    buffer.take()
+    assert not buffer.overdue
+
+
+def test_render_pace_stretches_over_the_ui_budget_and_comes_back():
+    pace = RenderPace(budget=0.15, ceiling=1.0)
+    assert pace.observe(cpu=0.0, wall=0.0) == RENDER_INTERVAL_S  # nothing measured yet
+    # 0.3 of a core over the last 0.1 s: twice the budget, so redraws half as often.
+    assert pace.observe(cpu=0.03, wall=0.1) == pytest.approx(0.2)
+    # Far over (a whole core): capped at the ceiling, never slower than that.
+    assert pace.observe(cpu=0.23, wall=0.3) == 1.0
+    # Well under the budget: back towards the eye's rate step by step, never faster than it.
+    interval = 1.0
+    for step in range(1, 30):
+        interval = pace.observe(cpu=0.23 + 0.001 * step, wall=0.3 + step)
+    assert interval == RENDER_INTERVAL_S
+    # Between half the budget and the budget: left as it is.
+    pace.interval = 0.4
+    assert pace.observe(cpu=0.23 + 0.029 + 0.1, wall=30.0) == 0.4
 
 
 def test_merge_runs_joins_neighbours():

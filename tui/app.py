@@ -2,9 +2,9 @@
 
 Threads: the model loads in a thread worker (group "load") and every reply runs in
 `@work(thread=True, exclusive=True, exit_on_error=False, group="generate")`. The generation thread only
-fills a `ReplyBuffer` and posts `ReplyTextArrived` at most every 50 ms, plus one message per session event
-(`ReplyStarted`, `ContextTrimmed`, `ReplyFinished`, `ReplyFailed`). The status bar reads the session's plain
-attributes on a 0.1 s timer. One `Worker.StateChanged` handler turns unexpected failures into an error modal.
+fills a `ReplyBuffer` and posts `ReplyTextArrived` at most every 0.1 s (longer while the UI thread is over its
+budget: `tui.streaming.RenderPace`), plus one message per session event (`ReplyStarted`, `ContextTrimmed`,
+`ReplyFinished`, `ReplyFailed`). The status bar reads the session's plain attributes on a 0.25 s timer. One `Worker.StateChanged` handler turns unexpected failures into an error modal.
 """
 
 from __future__ import annotations
@@ -31,17 +31,20 @@ from tui.messages import LoadProgressed, ReplyEventArrived, ReplyTextArrived
 from tui.reply_header import started_header, variant_header
 from tui.screens.error import ErrorScreen
 from tui.screens.help import HelpScreen
-from tui.screens.inspector import InspectorScreen
+from tui.screens.inspector import InspectorScreen, context_line
 from tui.screens.presets import PresetPickerScreen
 from tui.screens.settings import open_chat_settings
-from tui.streaming import ReplyBuffer
+from tui.streaming import RenderPace, ReplyBuffer
 from tui.widgets.chat_log import ChatLog
 from tui.widgets.footer import FittingFooter
 from tui.widgets.message import ReplyMessage, UserMessage, last_code_block
 from tui.widgets.prompt import PromptInput
 from tui.widgets.status_bar import StatusBar, collect_status
 
-STATUS_INTERVAL_S = 0.1
+# The status bar's figures (tok/s, acceptance, sparkline) at 4 Hz: each repaint is a compositor pass on the UI
+# thread, and the eye does not read a figure that changes faster. Measured at 160x48 while a reply streamed: the
+# bar was the most repainted widget (85 of 180 repaints in 11 s at 10 Hz).
+STATUS_INTERVAL_S = 0.25
 
 
 # --- the app ----------------------------------------------------------------------------------------------
@@ -82,6 +85,7 @@ class SpecchatApp(App[None]):
         )
         self._cancel: threading.Event | None = None
         self._buffer: ReplyBuffer | None = None
+        self._pace = RenderPace()
         self._reply: ReplyMessage | None = None
         self._pending_prompt = ""
         # A message sent while the model loads: shown as waiting and sent once the model is ready.
@@ -112,6 +116,8 @@ class SpecchatApp(App[None]):
             self.notify(problem.message, severity=problem.severity, timeout=12)
         self.query_one(PromptInput).focus()
         self.set_interval(STATUS_INTERVAL_S, self._tick)
+        # A dialog shows the chat dimmed behind it: the chat's scrollbar beside the dialog's read as a second one.
+        self.watch(self.screen_stack[0], "stack_updates", self._chat_covered, init=False)
         self.refresh_status()
         for problem in self.session.skipped_presets.values():
             self.notify(
@@ -126,6 +132,9 @@ class SpecchatApp(App[None]):
             self.chat_log.set_banner(self._startup_banner(), error=True)
         if self.open_chat_id is not None:
             self.call_later(self.show_chat, self.open_chat_id)
+
+    def _chat_covered(self) -> None:
+        self.chat_log.set_class(self.screen is not self.screen_stack[0], "covered")
 
     def on_unmount(self) -> None:
         # Quitting mid-reply: stop the generation thread, or the process would wait for the whole reply.
@@ -153,7 +162,7 @@ class SpecchatApp(App[None]):
 
     async def _tick(self) -> None:
         # A reply that stalls right after a chunk that was not posted (the 50 ms rule) still shows up here.
-        if self._buffer is not None and self._reply is not None and self._buffer.has_pending:
+        if self._buffer is not None and self._reply is not None and self._buffer.overdue:
             await self._drain(self._buffer)
         for notice in self.session.take_notices():  # storage trouble (damaged db, full disk): told once
             self.notify(notice, title="History", severity="warning", timeout=12)
@@ -346,9 +355,12 @@ class SpecchatApp(App[None]):
         self.chat_log.anchor()
         backend = self.session.backend
         self._buffer = ReplyBuffer(decode=backend.decode if backend is not None else None)
+        self._pace = RenderPace()
         self._reply = reply
         self._cancel = threading.Event()
         self._pending_prompt = text or ""
+        # A blinking cursor repaints the prompt twice a second: while a reply streams it stays lit instead.
+        self.prompt.cursor_blink = False
         self.generate(text, self._buffer, self._cancel)
         self.refresh_status()
 
@@ -373,6 +385,8 @@ class SpecchatApp(App[None]):
     async def _drain(self, buffer: ReplyBuffer) -> None:
         runs = buffer.take()
         if runs and self._reply is not None and buffer is self._buffer:
+            # The next redraw waits longer while the UI thread is over its share of a core (tui/streaming.py).
+            buffer.interval_s = self._pace.observe()
             await self._reply.append_runs(runs)
 
     async def on_reply_text_arrived(self, message: ReplyTextArrived) -> None:
@@ -388,9 +402,10 @@ class SpecchatApp(App[None]):
             reply.set_header(started_header(event, by_server))
             self.refresh_status()
         elif isinstance(event, ContextTrimmed):
+            self._mark_context()
             self.notify(
-                f"Dropped the {event.dropped_turns} oldest turns to fit the context "
-                f"({event.prompt_tokens}/{event.max_context} tokens).",
+                f"The {event.dropped_turns} oldest turns no longer fit the context: the model does not see them "
+                f"(dimmed, above the rule). Next prompt {event.prompt_tokens}/{event.max_context} tokens.",
                 title="Context trimmed",
                 severity="warning",
             )
@@ -444,7 +459,14 @@ class SpecchatApp(App[None]):
     def _end_reply(self) -> None:
         self._reply = None
         self._cancel = None
+        self.prompt.cursor_blink = True
+        self._mark_context()
         self.refresh_status()
+
+    def _mark_context(self) -> None:
+        """Dim the turns the model no longer sees (trimmed to fit the context), under one rule that says so."""
+        session = self.session
+        self.chat_log.mark_context(sum(1 for t in session.turns[: session.context_start] if t.role == "user"))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """Failures nobody caught become a modal with the message; the app stays open."""
@@ -480,7 +502,9 @@ class SpecchatApp(App[None]):
             return self.generating or self._queued is not None
         if action == "regenerate":
             return not self.generating and any(t.role == "assistant" for t in self.session.turns)
-        return True
+        # On a selected reply its own ^b takes the key, and shows in the footer where it has a code block (this
+        # one is a priority binding without a footer entry: it would hide that one).
+        return not (action == "copy_code" and isinstance(self.focused, ReplyMessage))
 
     def action_use_preset(self, name: str) -> None:
         try:
@@ -562,6 +586,7 @@ class SpecchatApp(App[None]):
             self.notify("No message to edit yet.", severity="warning")
             return
         await self.chat_log.remove_last_exchange()
+        self._mark_context()
         self.prompt.set_text(text)
         self.prompt.focus()
         self.refresh_status()
@@ -603,14 +628,22 @@ class SpecchatApp(App[None]):
         streaming = self._reply
         if streaming is not None and reply in (None, streaming) and getattr(reply, "stats", None) is None:
             # Asked before the reply's last token (a short reply looks done early): open now, fill in at the end.
-            self.push_screen(InspectorScreen(pending=streaming, recent_for=self.session.recent_average))
+            self.push_screen(
+                InspectorScreen(
+                    pending=streaming,
+                    recent_for=self.session.recent_average,
+                    context=context_line(self.session),
+                )
+            )
             return
         if reply is None or reply.stats is None:
             self.notify("No finished reply to inspect yet.", severity="warning")
             return
         stats = reply.stats
         recent = self.session.recent_average(stats.preset, model=stats.model, backend=stats.backend)
-        self.push_screen(InspectorScreen(reply.stats, reply.cancelled, recent))
+        self.push_screen(
+            InspectorScreen(reply.stats, reply.cancelled, recent, context=context_line(self.session))
+        )
 
     def action_select_reply(self, step: int) -> None:
         self.chat_log.select_reply(step, self.focused)
@@ -662,6 +695,7 @@ class SpecchatApp(App[None]):
             self.notify(str(exc), severity="error")
             return
         await self.chat_log.show_turns(turns, self.highlight_drafts)
+        self._mark_context()
         self.prompt.focus()
         self.refresh_status()
 
@@ -696,6 +730,7 @@ class SpecchatApp(App[None]):
             await replies[-1].remove()
         reply = await self.chat_log.mount_stored_reply(turn, self.highlight_drafts)
         self._label_variant(reply)
+        self._mark_context()
         self.chat_log.anchor()
         self.refresh_status()
 

@@ -1,8 +1,13 @@
-"""The hand-off between the generation thread and the UI: a locked buffer of text runs.
+"""The hand-off between the generation thread and the UI: a locked buffer of text runs, and the pace of redraws.
 
 The worker's `on_event` callback runs on the generation thread for every Chunk. It only appends to
-`ReplyBuffer` and, at most every `POST_INTERVAL_S`, asks for one message to be posted; the UI drains everything
+`ReplyBuffer` and, at most every `interval_s`, asks for one message to be posted; the UI drains everything
 buffered in one go. So nothing per token touches the DOM, and a burst of chunks costs one repaint.
+
+The interval is tied to the eye, not to the model: `RENDER_INTERVAL_S` (10 redraws a second reads as flowing text)
+whatever the token rate. `RenderPace` stretches it while the UI thread uses more than `UI_BUDGET` of a core (a long
+code block re-highlighted per redraw, a wide terminal, a long chat), so the UI never takes the cores the model
+needs: on 2 cores llama.cpp's threads meet at a barrier every operation, and a third busy thread stalls both.
 
 Draft highlighting needs text per origin: `engine.origins.split_chunk_by_origin` splits each chunk, on the
 generation thread, never on the UI.
@@ -20,7 +25,38 @@ from engine.origins import OriginRun, merge_runs, split_chunk_by_origin
 
 __all__ = ["OriginRun", "ReplyBuffer", "merge_runs", "split_chunk_by_origin"]
 
-POST_INTERVAL_S = 0.05
+RENDER_INTERVAL_S = 0.1
+MAX_RENDER_INTERVAL_S = 1.0  # a long chat at 160x48 (each redraw re-lays out every message) needs ~0.8 s
+UI_BUDGET = 0.15  # of a core, for the UI thread while a reply streams (the issue's target: under 0.25)
+
+
+@dataclass
+class RenderPace:
+    """The redraw interval, from the UI thread's CPU use since the last redraw (`observe`, UI thread only).
+
+    Over `budget` the interval grows in proportion (a redraw costing 30 ms at 10 Hz is 0.3 of a core: at 5 Hz,
+    0.15); well under it, it comes back towards `base`. CPU time is the thread's own (`time.thread_time`), so
+    waiting for the model does not count."""
+
+    base: float = RENDER_INTERVAL_S
+    budget: float = UI_BUDGET
+    ceiling: float = MAX_RENDER_INTERVAL_S
+    interval: float = RENDER_INTERVAL_S
+    _cpu: float | None = None
+    _wall: float = 0.0
+
+    def observe(self, cpu: float | None = None, wall: float | None = None) -> float:
+        """Account the UI thread's time since the last call; returns the interval to use from now on."""
+        cpu = time.thread_time() if cpu is None else cpu
+        wall = time.monotonic() if wall is None else wall
+        if self._cpu is not None and wall > self._wall:
+            share = (cpu - self._cpu) / (wall - self._wall)
+            if share > self.budget:
+                self.interval = min(self.ceiling, self.interval * share / self.budget)
+            elif share < self.budget / 2:
+                self.interval = max(self.base, self.interval * 0.8)
+        self._cpu, self._wall = cpu, wall
+        return self.interval
 
 
 @dataclass
@@ -28,7 +64,7 @@ class ReplyBuffer:
     """Chunks of one reply on their way from the generation thread to the UI."""
 
     decode: Callable[[list[int]], str] | None = None
-    interval_s: float = POST_INTERVAL_S
+    interval_s: float = RENDER_INTERVAL_S  # set by the UI thread (RenderPace), read here: a float is atomic
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _pending: list[OriginRun] = field(default_factory=list)
     _last_post: float = 0.0
@@ -48,12 +84,20 @@ class ReplyBuffer:
         return False
 
     def take(self) -> list[OriginRun]:
-        """Everything buffered since the last take (UI thread)."""
+        """Everything buffered since the last take (UI thread). The next post waits a whole interval from now."""
         with self._lock:
             runs, self._pending = self._pending, []
+            self._last_post = time.monotonic()
         return runs
 
     @property
     def has_pending(self) -> bool:
         with self._lock:
             return bool(self._pending)
+
+    @property
+    def overdue(self) -> bool:
+        """Text waiting longer than an interval: the stream stalled right after a chunk that was not posted (the
+        UI's timer drains it then; draining on every tick would redraw at the timer's rate, not the pace's)."""
+        with self._lock:
+            return bool(self._pending) and time.monotonic() - self._last_post >= self.interval_s

@@ -1,17 +1,26 @@
-"""UI benchmark: can the chat log keep up with a fast model, and does the app stay responsive meanwhile?
+"""UI benchmark: does the chat cost the model speed, can the chat log keep up, does the app stay responsive?
 
-A scripted backend streams 4,000 tokens at 2,000 tokens/s through the real app (headless, under Pilot).
-Printed figures (targets in brackets):
-  - render lag: seconds from the last token leaving the backend to the final text being on screen (< 0.5 s)
-  - key delay p95: how long a keypress typed during streaming waits to be handled (< 100 ms)
+Two parts, both through the real app (headless, under Pilot):
+  - the real model (the configured one, or the embedded one): the same prompt, preset and seed answered by the
+    session alone (what `specchat generate` does) and by the chat, alternating (generate, chat, generate, chat) at
+    80x24 and 160x48; printed: each side's tok/s, the chat's ratio to generate (target >= 0.9), whether both
+    produced the same text, and the share of a core the UI (main) thread and the model's threads used while the
+    reply streamed (target: main thread < 0.25). Headless: the app renders every frame but writes no escape codes,
+    so a real terminal costs a little more (measure it in tmux: README, "The chat").
+  - a scripted backend streams 4,000 tokens at 2,000 tokens/s: render lag from the last token to the final text on
+    screen (< 0.5 s) and the delay of keys typed while it streams (p95 < 100 ms).
 This is a benchmark, not a test: it prints numbers measured in one run and asserts nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
+import threading
 import time
+from pathlib import Path
+from typing import Any
 
 from textual import events
 
@@ -108,5 +117,161 @@ def run_ui_bench(tokens: int = TOKENS, tokens_per_s: float = TOKENS_PER_S, worst
     return result
 
 
+# --- the real model: the chat against the session alone -----------------------------------------------------
+
+# (label, prompt, preset): a short answer and a long story (500+ tokens), as a user would send them.
+REAL_PROMPTS = (
+    ("short qa", "What is the capital of France? Answer in one sentence.", "qa"),
+    ("long story", "Write a long story about a lighthouse keeper who finds a map in a bottle.", "creative"),
+)
+SIZES = ((80, 24), (160, 48))
+SEED = 3
+
+
+def thread_cpu_seconds() -> dict[int, float]:
+    """CPU seconds (user + system) of every thread of this process, by native thread id (Linux /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    seconds: dict[int, float] = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended meanwhile
+        seconds[int(task.name)] = (int(fields[11]) + int(fields[12])) / ticks
+    return seconds
+
+
+def _cpu_shares(before: dict[int, float], after: dict[int, float], wall: float) -> tuple[float, float]:
+    """(main thread's share of a core, all other threads' together) between two snapshots."""
+    main = threading.main_thread().native_id
+    used = {tid: after[tid] - before.get(tid, 0.0) for tid in after}
+    main_share = used.pop(main, 0.0) / wall if wall > 0 else 0.0
+    return main_share, sum(used.values()) / wall if wall > 0 else 0.0
+
+
+def _loaded_session(settings: Any, backend: Any) -> Any:
+    """A ChatSession on an already loaded backend: both sides share one model (and its thread choice)."""
+    from engine.session import ChatSession
+
+    session = ChatSession(settings, backend=backend)
+    session._info = backend.info  # loaded once for the whole bench; loading again would measure threads again
+    return session
+
+
+def _generate_once(settings: Any, backend: Any, prompt: str, preset: str) -> dict:
+    session = _loaded_session(settings, backend)
+    session.set_mode(preset)
+    before, start = thread_cpu_seconds(), time.perf_counter()
+    result = session.send(prompt, on_event=lambda _event: None, cancel=threading.Event())
+    wall = time.perf_counter() - start
+    main, others = _cpu_shares(before, thread_cpu_seconds(), wall)
+    stats = getattr(result, "stats", None)
+    return {
+        "text": getattr(result, "text", ""),
+        "tokens": stats.new_tokens if stats else 0,
+        "tok_s": stats.decode_tokens_per_s if stats else 0.0,
+        "main": main,
+        "others": others,
+    }
+
+
+async def _chat_once(settings: Any, backend: Any, prompt: str, preset: str, size: tuple[int, int]) -> dict:
+    from tui.app import SpecchatApp
+
+    session = _loaded_session(settings, backend)
+    session.set_mode(preset)
+    app = SpecchatApp(settings, session=session, load_on_mount=False)
+    async with app.run_test(size=size) as pilot:
+        await app._loaded(backend.info)
+        await pilot.pause(0.5)  # the first layout and the load toast settle before the clock starts
+        app.prompt.set_text(prompt)
+        driver = app._driver
+        assert driver is not None
+        enter = events.Key("enter", None)
+        enter.set_sender(app)
+        before, start = thread_cpu_seconds(), time.perf_counter()
+        driver.send_message(enter)
+        while not app.generating:
+            await asyncio.sleep(0.005)
+        while app.generating:
+            await asyncio.sleep(0.05)  # a slow poll: the bench's own wake-ups run on the main thread too
+        wall = time.perf_counter() - start
+        main, others = _cpu_shares(before, thread_cpu_seconds(), wall)
+        turn = session.turns[-1] if session.turns else None
+        stats = turn.stats if turn is not None else None
+    return {
+        "text": turn.content if turn is not None else "",
+        "tokens": stats.new_tokens if stats else 0,
+        "tok_s": stats.decode_tokens_per_s if stats else 0.0,
+        "main": main,
+        "others": others,
+    }
+
+
+def run_chat_vs_generate(settings: Any = None, repeats: int = 2, quick: bool = False) -> list[dict]:
+    """The chat's tok/s against the session alone, same prompt, preset and seed, alternating; prints a table."""
+    from engine.backends.select import create_backend
+    from engine.config import load_settings
+    from engine.models import ensure_embedded_model
+
+    settings = settings or load_settings()
+    settings = settings.model_copy(update={"seed": SEED if settings.seed is None else settings.seed})
+    if settings.model is None:
+        settings = settings.model_copy(update={"model": ensure_embedded_model()})
+    backend, _ = create_backend(settings)
+    backend.load()
+    threads = getattr(backend, "threads", None)
+    prompts = REAL_PROMPTS[:1] if quick else REAL_PROMPTS
+    print(
+        f"chat vs generate: {backend.info.model} on {backend.info.backend}·{backend.info.device}"
+        + (f", {threads} model threads" if threads else "")
+        + f", seed {settings.seed}, {repeats} alternating runs each"
+    )
+    rows: list[dict] = []
+    for label, prompt, preset in prompts:
+        for size in SIZES:
+            gen: list[dict] = []
+            chat: list[dict] = []
+            for _ in range(repeats):
+                gen.append(_generate_once(settings, backend, prompt, preset))
+                chat.append(asyncio.run(_chat_once(settings, backend, prompt, preset, size)))
+                if threads and getattr(backend, "threads", threads) != threads:
+                    print(f"  note: the backend dropped to {backend.threads} thread(s) during the run")
+                    backend.set_threads(threads)
+            gen_tps = statistics.median(r["tok_s"] or 0.0 for r in gen)
+            chat_tps = statistics.median(r["tok_s"] or 0.0 for r in chat)
+            row = {
+                "label": label,
+                "size": f"{size[0]}x{size[1]}",
+                "tokens": chat[-1]["tokens"],
+                "same_text": all(r["text"] == gen[0]["text"] for r in gen + chat),
+                "generate_tok_s": gen_tps,
+                "chat_tok_s": chat_tps,
+                "ratio": chat_tps / gen_tps if gen_tps else 0.0,
+                "chat_main_thread": statistics.median(r["main"] for r in chat),
+                "generate_main_thread": statistics.median(r["main"] for r in gen),
+                # The chat generates on a worker thread: every thread but the UI's is the model's. `generate` runs
+                # the model on the main thread (with one llama.cpp thread, all of it): its whole process counts.
+                "chat_model_threads": statistics.median(r["others"] for r in chat),
+                "generate_process": statistics.median(r["main"] + r["others"] for r in gen),
+            }
+            rows.append(row)
+            print(
+                f"  {label:<10} {row['size']:>6} {row['tokens']:>4} tok  generate {gen_tps:5.1f} tok/s  "
+                f"chat {chat_tps:5.1f} tok/s  ratio {row['ratio']:.2f} (target >= 0.9)  "
+                f"same text: {row['same_text']}"
+            )
+            print(
+                f"  {'':<10} {'':>6}           UI thread {row['chat_main_thread']:.2f} of a core (target < 0.25)"
+                f" · the model {row['chat_model_threads']:.2f} cores in the chat, "
+                f"{row['generate_process']:.2f} in generate"
+            )
+    close = getattr(backend, "close", None)
+    if close is not None:
+        close()
+    return rows
+
+
 if __name__ == "__main__":
+    run_chat_vs_generate()
     run_ui_bench()

@@ -143,7 +143,11 @@ class ChatSession(SessionHistory):
         self.active: ReplyStarted | None = None
         self.last_stats: MessageStats | None = None
         self.last_prompt_ids: tuple[int, ...] = ()
+        # The tokens the next reply will see (the kept turns as its prompt renders them; during a reply, its prompt
+        # plus what it has generated so far), and the first turn it sees: `turns[:context_start]` stay in the chat
+        # (on screen, in the store) but no longer fit the context.
         self.context_used = 0
+        self.context_start = 0
         self._info: BackendInfo | None = None
         # The model folder's path as resolved at load (the embedded model's cache folder when none was set).
         self.model_dir: str | None = str(settings.model) if settings.model is not None else None
@@ -251,7 +255,7 @@ class ChatSession(SessionHistory):
             # The new model is in: a failure in the old one's cleanup cannot undo that.
             with contextlib.suppress(Exception):
                 old.close()
-        self._recount_context()
+        self._recount_context(from_start=True)  # another context size: what fits is measured afresh
         if self.recorder is not None:
             self.recorder.chat_settings_changed(model=self.model_dir, draft=draft)
         return info
@@ -330,6 +334,8 @@ class ChatSession(SessionHistory):
     def new_chat(self) -> None:
         self.turns.clear()
         self.context_used = 0
+        self.context_start = 0
+        self.last_stats = None  # a new chat's status bar starts blank, not with the old chat's figures
         self.live = LiveStats()
         if self.recorder is not None:
             self.recorder.new_chat()
@@ -341,16 +347,72 @@ class ChatSession(SessionHistory):
         if not self.turns:
             return None
         text = self.turns.pop().content
-        self._recount_context()
+        self._recount_context()  # starts at the last kept user turn at the latest
         return text
 
-    def _recount_context(self) -> None:
-        """`context_used` for the conversation as it stands now (after turns were taken away)."""
+    @property
+    def context_turns(self) -> list[Turn]:
+        """The turns the model sees (the oldest ones that no longer fit are left out)."""
+        return self.turns[self.context_start :]
+
+    def _recount_context(self, from_start: bool = False) -> None:
+        """`context_used` and `context_start` for the conversation as it stands now: the turns the next reply will
+        see, with room kept for that reply (after a reply, reopening a chat, paging, editing, another model).
+
+        The oldest turns that no longer fit are left out here already, so the figure is the truth before the next
+        message is typed; trimming only moves forward (`from_start` begins again at the first turn: another model).
+        """
         if not self.turns or self.backend is None or self._info is None:
             self.context_used = 0
+            self.context_start = 0
             return
-        with contextlib.suppress(UserError):  # the figure stays as it was; the next reply measures it again
-            self.context_used = len(self.backend.encode_chat(self._messages(self.turns)))
+        users = [i for i, t in enumerate(self.turns) if t.role == "user"]
+        last_user = users[-1] if users else 0
+        start = 0 if from_start else min(self.context_start, last_user)
+        try:
+            self.context_start, ids = self._fit(start, self._next_reserve(), last_user)
+        except UserError:
+            return  # the figure stays as it was; the next reply measures it again
+        self.context_used = len(ids)
+
+    def _recount_after_reply(self, on_event: EventCallback) -> None:
+        """Recount once a reply ended; turns that no longer leave the next reply its room are said (ContextTrimmed)
+        now, when they leave the context, not at the next message."""
+        before = self.context_start
+        self._recount_context()
+        if self.context_start > before:
+            on_event(
+                ContextTrimmed(
+                    dropped_turns=self.context_start - before,
+                    prompt_tokens=self.context_used,
+                    max_context=self.max_context,
+                )
+            )
+
+    def _reserve(self, preset: Preset) -> int:
+        """Room a reply with `preset` keeps free in the context for its answer."""
+        return min(preset.max_new_tokens, self.max_context // 2)
+
+    def _next_reserve(self) -> int:
+        """The room the next reply will keep: its preset's, or (auto: the router picks per message) the largest any
+        routed preset keeps, so that the turns shown as seen stay seen whichever preset the router picks."""
+        if self.mode != "auto":
+            return self._reserve(self.effective_preset(self.mode))
+        names = [n for n in ("code", "qa", "creative") if n in self.presets] or list(self.presets)
+        return max((self._reserve(self.effective_preset(n)) for n in names), default=0)
+
+    def _fit(self, start: int, reserve: int, keep_from: int) -> tuple[int, list[int]]:
+        """(first turn kept, prompt ids): from turn `start` on, the oldest exchanges are dropped until the prompt
+        plus `reserve` fits, never past turn `keep_from` (the message being answered)."""
+        assert self.backend is not None
+        max_context = self.max_context
+        ids = self.backend.encode_chat(self._messages(self.turns[start:]))
+        while len(ids) + reserve > max_context and start < keep_from:
+            start += 1
+            while start < keep_from and self.turns[start].role != "user":
+                start += 1
+            ids = self.backend.encode_chat(self._messages(self.turns[start:]))
+        return start, ids
 
     def send(
         self, text: str, on_event: EventCallback, cancel: threading.Event
@@ -407,23 +469,18 @@ class ChatSession(SessionHistory):
         return messages
 
     def _fit_context(self, preset: Preset, on_event: EventCallback) -> list[int] | None:
-        """Render the conversation, dropping the oldest exchanges until prompt + reply room fits."""
+        """Render the conversation, leaving out the oldest exchanges until prompt + reply room fits."""
         assert self.backend is not None
         max_context = self.max_context
-        reserve = min(preset.max_new_tokens, max_context // 2)
-        start, dropped = 0, 0
-        ids = self.backend.encode_chat(self._messages(self.turns))
-        while len(ids) + reserve > max_context and start < len(self.turns) - 1:
-            start += 1
-            while start < len(self.turns) - 1 and self.turns[start].role != "user":
-                start += 1
-            dropped = start
-            ids = self.backend.encode_chat(self._messages(self.turns[start:]))
-        if len(ids) + min(reserve, 16) > max_context:
+        before = min(self.context_start, len(self.turns) - 1)
+        start, ids = self._fit(before, self._reserve(preset), len(self.turns) - 1)
+        if len(ids) + min(self._reserve(preset), 16) > max_context:
             return None
-        if dropped:
-            del self.turns[:dropped]
-            on_event(ContextTrimmed(dropped_turns=dropped, prompt_tokens=len(ids), max_context=max_context))
+        self.context_start = start
+        if start > before:
+            on_event(
+                ContextTrimmed(dropped_turns=start - before, prompt_tokens=len(ids), max_context=max_context)
+            )
         return ids
 
     def _reply(
@@ -467,7 +524,7 @@ class ChatSession(SessionHistory):
             acceptance_prior=self.acceptance_seed(preset.name)
             if drafting and preset.k_mode == "adaptive"
             else (),
-            messages=tuple(self._messages(self.turns)),
+            messages=tuple(self._messages(self.context_turns)),
         )
         started = ReplyStarted(
             preset=preset.name,
@@ -484,8 +541,10 @@ class ChatSession(SessionHistory):
         self.live = accounting.live
         self.active = started
         self.last_prompt_ids = request.prompt_ids
+        # The prefill counts from now: the status bar shows the prompt being read, not the last reply's figure.
+        self.context_used = len(prompt_ids)
         on_event(started)
-        reply_id = self._record_reply_started(started)
+        reply_id = self._record_reply_started(started, preset.temperature)
         token_ids: list[int] = []
         origins: list[bool] = []
         runs: list[OriginRun] = []
@@ -563,6 +622,7 @@ class ChatSession(SessionHistory):
             )
             self._record_reply_end(reply_id, reply_text, stats, encode_runs(runs))
         finished = ReplyFinished(reply_text, tuple(token_ids), tuple(origins), stats, cancelled)
+        self._recount_after_reply(on_event)  # before the event: the UI reads the figure and the kept turns
         on_event(finished)
         return finished
 
@@ -608,5 +668,6 @@ class ChatSession(SessionHistory):
         elif self.recorder is not None:
             self.recorder.discard(reply_id)
         failed = ReplyFailed(message, partial, undone=undone)
+        self._recount_after_reply(on_event)
         on_event(failed)
         return failed

@@ -53,7 +53,7 @@ class SessionHistory:
 
     def new_chat(self) -> None: ...  # ChatSession's: clears the turns, and the recorder's open chat
 
-    def _recount_context(self) -> None: ...  # ChatSession's: context_used for the turns as they stand
+    def _recount_context(self, from_start: bool = False) -> None: ...  # ChatSession's: the context figure
 
     # --- saving (the store and the metrics log; nothing here when the session does not save) -----------------
 
@@ -70,11 +70,13 @@ class SessionHistory:
             mode=self.mode,
         )
 
-    def _record_reply_started(self, started: ReplyStarted) -> int | None:
+    def _record_reply_started(self, started: ReplyStarted, temperature: float) -> int | None:
+        """The reply's row, written as it starts. `temperature` is the preset's (a ramp's start is only where it
+        begins): all a reply interrupted by a killed process will say of its sampling."""
         if self.recorder is None or not self.turns:
             return None
         return self.recorder.reply_started(
-            self.turns[-1].message_id, started.preset, started.num_draft_tokens, started.temperature
+            self.turns[-1].message_id, started.preset, started.num_draft_tokens, temperature
         )
 
     def _record_reply_end(

@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
 
         run_answer_check(settings, load_prompt_set(prompt_set))
     if args.ui:
-        from tui.ui_bench import run_ui_bench
+        from tui.ui_bench import run_chat_vs_generate, run_ui_bench
 
+        run_chat_vs_generate(settings, quick=args.quick)
         run_ui_bench()
     return 0

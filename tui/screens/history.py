@@ -20,12 +20,18 @@ from textual.widgets.option_list import Option
 from engine.errors import SpecchatError
 from tui.formatting import stored_stats_line
 
+TITLE_CELLS = 40  # with the date and count the line fits the dialog at 80 columns: every entry one line high
+
 
 def chat_option_text(chat) -> Text:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(chat.updated_at))
-    return Text.assemble(
-        (chat.title or "Untitled chat", "bold"), ("  " + when + f" · {chat.message_count} msgs", "dim")
-    )
+    title = Text(
+        " ".join((chat.title or "Untitled chat").split()), style="bold"
+    )  # a pasted title's newlines too
+    title.truncate(TITLE_CELLS, overflow="ellipsis")
+    line = Text.assemble(title, ("  " + when + f" · {chat.message_count} msgs", "dim"))
+    line.no_wrap, line.overflow = True, "ellipsis"
+    return line
 
 
 class HistoryScreen(ModalScreen[int | None]):

@@ -135,12 +135,13 @@ def histogram_bars(stats: MessageStats) -> Text:
 
 def recent_comparison(stats: MessageStats, recent) -> Table | Text:
     """This reply beside the preset's recent average (a metrics `Summary` of its last logged replies)."""
-    if recent is None or not recent.replies:
-        return Text(f"no logged {stats.preset} replies to compare with yet", style="dim")
+    if recent is None or recent.replies < 2:
+        # The average includes this reply (it is logged when it ends): one reply would be compared with itself.
+        return Text(f"no earlier {stats.preset} replies to compare with yet", style="dim")
     table = Table(box=None, padding=(0, 2), show_edge=False)
     table.add_column("", style="dim", justify="right")
     table.add_column("this reply", justify="right")
-    table.add_column(f"{stats.preset} recent average ({recent.replies} replies)", justify="right")
+    table.add_column(f"{stats.preset} average of {recent.replies}", justify="right")
     table.add_row("acceptance", percent(stats.acceptance_rate), percent(recent.acceptance))
     table.add_row("τ", number(stats.mean_accepted_length, 2), number(recent.tau, 2))
     table.add_row("tok/s", number(stats.decode_tokens_per_s), number(recent.tokens_per_s))
@@ -150,6 +151,13 @@ def recent_comparison(stats: MessageStats, recent) -> Table | Text:
         "–" if recent.ttft_s is None else seconds(recent.ttft_s),
     )
     return table
+
+
+def context_line(session: Any) -> str:
+    """What the model sees of the chat now: 'context: the model sees the last 4 of 10 turns · 812/4096 tokens'."""
+    total, seen = len(session.turns), len(session.context_turns)
+    which = f"all {total} turns" if seen == total else f"the last {seen} of {total} turns"
+    return f"context: the model sees {which} · {session.context_used}/{session.max_context} tokens"
 
 
 WAITING = "this reply is still coming in: its statistics appear here when it finishes"
@@ -174,6 +182,7 @@ class InspectorScreen(ModalScreen[None]):
         *,
         pending: Any = None,
         recent_for: Callable[[str], Any] | None = None,
+        context: str = "",
     ) -> None:
         """`stats` of a finished reply; or `pending`, a reply widget still streaming (its `stats`, `cancelled`,
         `failed` and `streaming` are read until it ends) and `recent_for(preset)` for the recent average."""
@@ -183,12 +192,15 @@ class InspectorScreen(ModalScreen[None]):
         self.recent = recent  # the preset's recent average from the metrics log, when the session saves
         self.pending = pending if stats is None else None
         self.recent_for = recent_for
+        self.context = context  # what the model sees of this chat now ("the model sees 6 of 10 turns ...")
         self._end_wanted = False
         self._settling = 0
 
     def compose(self) -> ComposeResult:
         with Vertical(id="inspector", classes="dialog"):
             yield Static(Text("Reply statistics", style="bold"), classes="title")
+            if self.context:
+                yield Static(Text(self.context, style="dim"), id="inspector-context")
             if self.stats is None:
                 waiting = WAITING if self.pending is not None else NO_STATS
                 yield Static(Text(waiting, style="dim"), id="inspector-waiting")

@@ -1,6 +1,9 @@
 """The scrolling conversation, anchored to the bottom while new text arrives: its messages, the banner above them
 (loading, a config problem), and what is done to them as a whole (a stored chat shown, the last exchange taken
 back, a reply selected, draft colours on or off). The app decides when; this widget knows how.
+
+Turns trimmed out of the model's context stay on screen, dimmed (class `out-of-context`), with one
+rule above the first message the model still sees (`mark_context`).
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ class ChatLog(VerticalScroll, can_focus=False):
         return [child for child in self.children if isinstance(child, UserMessage | ReplyMessage)]
 
     async def clear_messages(self) -> None:
-        await self.remove_children([*self.query(UserMessage), *self.query(ReplyMessage)])
+        await self.remove_children(
+            [*self.query(UserMessage), *self.query(ReplyMessage), *self.query(ContextRule)]
+        )
 
     async def show_turns(self, turns: list[Any], highlight: bool) -> None:
         """A stored chat in place of what is on screen, stats lines included."""
@@ -105,3 +110,43 @@ class ChatLog(VerticalScroll, can_focus=False):
         """Draft colours on every reply."""
         for reply in self.replies():
             reply.set_highlight(on)
+
+    def mark_context(self, hidden_user_turns: int) -> None:
+        """Dim the messages before the first user turn the model still sees, and put the rule right above it.
+
+        Messages on screen follow the session's turns, one UserMessage per user turn: the first turn the model sees
+        is found by counting user messages, so a failed reply without a turn of its own does not shift it."""
+        messages = self.messages()
+        boundary = len(messages) if hidden_user_turns else 0
+        users = 0
+        for index, message in enumerate(messages):
+            if isinstance(message, UserMessage):
+                if users == hidden_user_turns:
+                    boundary = index
+                    break
+                users += 1
+        for index, message in enumerate(messages):
+            message.set_class(index < boundary, "out-of-context")
+        rules = list(self.query(ContextRule))
+        if not 0 < boundary < len(messages):
+            for rule in rules:
+                rule.remove()
+            return
+        first_seen = messages[boundary]
+        rule = rules[0] if rules else ContextRule()
+        if rule.parent is None:
+            self.mount(rule, before=first_seen)
+        else:
+            children = list(self.children)
+            if children.index(rule) + 1 != children.index(first_seen):
+                self.move_child(rule, before=first_seen)
+
+
+class ContextRule(Static):
+    """`── above: not in the model's context ──`: where the trimmed turns end."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            Text("── above: not in the model's context (trimmed to fit) ──", style="dim italic"),
+            classes="context-rule",
+        )

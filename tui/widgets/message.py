@@ -13,6 +13,7 @@ that came from accepted drafts get DRAFT_STYLE on top of the block's own styles 
 
 from __future__ import annotations
 
+import functools
 import re
 import weakref
 from typing import TYPE_CHECKING
@@ -50,10 +51,16 @@ def _soft_breaks_to_hard(state: StateCore) -> None:
                     child.type = "hardbreak"
 
 
+@functools.cache
 def chat_markdown_parser() -> MarkdownIt:
     """GitHub-flavoured Markdown where a single newline is a line break, as in every chat UI (poems, lists of
-    lines, addresses keep their shape). Code blocks are unaffected: their text never had soft breaks."""
-    parser = MarkdownIt("gfm-like")
+    lines, addresses keep their shape). Code blocks are unaffected: their text never had soft breaks.
+
+    Raw HTML is off: a terminal cannot show it, and Textual's Markdown drops HTML tokens, so a model's
+    `<<Chapter One>>` or `a <b> c` would lose its text; as plain text it shows as written.
+    One parser for the whole app (the widget asks for one per streamed append; building it costs more than a
+    short parse): parsing keeps no state between calls, and it only runs on the UI thread."""
+    parser = MarkdownIt("gfm-like", {"html": False})
     parser.core.ruler.push("chat_hard_breaks", _soft_breaks_to_hard)
     return parser
 
@@ -362,6 +369,12 @@ class ReplyMessage(Vertical, can_focus=True):
             if coloured is not current:
                 block.set_content(coloured)
             self._painted[block] = (original, coloured)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "copy_code":
+            # In the footer (and on the key) only where there is a code block to copy.
+            return not self.streaming and last_code_block(self.answer_text) is not None
+        return True
 
     def on_key(self, event: events.Key) -> None:
         # Typing is for the prompt: a printable key (unless the user's keymap gave it to a reply) goes there,

@@ -239,7 +239,9 @@ class StatusBar(Static):
         text = render_status(fig, width)
         if text.plain != self.plain:
             self.plain = text.plain
-            self.update(text)
+            # One line of fixed size (height 1, the screen's width): no layout pass. Static.update's default
+            # re-lays out the whole screen, the chat log with every message in it, up to 10 times a second.
+            self.update(text, layout=False)
 
     def on_click(self) -> None:
         if self.figures is not None and self.figures.warning:
