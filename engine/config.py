@@ -234,8 +234,10 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True)
 
-    model: Path | None = None  # None: the embedded SmolLM2-135M-Instruct
-    draft: str = "ngram"  # "ngram", "none" or a draft model folder
+    model: Path | None = (
+        None  # None: the embedded SmolLM2-135M-Instruct; a model name (qwen2.5-coder-1.5b) too
+    )
+    draft: str = "ngram"  # "ngram", "none", a draft model folder or a model name (qwen2.5-coder-0.5b)
     backend: BackendName = "auto"
     cache_mode: CacheMode = "auto"  # auto: q8 on ExLlamaV2, full precision on the transformers backend
     draft_cache_mode: CacheMode = "auto"
@@ -281,6 +283,14 @@ class Settings(BaseSettings):
     def _expand_home(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
 
+    @field_validator("model", mode="after")
+    @classmethod
+    def _named_model(cls, value: Path | None) -> Path | None:
+        # A model name (qwen2.5-coder-1.5b) stands for its file in the model cache, fetched before loading.
+        from engine.named_models import resolve_model_name
+
+        return resolve_model_name(value) or value
+
     @field_validator("draft", mode="after")
     @classmethod
     def _check_draft(cls, value: str) -> str:
@@ -289,7 +299,9 @@ class Settings(BaseSettings):
             raise ValueError("must be 'ngram', 'none' or a draft model folder")
         if value.lower() in DRAFT_KEYWORDS:
             return value.lower()
-        return str(Path(value).expanduser())
+        from engine.named_models import resolve_model_name
+
+        return str(resolve_model_name(value) or Path(value).expanduser())
 
     @field_validator("preset", "device", mode="after")
     @classmethod

@@ -92,8 +92,9 @@ def is_embedded_model_complete(folder: Path | None = None) -> bool:
 class ProgressPrinter:
     """Progress to a stream: one line per stage, updated in place on a terminal, percent steps elsewhere."""
 
-    def __init__(self, stream: IO[str] | None = None) -> None:
+    def __init__(self, stream: IO[str] | None = None, label: str = EMBEDDED_MODEL_NAME) -> None:
         self._stream = stream
+        self._label = label  # what is being prepared; "" where the stage names it
         self._stage: str | None = None
         self._last_percent: int | None = None
 
@@ -108,7 +109,9 @@ class ProgressPrinter:
             return  # in a log file, a line per quarter is plenty
         if new_stage and self._stage is not None and interactive:
             stream.write("\n")
-        text = f"specchat: {EMBEDDED_MODEL_NAME}: {stage}" + ("" if percent is None else f" {percent:3d}%")
+        text = f"specchat: {self._label + ': ' if self._label else ''}{stage}" + (
+            "" if percent is None else f" {percent:3d}%"
+        )
         stream.write(("\r" + text) if interactive else (text + "\n"))
         if interactive and stage == "done":
             stream.write("\n")
@@ -567,9 +570,15 @@ def check_model_path(path: str | Path, what: str = "model") -> Path:
     """A model a backend can load, as an absolute path: a Hugging Face folder, a .gguf file or a folder holding one.
 
     ModelError (one line, starting with `what`) for a path that does not exist or holds no model. Cheap: reads
-    file headers only, so the settings dialog can check a path as it is typed.
+    file headers only, so the settings dialog can check a path as it is typed. A model name (qwen2.5-coder-1.5b,
+    engine/named_models.py) gives its cache file, fetched or not: loading fetches it.
     """
-    target = Path(path).expanduser()
+    from engine.named_models import is_fetched, named_model_at, resolve_model_name
+
+    target = resolve_model_name(path) or Path(path).expanduser()
+    named = named_model_at(target)
+    if named is not None and not is_fetched(named):
+        return named.path
     if not target.exists():
         raise ModelError(f"{what}: {target} does not exist")
     if target.is_file():
@@ -597,7 +606,7 @@ def check_draft_choice(value: str) -> str:
 
     value = value.strip()
     if not value:
-        raise ModelError("draft: give 'ngram', 'none' or a draft model folder")
+        raise ModelError("draft: give 'ngram', 'none', a draft model folder or a model name")
     if value.lower() in DRAFT_KEYWORDS:
         return value.lower()
     return str(check_model_path(value, "draft"))

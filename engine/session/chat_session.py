@@ -179,6 +179,10 @@ class ChatSession(SessionHistory):
                     from engine.models import ensure_embedded_model
 
                     settings = settings.model_copy(update={"model": ensure_embedded_model(progress)})
+                if not uses_remote(settings):  # a named model (qwen2.5-coder-1.5b) not fetched yet
+                    from engine.named_models import ensure_named_files
+
+                    ensure_named_files(settings, progress)
                 self.model_dir = str(settings.model) if settings.model is not None else None
                 self.backend, self.backend_reason = create_backend(settings, progress)
             self.backend.load(progress)
@@ -235,6 +239,9 @@ class ChatSession(SessionHistory):
                 from engine.models import ensure_embedded_model
 
                 loading = settings.model_copy(update={"model": ensure_embedded_model(progress)})
+            from engine.named_models import ensure_named_files
+
+            ensure_named_files(loading, progress)  # a named model or draft not fetched yet
             backend, reason = create_backend(loading, progress)
             backend.load(progress)
             info = backend.info

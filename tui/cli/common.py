@@ -25,8 +25,16 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", type=Path, help="model folder (default: the embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--draft", help="drafting: ngram, none, or a draft model folder (same tokenizer family)")
+    p.add_argument(
+        "--model",
+        type=Path,
+        help="model folder, .gguf file or name (qwen2.5-coder-1.5b; default: the embedded SmolLM2-135M-Instruct)",
+    )
+    p.add_argument(
+        "--draft",
+        help="drafting: ngram, none, or a draft model folder, .gguf file or name (qwen2.5-coder-0.5b; same "
+        "tokenizer family)",
+    )
     p.add_argument(
         "--backend",
         choices=["auto", "exllamav2", "transformers", "llamacpp", "remote"],
@@ -77,6 +85,10 @@ def cli_settings(args: argparse.Namespace, check_paths: bool = True):
     settings = load_settings(**cli_overrides(args))
     if not check_paths:
         return settings
+    from engine.models import ProgressPrinter
+    from engine.named_models import ensure_named_files
+
+    ensure_named_files(settings, ProgressPrinter(label=""))  # --model qwen2.5-coder-1.5b: fetched on first use
     if settings.model is not None and not Path(settings.model).exists():
         raise CliError(f"model folder not found: {settings.model}")
     draft = settings.draft

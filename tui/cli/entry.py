@@ -44,7 +44,8 @@ keys in the chat (binding id in brackets; remap under [keymap] in config.toml, e
 SUBCOMMANDS = {
     "generate": "answer prompts without the UI (plain text or JSON lines)",
     "presets": "list the presets (built-in and user)",
-    "fetch": "fetch and convert the embedded model; prints its folder and its GGUF file",
+    "fetch": "fetch models into the cache: the embedded one (no names), or named ones, e.g. qwen2.5-coder-1.5b "
+    "qwen2.5-coder-0.5b; prints each file",
     "paths": "print where config, presets, cache and data live",
     "plan": "memory plan: weights + KV cache + draft against a GPU budget",
     "bench": "speculative vs plain decoding vs the transformers peer, side by side",
