@@ -82,6 +82,8 @@ class Done:
     # Mean cost of one round (verify pass of 1 + k tokens, plus drafting) in plain steps, from the backend's
     # measured cost curve; None where the backend has no such curve (the speedup model then uses c and K).
     round_cost: float | None = None
+    # The target's verify cost r(1 + k) / r(1) for k = 1..K at the reply's end (its measured curve), where known.
+    verify_cost: tuple[float, ...] = ()
     # A remote server's own figures for the reply; when set they replace the client's chunk counts.
     server: ServerStats | None = None
     # What the backend did differently in this reply and why, one line each (a loop stopped, threads dropped).
@@ -114,6 +116,8 @@ class MessageStats:
     stop_reason: StopReason
     cached_tokens: int = 0
     cost_ratio: float | None = None
+    # The target's verify pass of 1 + k tokens in plain steps, r(1 + k), k = 1..K (Done.verify_cost).
+    verify_cost: list[float] = field(default_factory=list)
     router_reason: str = ""
     cache_mode: str = ""
     # A thinking reply's reasoning (<think>…</think>), counted apart: acceptance there is usually different.

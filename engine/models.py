@@ -606,7 +606,7 @@ def check_draft_choice(value: str) -> str:
 
     value = value.strip()
     if not value:
-        raise ModelError("draft: give 'ngram', 'none', a draft model folder or a model name")
+        raise ModelError("draft: give 'ngram', 'none' or a draft model folder (or a model name)")
     if value.lower() in DRAFT_KEYWORDS:
         return value.lower()
     return str(check_model_path(value, "draft"))

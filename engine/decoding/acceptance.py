@@ -196,6 +196,7 @@ class AcceptanceAccounting:
             "alpha": alpha,
             "predicted_speedup": speedup,
             "cost_ratio": c,
+            "verify_cost": list(done.verify_cost),
             "unavailable": {},
         }
         if done.server is not None:

@@ -16,7 +16,8 @@ chance that the position is accepted given the ones before it were (a decaying a
 log), and before each round picks the k, 0 included, with the most expected tokens per unit of time, where a
 round costs its verify pass r(1 + k) plus k draft-model steps (`VerifyCostModel.draft_ratio`). While no k pays,
 a short probe draft goes out every `PROBE_INTERVAL` rounds, so a draft that recovers is noticed, but only where
-drafting could pay at all (a draft as slow as the target never does, whatever it accepts).
+drafting could pay at a high acceptance (`PROBE_ACCEPTANCE`: a draft as slow as the target never does, nor, on
+a compute-bound CPU, a draft model half as fast).
 Pure python, no torch.
 """
 
@@ -46,6 +47,10 @@ MIN_GAIN = 0.03
 # Adaptive K: rounds without drafting between probes, and the probe's draft length (ExLlamaV3's defaults).
 PROBE_INTERVAL = 16
 PROBE_LENGTH = 2
+# Probes go out only where drafting would pay at this acceptance per position: a probe costs more than its
+# verify pass (a draft model first catches up on the tokens it skipped), so where only a draft that is never
+# wrong could pay (Qwen2.5-Coder 0.5B for 1.5B on 2 cores: c 0.5, r(2) 1.6), probing is pure loss.
+PROBE_ACCEPTANCE = 0.9
 # Per-position acceptance: the prior chance a position is accepted given the earlier ones were, how many rounds
 # of evidence it counts as (a seed from the metrics log counts as more), and how fast old rounds fade
 # (each round's evidence is multiplied by this: about the last 10 rounds dominate).
@@ -263,10 +268,11 @@ def best_draft_length(
 
 
 def drafting_can_pay(costs: VerifyCostModel | None, k_max: int) -> bool:
-    """Would some k <= k_max pay if every draft were accepted? (Not for a draft as slow as the target.)"""
+    """Would some k <= k_max pay at PROBE_ACCEPTANCE per position? (Not for a draft as slow as the target, nor
+    for a half-as-fast draft on a compute-bound CPU, where a verify pass of 2 costs 1.6 plain steps.)"""
     if costs is None:
         return True
-    return best_length(lambda k: 1.0 + k, costs, k_max)[0] > 0
+    return best_length(lambda k: sum(PROBE_ACCEPTANCE**i for i in range(k + 1)), costs, k_max)[0] > 0
 
 
 def conditional_from_per_position(per_position: Sequence[float]) -> list[float]:

@@ -171,17 +171,28 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def draft_greedy(
-    model: CachedModel, seq: Sequence[int], k: int, vocab_size: int, costs: VerifyCostModel | None = None
+    model: CachedModel,
+    seq: Sequence[int],
+    k: int,
+    vocab_size: int,
+    costs: VerifyCostModel | None = None,
+    step_times: list[float] | None = None,
 ) -> list[int]:
     """k greedy tokens from a draft model on its own cache (rolled back to the shared prefix first). Its
-    one-token steps are timed into `costs` (the target's cost model)."""
+    one-token steps are timed into `costs` (the target's cost model) and appended to `step_times`.
+
+    Only one-token steps are draft steps: the first call of a round also feeds the draft what it missed (the
+    tokens of rounds that did not draft, or the last accepted draft), a wider pass that would inflate c."""
     model.crop(common_prefix(model.ids, seq))
     pending = list(seq[len(model.ids) :])
     drafts: list[int] = []
     for _ in range(k):
         logits = model.next_logits(pending)
-        if costs is not None and len(pending) == 1:
-            costs.observe_draft(model.step_times[-1])
+        if len(pending) == 1:
+            if costs is not None:
+                costs.observe_draft(model.step_times[-1])
+            if step_times is not None:
+                step_times.append(model.step_times[-1])
         # Ids past the target's vocabulary (a padded draft embedding) are never proposed.
         token = int(logits[:vocab_size].argmax())
         drafts.append(token)
@@ -238,6 +249,10 @@ def _run_reply(
     )
     target.step_times = []
     draft_times: list[float] = []
+    # c's two sides, as they run in this reply: one-token draft steps, and the target's one-token passes (the
+    # rounds that did not draft; they are what a plain step costs here).
+    draft_step_times: list[float] = []
+    plain_pass_times: list[float] = []
 
     # Prefill everything but the last prompt token: it opens the first round, which can then draft too.
     start = time.perf_counter()
@@ -282,7 +297,7 @@ def _run_reply(
                 drafts = ngram.propose(k)
                 draft_times.append(time.perf_counter() - t0)
             elif k > 0 and draft is not None:
-                drafts = draft_greedy(draft, seq, k, setup.vocab_size, target.costs)
+                drafts = draft_greedy(draft, seq, k, setup.vocab_size, target.costs, draft_step_times)
             if target.costs is not None:
                 round_costs.append(round_cost(target.costs, len(drafts)))
             else:
@@ -291,6 +306,8 @@ def _run_reply(
 
             t0 = time.perf_counter()
             logits = target.score([seq[-1], *drafts])
+            if not drafts and target.step_times:
+                plain_pass_times.append(target.step_times[-1])
             samples = choose_tokens(logits, settings, len(reply), seq, drafts, uniforms)
             accepted = count_accepted(drafts, samples)
             # The cache saw the last token and every draft; keep it up to the accepted ones.
@@ -365,14 +382,20 @@ def _run_reply(
 
     if stop is None:
         stop = "eos"
-    draft_step_s = _mean(draft.step_times if draft is not None else draft_times)
+    draft_step_s = _mean(draft_step_times if draft is not None else draft_times)
+    # A plain step: this reply's one-token passes, else (every round drafted) the one measured at load.
+    one_token_s = target.costs.one_token_s if target.costs is not None else None
+    target_step_s = _mean(plain_pass_times) or one_token_s or _mean(target.step_times)
     yield Done(
         stop_reason=stop,
         prompt_tokens=len(prompt),
         cached_tokens=cached,
         prefill_s=prefill_s,
         draft_step_s=draft_step_s,
-        target_step_s=_mean(target.step_times),
+        target_step_s=target_step_s,
+        verify_cost=tuple(target.costs.ratio(w) for w in range(2, k_requested + 2))
+        if target.costs is not None
+        else (),
         round_cost=_mean(round_costs) if round_costs and target.costs is not None else None,
         notes=tuple(setup.notes),
     )

@@ -86,6 +86,11 @@ def stats_table(stats: MessageStats, cancelled: bool = False) -> Table:
         ("total", seconds(stats.total_s)),
         ("stopped by", stats.stop_reason + ("  (cancelled by you)" if cancelled else "")),
     ]
+    if stats.verify_cost:
+        # What a verify pass of 1 + k tokens costs in plain steps: with c, what decides whether a draft pays.
+        at = rows.index(("cost ratio c", shown("cost_ratio", number(stats.cost_ratio, 3)))) + 1
+        costs = "  ".join(f"{ratio:.2f}" for ratio in stats.verify_cost)
+        rows.insert(at, ("verify cost r(1+k)", f"{costs}  (k = 1..{len(stats.verify_cost)})"))
     if stats.k_per_round:
         at = rows.index(("drafting", drafting_line(stats))) + 1
         rows.insert(at, ("K per round", k_runs(stats.k_per_round)))

@@ -1,5 +1,5 @@
 """Settings for this chat: the model and draft, the system prompt and the preset's K, temperature, top_p, ramp
-and drafting.
+and drafting. The model and draft fields also take a model name (qwen2.5-coder-1.5b), completed as typed.
 
 The values are checked (by `check`: the session's preset rules, and that the model and draft paths hold models)
 before the dialog closes: a bad one shows a one-line error in the dialog and every edit stays. An empty number
@@ -20,10 +20,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
+from textual.suggester import SuggestFromList
 from textual.validation import ValidationResult, Validator
 from textual.widgets import Button, Input, Label, Static, Switch, TextArea
 
 from engine.errors import SpecchatError
+from engine.named_models import NAMED_MODELS
 from tui.widgets.footer import FittingFooter
 
 # (field, label, type) of the number fields, in dialog order.
@@ -108,6 +110,8 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
                         placeholder="a model folder or .gguf file (empty: the embedded model)",
                         id="settings-model",
                         validators=[ChoiceValidator(self.check_model)],
+                        # Model names (qwen2.5-coder-1.5b) complete as they are typed; loading fetches them.
+                        suggester=SuggestFromList(list(NAMED_MODELS), case_sensitive=False),
                         valid_empty=True,
                         compact=True,
                     )
@@ -121,6 +125,7 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
                         placeholder="ngram, none, or a draft model folder",
                         id="settings-draft",
                         validators=[ChoiceValidator(self.check_draft)],
+                        suggester=SuggestFromList(["ngram", "none", *NAMED_MODELS], case_sensitive=False),
                         compact=True,
                     )
                     yield Button(

@@ -1,0 +1,87 @@
+"""The draft model's cost c, measured as it runs beside the target, and where a draft model can pay at all.
+
+c is a one-token draft step over a plain target step (DESIGN: "c = draft step time / target step time"). A draft
+model's first call in a round also feeds it the tokens it missed (rounds that did not draft, the last accepted
+draft): a wider pass, which counted as a "step" made c read 1.1-1.2 for Qwen2.5-Coder 0.5B beside the 1.5B,
+whose one-token steps cost 0.51 of the target's. The costs here are counted by pass width, not timed.
+
+Mutations tried (each turned the named test red, then was reverted):
+- `draft_greedy` appending every draft pass to the step times: `test_c_counts_one_token_draft_steps_only`.
+- `drafting_can_pay` with every draft accepted again (no PROBE_ACCEPTANCE):
+  `test_no_probe_for_a_half_as_fast_draft_on_a_compute_bound_cpu`.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from engine.backends.base import GenerationRequest, SamplerSettings
+from engine.backends.hf import TransformersBackend
+from engine.drafting import AdaptiveK, VerifyCostModel, drafting_can_pay
+from engine.events import Done
+
+# Qwen2.5-Coder-1.5B Q4_K_M on 2 cores (llama.cpp, measured alone): r(1 + k) for k = 0..8, and the 0.5B's step.
+PAIR_CURVE_2_CORES = {1: 1.0, 2: 1.58, 3: 1.91, 4: 2.26, 5: 2.5, 6: 2.72, 7: 2.93, 8: 3.13, 9: 3.33}
+PAIR_C_2_CORES = 0.51
+
+
+def test_no_probe_for_a_half_as_fast_draft_on_a_compute_bound_cpu():
+    costs = VerifyCostModel.from_ratios(PAIR_CURVE_2_CORES, draft_ratio=PAIR_C_2_CORES)
+    # Only a draft that is never wrong could pay here (4 tokens for 2.26 + 3 x 0.51 steps: 1.06x), so probes,
+    # which also make the draft catch up on what it skipped, are pure loss.
+    assert not drafting_can_pay(costs, 8)
+    tuner = AdaptiveK(prior=(0.7,) * 8)
+    assert [tuner.choose(8, costs) for _ in range(64)] == [0] * 64
+    assert tuner.probes == 0
+    # The same draft on a memory-bound machine (a pass of 1 + k costs about one pass) does pay, and is probed.
+    flat = VerifyCostModel.from_ratios({w: 1.0 + 0.03 * (w - 1) for w in range(1, 10)}, PAIR_C_2_CORES / 4)
+    assert drafting_can_pay(flat, 8)
+    assert AdaptiveK(prior=(0.7,) * 8).choose(8, flat) > 0
+
+
+@pytest.fixture(scope="module")
+def self_draft(tiny_model_dir: Path):
+    backend = TransformersBackend(
+        tiny_model_dir, draft=str(tiny_model_dir), cache_mode="fp16", draft_cache_mode="fp16"
+    )
+    backend.load()
+    yield backend
+    backend.close()
+
+
+@pytest.mark.slow
+def test_c_counts_one_token_draft_steps_only(self_draft: TransformersBackend):
+    """The target drafting for itself accepts every draft, so each round's first draft call feeds two tokens
+    (the last draft and the target's own): those passes are not draft steps."""
+    draft = self_draft.draft_state
+    widths: list[int] = []
+    original = draft.forward
+
+    def forward(ids, keep, timed=False):
+        if timed:
+            widths.append(len(ids))
+        return original(ids, keep, timed)
+
+    draft.forward = forward
+    try:
+        request = GenerationRequest(
+            prompt_ids=(1, 9690, 198, 5248, 314, 253, 1493, 30, 2, 198, 1, 520, 9531, 198),
+            sampler=SamplerSettings(temperature=0.0),
+            max_new_tokens=32,
+            num_draft_tokens=4,
+            seed=1,
+            k_mode="fixed",
+        )
+        done = list(self_draft.generate(request, threading.Event()))[-1]
+    finally:
+        draft.forward = original
+    assert isinstance(done, Done)
+    assert 1 in widths and 2 in widths  # both kinds of pass happened
+    times = draft.step_times
+    assert len(times) == len(widths)
+    one_token = [t for t, w in zip(times, widths, strict=True) if w == 1]
+    assert done.draft_step_s == pytest.approx(sum(one_token) / len(one_token))
+    assert done.verify_cost == () or len(done.verify_cost) == 4
