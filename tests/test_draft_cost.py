@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.backends.base import GenerationRequest, SamplerSettings
 from engine.backends.hf import TransformersBackend
-from engine.drafting import AdaptiveK, VerifyCostModel, drafting_can_pay
+from engine.decoding.drafting import AdaptiveK, VerifyCostModel, drafting_can_pay
 from engine.events import Done
+from engine.request import GenerationRequest, SamplerSettings
 
 # Qwen2.5-Coder-1.5B Q4_K_M on 2 cores (llama.cpp, measured alone): r(1 + k) for k = 0..8, and the 0.5B's step.
 PAIR_CURVE_2_CORES = {1: 1.0, 2: 1.58, 3: 1.91, 4: 2.26, 5: 2.5, 6: 2.72, 7: 2.93, 8: 3.13, 9: 3.33}
@@ -85,3 +85,66 @@ def test_c_counts_one_token_draft_steps_only(self_draft: TransformersBackend):
     one_token = [t for t, w in zip(times, widths, strict=True) if w == 1]
     assert done.draft_step_s == pytest.approx(sum(one_token) / len(one_token))
     assert done.verify_cost == () or len(done.verify_cost) == 4
+
+
+# --- the doctor's line and the prediction for other machines (pure) --------------------------------------
+
+
+def test_the_doctor_says_in_one_line_whether_the_draft_can_pay():
+    from engine.benchmarks.doctor import draft_pays_verdict
+
+    here = VerifyCostModel.from_ratios(PAIR_CURVE_2_CORES, draft_ratio=PAIR_C_2_CORES)
+    status, line = draft_pays_verdict(here, "model", 8)
+    assert status == "warn" and line.startswith("no: ") and "\n" not in line
+    assert "r(2) 1.58" in line and "c 0.51" in line and "--draft ngram" in line
+    # The same target with a draft a tenth as costly pays.
+    cheap = VerifyCostModel.from_ratios(PAIR_CURVE_2_CORES, draft_ratio=0.05)
+    status, line = draft_pays_verdict(cheap, "model", 8)
+    assert status == "pass" and line.startswith("yes: ")
+    # n-gram drafts cost no draft steps: on this curve they can pay.
+    assert draft_pays_verdict(here, "ngram", 8)[0] == "pass"
+    assert draft_pays_verdict(None, "model", 8)[0] == "skip"
+
+
+def test_the_prediction_prices_rounds_by_the_pass_cost_model():
+    from engine.benchmarks.draft_prediction import (
+        GPU_24GB,
+        QWEN_0_5B,
+        QWEN_1_5B,
+        QWEN_7B,
+        Machine,
+        best_draft_k,
+        draft_speedup,
+        fit_machine,
+        pass_seconds,
+        predict,
+        repriced_speedup,
+    )
+
+    # A machine of round numbers: 10 GB/s, 2 cores x 50 GFLOP/s, 1 ms per layer.
+    toy = Machine("toy", 10.0, 2, 50.0, 1e-3)
+    model = QWEN_1_5B
+    expected = 28e-3 + model.weight_bytes / 10e9 + 3 * 2 * model.params / 100e9
+    assert pass_seconds(toy, model, 3) == pytest.approx(expected)
+    # The fit recovers a machine from its own curve.
+    curve = {w: pass_seconds(toy, model, w) / pass_seconds(toy, model, 1) for w in (1, 2, 5, 9)}
+    fitted = fit_machine("fit", model, pass_seconds(toy, model, 1), curve, 2)
+    assert fitted.gflops_per_core == pytest.approx(50.0)
+    # (no per-layer term in the fit: the fixed part all goes to the weights' read)
+    assert fitted.bandwidth_gbs == pytest.approx(
+        model.weight_bytes / (28e-3 + model.weight_bytes / 10e9) / 1e9
+    )
+    # E(k) / (r(1 + k) + k c), exactly.
+    per_position = [0.8, 0.6, 0.4]
+    flat = [1.0, 1.1, 1.2, 1.3]
+    assert draft_speedup(per_position, flat, 0.2, 2) == pytest.approx(2.4 / 1.6)
+    assert best_draft_k(per_position, flat, 0.2) == (2, pytest.approx(1.5))
+    assert best_draft_k(per_position, flat, 1.0) == (0, 1.0)  # a draft as slow as the target never pays
+    # n-gram rounds re-priced: 3 + 1 + 5 tokens for r(3) + r(1) + r(5) (past the curve: its last slope).
+    assert repriced_speedup([(2, 2), (0, 0), (4, 4)], flat) == pytest.approx(9 / (1.2 + 1.0 + 1.4))
+    # The pair on a 24 GB GPU: per-layer launches dominate both models (c near 0.7), so the 0.5B barely pays
+    # for the 1.5B, and pays well for a 7B of the same family.
+    small = predict(GPU_24GB, QWEN_1_5B, QWEN_0_5B, [0.75, 0.58, 0.45, 0.36])
+    big = predict(GPU_24GB, QWEN_7B, QWEN_0_5B, [0.75, 0.58, 0.45, 0.36])
+    assert 0.6 < small.c < 0.8 and small.draft_speedup < 1.1
+    assert big.c < 0.35 and big.draft_speedup > 1.3 and big.verdict().startswith("draft model K=")

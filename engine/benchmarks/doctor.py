@@ -6,6 +6,8 @@ The checks, in order (a check that cannot run because an earlier one failed is "
   compatibility  draft vs target: vocabulary sizes, differing token strings, special tokens, tokenizer file
                  hashes, chat templates (the rule that fails is named)
   load           the backend loads; warnings printed while loading are captured and shown
+  draft_pays     whether drafting can pay on this machine, and why: the verify cost r(2) and the draft step c
+                 measured at load, priced at 90% acceptance (a warning where no K could pay)
   baseline       a fixed prompt, greedy: acceptance, tau, tok/s, TTFT
   context        the ladder 512, 2k, 4k ... up to max_context: acceptance must stay within 5 points of the
                  first rung (rungs that drafted too little to judge are a warning, not a verdict)
@@ -48,6 +50,7 @@ CHECK_NAMES = (
     "memory",
     "compatibility",
     "load",
+    "draft_pays",
     "baseline",
     "context_ladder",
     "tasks",
@@ -352,6 +355,43 @@ def check_memory(report: DoctorReport, settings, model_dir: Path, draft_dir: Pat
     )
 
 
+# --------------------------------------------------------------------------------------------------- draft pays
+
+
+def draft_pays_verdict(costs, draft_mode: str, k_max: int) -> tuple[str, str]:
+    """Whether drafting can pay on this machine, and why, in one line: the load's measured verify cost r(1 + k)
+    and draft step c, priced at a high acceptance (`PROBE_ACCEPTANCE` per position; adaptive K then drafts when
+    the acceptance it measures pays). ("warn", ...) where no K could pay."""
+    from engine.decoding.drafting import PROBE_ACCEPTANCE
+
+    if draft_mode == "none":
+        return "skip", "drafting is off"
+    if costs is None:
+        return "skip", "this backend does not measure its verify cost"
+    c = costs.draft_ratio() if draft_mode == "model" else 0.0
+    r2 = costs.ratio(2)
+    speedups = {
+        k: sum(PROBE_ACCEPTANCE**i for i in range(k + 1)) / (costs.ratio(1 + k) + k * c)
+        for k in range(1, k_max + 1)
+    }
+    k, best = max(speedups.items(), key=lambda item: item[1])
+    why = f"a verify pass of 2 costs r(2) {r2:.2f} plain steps" + (
+        f" and a draft step c {c:.2f} of a target step"
+        if draft_mode == "model"
+        else " (n-gram drafts are free)"
+    )
+    if best >= 1.03:
+        return "pass", (
+            f"yes: {why}; at {PROBE_ACCEPTANCE:.0%} acceptance K {k} gives {best:.2f}x, and adaptive K drafts "
+            "whenever the acceptance it measures pays"
+        )
+    hint = "; n-gram drafting (--draft ngram) costs no draft steps" if draft_mode == "model" else ""
+    return "warn", (
+        f"no: {why}, so even at {PROBE_ACCEPTANCE:.0%} acceptance the best K ({k}) gives {best:.2f}x "
+        f"(compute-bound here); adaptive K leaves drafting off{hint}"
+    )
+
+
 # --------------------------------------------------------------------------------------------------- compatibility
 
 
@@ -576,7 +616,7 @@ def run_doctor(
     check_memory(report, settings, model_dir, draft_dir, cuda)
     say("draft compatibility")
     compatible = check_compatibility(report, model_dir, draft_dir)
-    later = ("load", "baseline", "context_ladder", "tasks", "restart", "regression")
+    later = ("load", "draft_pays", "baseline", "context_ladder", "tasks", "restart", "regression")
     if not compatible:
         for name in later:
             report.add(
@@ -618,6 +658,8 @@ def run_doctor(
     presets = load_presets()
     max_new = options.max_new_tokens
     k = presets["code"].k if info.draft_mode != "none" else 0
+    costs = getattr(getattr(backend, "target", None), "costs", None)
+    report.add("draft_pays", *draft_pays_verdict(costs, info.draft_mode, max(k, 1)))
     try:
         say("baseline")
         ids = _fixed_prompt_ids(backend)

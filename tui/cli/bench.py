@@ -40,6 +40,27 @@ def run(args: argparse.Namespace) -> int:
         load_prompt_set(prompt_set)  # a bad file is one line now, not a traceback minutes into the run
     except PromptFileError as exc:
         raise CliError(str(exc)) from None
+    from engine.backends.select import is_gguf_path
+
+    if settings.draft not in ("ngram", "none") and settings.model and is_gguf_path(Path(settings.model)):
+        # A GGUF draft-model pair: ours (plain, draft, n-gram) and llama-server's, side by side.
+        from engine.benchmarks.pair import run_pair_bench
+
+        prompts = load_prompt_set(prompt_set)
+        if args.quick:  # two prompts per category
+            prompts = [
+                p for c in ("code", "qa", "creative") for p in [q for q in prompts if q["category"] == c][:2]
+            ]
+        run_pair_bench(
+            Path(settings.model),
+            Path(settings.draft),
+            prompts,
+            max_new=64 if args.quick else 128,
+            repeats=1 if args.quick else 2,
+            threads=settings.threads,
+            max_context=settings.max_context,
+        )
+        return 0
     if args.remote:
         from engine.benchmarks.remote import run_remote_bench
 

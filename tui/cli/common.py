@@ -88,7 +88,9 @@ def cli_settings(args: argparse.Namespace, check_paths: bool = True):
     from engine.models import ProgressPrinter
     from engine.named_models import ensure_named_files
 
-    ensure_named_files(settings, ProgressPrinter(label=""))  # --model qwen2.5-coder-1.5b: fetched on first use
+    ensure_named_files(
+        settings, ProgressPrinter(label="")
+    )  # --model qwen2.5-coder-1.5b: fetched on first use
     if settings.model is not None and not Path(settings.model).exists():
         raise CliError(f"model folder not found: {settings.model}")
     draft = settings.draft

@@ -1,0 +1,378 @@
+"""`specchat bench --model M.gguf --draft D.gguf`: draft-model speculation on a real pair, against llama-server.
+
+Contract. Every prompt is decoded at temperature 0, side by side in one run, in rotating order (machine noise hits
+every variant alike; each variant's time is its best repeat):
+  ours-plain      our loop, drafting off
+  ours-draft      our loop, the draft model, adaptive K (the product: it drafts where the cost model says it pays)
+  ours-draft-K    our loop, the draft model drafting K tokens every round (measures the pair's acceptance per
+                  position, c and r(k) as they run; and what forcing the draft costs)
+  ours-ngram      our loop, n-gram drafting, adaptive K
+  server-plain    llama-server on the target, no drafting
+  server-draft    llama-server -md DRAFT --spec-type draft-simple
+Speeds are decode speeds (first chunk to last, engine.rates), the same measure for ours and the server's stream.
+Then: acceptance, τ, c, r(k); predicted vs measured speedup of each of our modes on this machine; and the
+prediction for machines we do not have (engine.benchmarks.draft_prediction), from the per-position acceptance measured here.
+Greedy exactness (every drafting mode == ours-plain) is checked on every prompt. Nothing is compared with a stored
+number.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.decoding.rates import decode_tokens_per_s
+from engine.events import Chunk, Done
+from engine.request import GenerationRequest, SamplerSettings
+
+FIXED_K = 4
+OURS = ("ours-plain", "ours-draft", f"ours-draft-K{FIXED_K}", "ours-ngram")
+SERVER = ("server-plain", "server-draft")
+TARGETS = {
+    "plain_vs_server_plain": 0.95,
+    "draft_vs_plain": 1.0,
+    "draft_vs_server_draft": 1.25,
+    "ngram_vs_plain": 1.0,
+}
+
+
+@dataclass
+class VariantFigures:
+    tokens: int = 0
+    seconds: float = 0.0  # decode time, summed over prompts (best repeat of each)
+    drafted: int = 0
+    accepted: int = 0
+    rounds: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) per round, first repeat
+    draft_step_s: list[float] = field(default_factory=list)
+    target_step_s: list[float] = field(default_factory=list)
+    verify_cost: tuple[float, ...] = ()
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.tokens / self.seconds if self.seconds > 0 else None
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def tau(self) -> float | None:
+        if not self.rounds:
+            return None
+        return sum(a + 1 for _, a in self.rounds) / len(self.rounds)
+
+    def per_position(self, k: int) -> list[float]:
+        """r_i: rounds that accepted at least i / rounds that drafted at least i, i = 1..k."""
+        rates = []
+        for i in range(1, k + 1):
+            tried = [a for d, a in self.rounds if d >= i]
+            rates.append(sum(1 for a in tried if a >= i) / len(tried) if tried else 0.0)
+        return rates
+
+    @property
+    def c(self) -> float | None:
+        pairs = [
+            (d, t) for d, t in zip(self.draft_step_s, self.target_step_s, strict=True) if d > 0 and t > 0
+        ]
+        if not pairs:
+            return None
+        return sum(d for d, _ in pairs) / sum(t for _, t in pairs)
+
+
+def _ours(backend, prompt_ids: list[int], k: int, mode: str, max_new: int):
+    request = GenerationRequest(
+        prompt_ids=tuple(prompt_ids),
+        sampler=SamplerSettings(temperature=0.0),
+        max_new_tokens=max_new,
+        num_draft_tokens=k,
+        drafting=k > 0,
+        seed=0,
+        k_mode=mode,
+        tuning_key="bench-pair",
+    )
+    ids: list[int] = []
+    rounds: list[tuple[int, int]] = []
+    first = last = None
+    first_tokens = 0
+    done: Done | None = None
+    for event in backend.generate(request, threading.Event()):
+        if isinstance(event, Chunk):
+            if first is None:
+                first, first_tokens = event.t, len(event.token_ids)
+            last = event.t
+            ids.extend(event.token_ids)
+            rounds.append((event.drafted, event.accepted))
+        else:
+            done = event
+    rate = decode_tokens_per_s(len(ids) - first_tokens, first, last)
+    seconds = (len(ids) - first_tokens) / rate if rate else 0.0
+    return ids, len(ids) - first_tokens, seconds, rounds, done
+
+
+def _server(backend, prompt: str, max_new: int) -> tuple[int, float]:
+    from engine.benchmarks.remote import RemoteFigures, run_prompt
+
+    figures = RemoteFigures()
+    run_prompt(backend, prompt, max_new, 0, figures)
+    return figures.tokens, figures.decode_s
+
+
+def run_pair_bench(
+    target_path: Path,
+    draft_path: Path,
+    prompts: list[dict[str, str]],
+    *,
+    max_new: int = 128,
+    repeats: int = 1,
+    out=sys.stdout,
+    threads: int | None = None,
+    max_context: int = 4096,
+    with_server: bool = True,
+) -> dict:
+    from engine.backends.llamacpp import LlamaCppBackend, patched_build
+    from engine.benchmarks.runner import chat_presets
+
+    started = time.perf_counter()
+    plain = LlamaCppBackend(target_path, draft="ngram", max_context=max_context, threads=threads)
+    plain.load()
+    drafted = LlamaCppBackend(
+        target_path, draft=str(draft_path), max_context=max_context, threads=plain.threads
+    )
+    drafted.load()
+    presets = chat_presets()
+    k_by_category = {name: presets[name].k for name in ("code", "qa", "creative") if name in presets}
+    servers, server_note = _start_servers(target_path, draft_path, plain.threads, max_context, with_server)
+    variants = OURS + tuple(name for name in SERVER if name in servers)
+    print(
+        f"specchat bench, draft-model pair: target {target_path.name}, draft {draft_path.name}; "
+        f"{len(prompts)} prompts, temperature 0, max {max_new} new tokens, {repeats} repeat(s), "
+        f"{plain.threads} threads, {'patched' if patched_build() else 'stock'} llama.cpp, plain steps "
+        f"{'padded' if plain.pad_plain_steps else 'single-token'}",
+        file=out,
+    )
+    if server_note:
+        print(server_note, file=out)
+    figures = {name: VariantFigures() for name in variants}
+    same = {name: 0 for name in OURS[1:]}
+    try:
+        print(
+            f"{'#':>2} {'cat':<8} " + " ".join(f"{name.replace('ours-', ''):>12}" for name in variants),
+            file=out,
+        )
+        for index, item in enumerate(prompts):
+            k = k_by_category.get(item["category"], 5)
+            prompt_ids = plain.encode_chat([{"role": "user", "content": item["prompt"]}])
+            best: dict[str, tuple[int, float]] = {}
+            outputs: dict[str, list[int]] = {}
+            for rep in range(repeats):
+                shift = (index + rep) % len(variants)
+                for name in variants[shift:] + variants[:shift]:
+                    if name in servers:
+                        tokens, seconds = _server(servers[name][1], item["prompt"], max_new)
+                    else:
+                        backend = drafted if "draft" in name else plain
+                        ask = 0 if name == "ours-plain" else FIXED_K if name.endswith(f"K{FIXED_K}") else k
+                        mode = "fixed" if name.endswith(f"K{FIXED_K}") else "adaptive"
+                        ids, tokens, seconds, rounds, done = _ours(backend, prompt_ids, ask, mode, max_new)
+                        outputs[name] = ids
+                        if rep == 0:
+                            fig = figures[name]
+                            fig.rounds.extend(rounds)
+                            fig.drafted += sum(d for d, _ in rounds)
+                            fig.accepted += sum(a for _, a in rounds)
+                            if done is not None:
+                                fig.draft_step_s.append(done.draft_step_s)
+                                fig.target_step_s.append(done.target_step_s)
+                                fig.verify_cost = done.verify_cost or fig.verify_cost
+                    if tokens > 0 and seconds > 0 and (name not in best or seconds < best[name][1]):
+                        best[name] = (tokens, seconds)
+            for name, (tokens, seconds) in best.items():
+                figures[name].tokens += tokens
+                figures[name].seconds += seconds
+            for name in same:
+                same[name] += outputs.get(name) == outputs.get("ours-plain")
+            rates = " ".join(f"{(best[n][0] / best[n][1]) if n in best else 0.0:>12.2f}" for n in variants)
+            print(f"{index + 1:>2} {item['category']:<8} {rates}", file=out, flush=True)
+    finally:
+        for _, (server, backend) in servers.items():
+            backend.close()
+            server.close()
+        costs = drafted.target.costs.as_dict() if drafted.target and drafted.target.costs else {}
+        one_token_s = drafted.target.costs.one_token_s if drafted.target and drafted.target.costs else None
+        drafted.close()
+        plain.close()
+    summary = _summarise(figures, same, len(prompts), costs, one_token_s, plain.threads)
+    summary["seconds"] = time.perf_counter() - started
+    _print_summary(out, figures, summary)
+    return summary
+
+
+def _start_servers(
+    target: Path, draft: Path, threads: int, context: int, wanted: bool
+) -> tuple[dict, str | None]:
+    """Both llama-servers at once (an idle one costs no CPU), so their prompts alternate like ours."""
+    if not wanted:
+        return {}, None
+    from engine.backends.remote import RemoteBackend
+    from engine.benchmarks.llama_server import LlamaServer, llama_server_binary
+    from engine.errors import BackendError
+
+    binary, why = llama_server_binary()
+    if binary is None:
+        return {}, f"llama-server peer skipped: {why}"
+    servers: dict = {}
+    extra = {
+        "server-plain": (),
+        "server-draft": ("-md", str(draft), "--spec-type", "draft-simple", "-ngld", "0"),
+    }
+    try:
+        for name in SERVER:
+            server = LlamaServer(target, spec=False, threads=threads, context=context, extra=extra[name])
+            server.start()
+            backend = RemoteBackend(server.url)
+            servers[name] = (server, backend)
+            backend.load()
+    except (RuntimeError, BackendError) as exc:
+        for server, backend in servers.values():
+            backend.close()
+            server.close()
+        return {}, f"llama-server peer skipped: {' '.join(str(exc).split())[:300]}"
+    return servers, None
+
+
+def _summarise(figures, same, prompts, costs, one_token_s, threads) -> dict:
+    from engine.benchmarks.draft_prediction import (
+        DESKTOP_8_CORE,
+        GPU_24GB,
+        QWEN_0_5B,
+        QWEN_1_5B,
+        QWEN_7B,
+        best_draft_k,
+        draft_speedup,
+        fit_machine,
+        predict,
+        repriced_speedup,
+        with_throughput_of,
+    )
+
+    def tps(name):
+        return figures[name].tokens_per_s if name in figures else None
+
+    def ratio(a, b):
+        x, y = tps(a), tps(b)
+        return x / y if x and y else None
+
+    fixed = figures[f"ours-draft-K{FIXED_K}"]
+    per_position = fixed.per_position(FIXED_K)
+    curve = [costs.get(1, 1.0)]
+    for width in range(2, 18):
+        curve.append(costs.get(width) or (curve[-1] + (curve[-1] - curve[-2] if len(curve) > 1 else 0.1)))
+    c = fixed.c
+    summary: dict = {
+        "tokens_per_s": {name: tps(name) for name in figures},
+        "acceptance": {name: figures[name].acceptance for name in figures},
+        "tau": {name: figures[name].tau for name in figures},
+        "per_position": per_position,
+        "c": c,
+        "verify_curve": {w: round(curve[w - 1], 3) for w in range(1, FIXED_K + 6)},
+        "same_as_plain": same,
+        "prompts": prompts,
+        "threads": threads,
+        "plain_vs_server_plain": ratio("ours-plain", "server-plain"),
+        "draft_vs_plain": ratio("ours-draft", "ours-plain"),
+        "draft_fixed_vs_plain": ratio(f"ours-draft-K{FIXED_K}", "ours-plain"),
+        "draft_vs_server_draft": ratio("ours-draft", "server-draft"),
+        "ngram_vs_plain": ratio("ours-ngram", "ours-plain"),
+        "server_draft_vs_server_plain": ratio("server-draft", "server-plain"),
+    }
+    if c is not None:
+        best_k, best = best_draft_k(per_position, curve, c)
+        summary["predicted"] = {
+            f"ours-draft-K{FIXED_K}": draft_speedup(per_position, curve, c, FIXED_K),
+            "ours-draft": best,
+            "ours-ngram": repriced_speedup(figures["ours-ngram"].rounds, curve),
+        }
+        summary["best_k_here"] = best_k
+        rows = []
+        if one_token_s:
+            here = fit_machine(
+                f"this machine ({threads} threads)",
+                QWEN_1_5B,
+                one_token_s,
+                dict(enumerate(curve, 1)),
+                threads,
+            )
+            rows.append(
+                predict(here, QWEN_1_5B, QWEN_0_5B, per_position, figures["ours-ngram"].rounds,
+                        measured_curve=curve, measured_c=c)
+            )  # fmt: skip
+            for machine in (with_throughput_of(DESKTOP_8_CORE, here), GPU_24GB):
+                for target in (QWEN_1_5B, QWEN_7B):
+                    rows.append(
+                        predict(machine, target, QWEN_0_5B, per_position, figures["ours-ngram"].rounds)
+                    )
+        summary["prediction_rows"] = rows
+    return summary
+
+
+def _fmt(value, pattern="{:.2f}") -> str:
+    return "–" if value is None else pattern.format(value)
+
+
+def _print_summary(out, figures, s: dict) -> None:
+    from engine.benchmarks.draft_prediction import prediction_table
+
+    print("\nvariant          tok/s  acceptance    τ", file=out)
+    for name, fig in figures.items():
+        print(
+            f"{name:<15} {_fmt(fig.tokens_per_s, '{:6.2f}')}  {_fmt(fig.acceptance, '{:>9.0%}')}  "
+            f"{_fmt(fig.tau)}",
+            file=out,
+        )
+    curve = "  ".join(f"r({w}) {r:.2f}" for w, r in s["verify_curve"].items() if w > 1)
+    print(
+        f"\ncost ratio c (0.5B step / 1.5B step, as they run): {_fmt(s['c'], '{:.3f}')};  verify cost {curve}",
+        file=out,
+    )
+    pp = "  ".join(f"r{i} {r:.2f}" for i, r in enumerate(s["per_position"], 1))
+    print(f"per-position acceptance (K={FIXED_K} every round): {pp}", file=out)
+    predicted = s.get("predicted", {})
+    measured = {
+        f"ours-draft-K{FIXED_K}": s["draft_fixed_vs_plain"],
+        "ours-draft": s["draft_vs_plain"],
+        "ours-ngram": s["ngram_vs_plain"],
+    }
+    print("\nspeedup vs ours-plain   predicted  measured", file=out)
+    for name, value in measured.items():
+        note = f"  (best K here: {s.get('best_k_here', 0)}; 0 = do not draft)" if name == "ours-draft" else ""
+        print(
+            f"{name:<22} {_fmt(predicted.get(name), '{:>8.2f}x')} {_fmt(value, '{:>8.2f}x')}{note}", file=out
+        )
+    checks = [
+        ("our plain vs llama-server plain", s["plain_vs_server_plain"], TARGETS["plain_vs_server_plain"]),
+        ("our draft model vs our plain", s["draft_vs_plain"], TARGETS["draft_vs_plain"]),
+        (
+            "our draft model vs llama-server draft",
+            s["draft_vs_server_draft"],
+            TARGETS["draft_vs_server_draft"],
+        ),
+        ("our n-gram vs our plain", s["ngram_vs_plain"], TARGETS["ngram_vs_plain"]),
+    ]
+    print("", file=out)
+    for label, value, target in checks:
+        verdict = "–" if value is None else "meets" if value >= target else "MISSES"
+        print(f"{label:<40} {_fmt(value, '{:5.2f}x')}  (target >= {target:.2f}x: {verdict})", file=out)
+    if s["server_draft_vs_server_plain"] is not None:
+        print(f"llama-server draft vs its plain        {s['server_draft_vs_server_plain']:5.2f}x", file=out)
+    for name, count in s["same_as_plain"].items():
+        print(f"greedy {name} == ours-plain: {count}/{s['prompts']} prompts", file=out)
+    if s.get("prediction_rows"):
+        print(
+            "\nprediction (per-position acceptance measured here; pass cost = per-layer overhead + weights / "
+            "bandwidth + tokens x compute; see README):",
+            file=out,
+        )
+        print(prediction_table(s["prediction_rows"]), file=out)
