@@ -39,6 +39,7 @@ class StatusFigures:
     backend: str = ""
     device: str = ""
     warning: str = ""  # a regression found in the metrics log (click the bar for the trend)
+    draft_model: str = ""  # the draft model, where one drafts (n-gram and none show nothing here)
 
 
 def collect_status(session: Any, state: str, message: str = "") -> StatusFigures:
@@ -53,6 +54,7 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
         "cache_mode": info.cache_mode if info else "",
         "backend": info.backend if info else "",
         "device": info.device if info else "",
+        "draft_model": draft_label(info.draft_model) if info and info.draft_mode == "model" else "",
     }
     live = session.live
     active = session.active
@@ -115,6 +117,19 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
     )
 
 
+def draft_label(file_name: str | None) -> str:
+    """A draft model's name short enough for the bar: a named model's name (qwen2.5-coder-0.5b), else the
+    file or folder name without .gguf, cut to 24 characters."""
+    from engine.named_models import NAMED_MODELS
+
+    name = file_name or "?"
+    named = next((m.name for m in NAMED_MODELS.values() if m.filename == name), None)
+    if named is not None:
+        return named
+    stem = name.removesuffix(".gguf")
+    return stem if len(stem) <= 24 else stem[:23] + "…"
+
+
 def regression_warning(regressions: Any) -> str:
     """`acceptance −12 pts (qa)`: the first regression, and how many more."""
     if not regressions:
@@ -140,6 +155,7 @@ PRIORITY = {
     "k": 7,
     "ctx": 8,
     "warning": 9,
+    "draft": 9,
     "accept": 10,
     "speed": 11,
 }
@@ -160,6 +176,8 @@ def status_fields(fig: StatusFigures) -> list[tuple[str, list[Any]]]:
     ):
         k_text = f"{fig.k}→{fig.k_now}"  # adaptive K moved away from the preset's ceiling
     fields.append(("k", [("K ", "dim"), k_text]))
+    if fig.draft_model:
+        fields.append(("draft", [("draft ", "dim"), fig.draft_model]))
     fields.append(("temperature", [("T ", "dim"), number(fig.temperature, 2)]))
     if fig.measured_drafting is False:
         fields.append(("accept", [("draft off", "dim")]))
