@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.config import cache_dir
 from engine.models import (
     ModelError,
     ProgressCallback,
     _exclusive_lock,
     _pip_error_line,
     _run_pip,
-    cache_dir,
 )
 
 
