@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# End-to-end check of the chat on the real draft pair, in a real terminal (tmux, 100x30): start `specchat --model
+# qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b` with the code preset drafting a fixed K 4 (a user preset: on a
+# 2-core CPU adaptive K rightly leaves this draft off, and the check is about what the bar shows), ask a coding
+# question, and check that while the reply streams the status bar shows a live acceptance figure and the draft
+# model's name; then switch the draft to n-gram in the settings dialog (F12: the model reloads, the draft's name
+# leaves the bar) and back to the draft model by name. Exits non-zero on failure and prints the captured screen.
+#
+#   tests/tmux_pair_e2e.sh            # uses .venv/bin/specchat; the pair is fetched first if needed
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SPECCHAT="${SPECCHAT:-$ROOT/.venv/bin/specchat}"
+LOAD_TIMEOUT="${E2E_LOAD_TIMEOUT:-600}"
+REPLY_TIMEOUT="${E2E_REPLY_TIMEOUT:-300}"
+DRAFT="qwen2.5-coder-0.5b"
+SESSION="specchat-pair-e2e-$$"
+WORK="$(mktemp -d)"
+
+command -v tmux >/dev/null || { echo "tmux_pair_e2e: tmux is not installed" >&2; exit 2; }
+[ -x "$SPECCHAT" ] || { echo "tmux_pair_e2e: $SPECCHAT not found (run make install)" >&2; exit 2; }
+
+cleanup() {
+    tmux kill-session -t "$SESSION" 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+screen() { tmux capture-pane -p -t "$SESSION" 2>/dev/null || true; }
+status_line() { screen | grep -E '^ [○●◌✖] ' | tail -n 1; }
+fail() {
+    echo "tmux_pair_e2e: FAIL: $*" >&2
+    echo "----- screen (100x30) -----" >&2
+    screen >&2
+    echo "----- end of screen -----" >&2
+    exit 1
+}
+wait_for() {
+    local seconds="$1" what="$2"
+    shift 2
+    local deadline=$((SECONDS + seconds))
+    until "$@"; do
+        if ((SECONDS >= deadline)); then fail "timed out after ${seconds}s waiting for $what"; fi
+        screen | grep -q 'specchat exited with status' && fail "specchat exited while waiting for $what"
+        sleep 0.2
+    done
+}
+
+mkdir -p "$WORK/config/specchat/presets" "$WORK/data"
+printf 'k = 4\nk_mode = "fixed"\nmax_new_tokens = 40\n' > "$WORK/config/specchat/presets/code.toml"
+tmux new-session -d -s "$SESSION" -x 100 -y 30 \
+    "env XDG_CONFIG_HOME='$WORK/config' XDG_DATA_HOME='$WORK/data' TERM=xterm-256color '$SPECCHAT' --model qwen2.5-coder-1.5b --draft $DRAFT --preset code --seed 7; echo \"specchat exited with status \$?\"; sleep 600"
+
+ready() { status_line | grep -q '^ ○ '; }
+failed() { status_line | grep -q '^ ✖ '; }
+wait_for "$LOAD_TIMEOUT" "the pair to load" eval 'ready || failed'
+failed && fail "the pair did not load"
+status_line | grep -q "draft $DRAFT" || fail "the status bar does not name the draft: $(status_line)"
+
+tmux send-keys -t "$SESSION" -l "Write a Python function that checks whether a number is prime."
+tmux send-keys -t "$SESSION" Enter
+# Live: while the reply streams (●), an acceptance percentage and the draft's name on the bar.
+live() { status_line | grep -qE "^ ● code .*draft $DRAFT.*accept [0-9]+%"; }
+wait_for "$REPLY_TIMEOUT" "a live acceptance figure while the reply streams" live
+live_line="$(status_line)"
+answered() { ready && screen | grep -qE '[0-9]+ tok · '; }
+wait_for "$REPLY_TIMEOUT" "the reply to finish" answered
+status_line | grep -qE "accept [0-9]+%" || fail "no acceptance figure after the reply: $(status_line)"
+
+set_draft() {
+    tmux send-keys -t "$SESSION" F12
+    settings() { screen | grep -q 'Settings for this chat'; }
+    wait_for 5 "the settings dialog to open" settings
+    tmux send-keys -t "$SESSION" BTab BTab
+    sleep 0.3
+    tmux send-keys -t "$SESSION" -l "$1"
+    sleep 0.3
+    screen | grep -qE "│ draft +$1 " || fail "the draft field does not hold $1"
+    tmux send-keys -t "$SESSION" C-s
+}
+set_draft ngram
+ngram() { ready && status_line | grep -qE '^ ○ code │ K 4 │' && ! status_line | grep -q "draft $DRAFT"; }
+wait_for "$LOAD_TIMEOUT" "the reload with n-gram drafting (the draft's name gone)" ngram
+ngram_line="$(status_line)"
+set_draft "$DRAFT"
+back() { ready && status_line | grep -q "draft $DRAFT"; }
+wait_for "$LOAD_TIMEOUT" "the reload with the draft model by name" back
+
+echo "tmux_pair_e2e: OK: streaming: $live_line"
+echo "tmux_pair_e2e: after F12 ngram: $ngram_line"
+echo "tmux_pair_e2e: after F12 $DRAFT: $(status_line)"
+echo "----- screen (100x30) -----"
+screen
+tmux send-keys -t "$SESSION" C-q
