@@ -9,6 +9,8 @@ Mutations tried (each turned the named test red, then was reverted):
 - `draft_greedy` appending every draft pass to the step times: `test_c_counts_one_token_draft_steps_only`.
 - `drafting_can_pay` with every draft accepted again (no PROBE_ACCEPTANCE):
   `test_no_probe_for_a_half_as_fast_draft_on_a_compute_bound_cpu`.
+- no n-gram lookup beside the draft model (`combined` never built):
+  `test_beside_a_draft_that_cannot_pay_ngram_lookup_still_drafts_exactly`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from engine.backends.hf import TransformersBackend
 from engine.decoding.drafting import AdaptiveK, VerifyCostModel, drafting_can_pay
 from engine.events import Done
 from engine.request import GenerationRequest, SamplerSettings
+from tests.test_adaptive_k import long_copy_dir  # noqa: F401, F811  (a fixture)
 
 # Qwen2.5-Coder-1.5B Q4_K_M on 2 cores (llama.cpp, measured alone): r(1 + k) for k = 0..8, and the 0.5B's step.
 PAIR_CURVE_2_CORES = {1: 1.0, 2: 1.58, 3: 1.91, 4: 2.26, 5: 2.5, 6: 2.72, 7: 2.93, 8: 3.13, 9: 3.33}
@@ -148,3 +151,21 @@ def test_the_prediction_prices_rounds_by_the_pass_cost_model():
     big = predict(GPU_24GB, QWEN_7B, QWEN_0_5B, [0.75, 0.58, 0.45, 0.36])
     assert 0.6 < small.c < 0.8 and small.draft_speedup < 1.1
     assert big.c < 0.35 and big.draft_speedup > 1.3 and big.verdict().startswith("draft model K=")
+
+
+@pytest.mark.slow
+def test_beside_a_draft_that_cannot_pay_ngram_lookup_still_drafts_exactly(long_copy_dir: Path):  # noqa: F811
+    """The copy model drafting for itself at the cost of a target step (c = 1: never pays) on a repeating
+    cycle: adaptive K leaves the draft model off, and n-gram lookup beside it drafts the cycle, output unchanged."""
+    from tests.test_adaptive_k import CPU_CURVE, LONG_CYCLE, pair, reply, request, tokens
+
+    prompt = [*LONG_CYCLE, *LONG_CYCLE[:5]]
+    backend = pair(long_copy_dir, long_copy_dir, CPU_CURVE, 1.0)
+    try:
+        plain, _ = reply(backend, request(prompt, 0, 48, mode="fixed"))
+        chunks, done = reply(backend, request(prompt, 6, 48))
+        assert tokens(chunks) == tokens(plain)
+        assert sum(c.drafted for c in chunks) > 0 and sum(c.accepted for c in chunks) > 0
+        assert done.draft_step_s == 0.0  # no draft-model step ran: every draft came from the lookup
+    finally:
+        backend.close()

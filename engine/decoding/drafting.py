@@ -481,6 +481,7 @@ class NgramDrafter:
         self.index = SuffixIndex()
         self._pending_bucket: int | None = None
         self.last_match_length = 0
+        self.last_rate = 1.0  # the last proposal's expected tokens per unit of time, relative to plain
 
     @property
     def tokens(self) -> list[int]:
@@ -508,6 +509,7 @@ class NgramDrafter:
         """This round's draft: empty where no length pays (or nothing matches)."""
         self._pending_bucket = None
         self.last_match_length = 0
+        self.last_rate = 1.0
         if k_max <= 0:
             return []
         length, end = self.index.longest_match()
@@ -517,7 +519,9 @@ class NgramDrafter:
         if self.fixed:
             k = k_max
         else:
-            k, _ = best_draft_length(self.acceptance, self.costs, bucket, min(k_max, MAX_DRAFT_LENGTH))
+            k, self.last_rate = best_draft_length(
+                self.acceptance, self.costs, bucket, min(k_max, MAX_DRAFT_LENGTH)
+            )
             if k == 0 and self.tuner is not None and self.tuner.probe_due(k_max, self.costs):
                 k = min(PROBE_LENGTH, k_max)
             elif k > 0 and self.tuner is not None:

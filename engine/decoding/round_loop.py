@@ -170,6 +170,20 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+class FreeDraftCosts:
+    """The target's verify cost as an n-gram drafter sees it beside a draft model: its drafts take no draft-model
+    steps (c = 0)."""
+
+    def __init__(self, costs: VerifyCostModel) -> None:
+        self._costs = costs
+
+    def ratio(self, width: int) -> float:
+        return self._costs.ratio(width)
+
+    def draft_ratio(self) -> float:
+        return 0.0
+
+
 def draft_greedy(
     model: CachedModel,
     seq: Sequence[int],
@@ -247,6 +261,14 @@ def _run_reply(
         if k_requested and draft is None and setup.ngram
         else None
     )
+    # Beside a draft model (adaptive K), n-gram lookup too: where the context repeats itself its drafts are free
+    # (no draft-model steps), and a round takes whichever drafter promises more tokens per unit of time; where the
+    # draft model cannot pay (a compute-bound CPU), n-gram still can. Both are verified alike: same output.
+    combined = (
+        NgramDrafter(costs=FreeDraftCosts(target.costs), acceptance=tuner.ngram)
+        if draft is not None and adaptive and target.costs is not None
+        else None
+    )
     target.step_times = []
     draft_times: list[float] = []
     # c's two sides, as they run in this reply: one-token draft steps, and the target's one-token passes (the
@@ -260,8 +282,9 @@ def _run_reply(
     if draft is not None and not cancel.is_set():
         draft.step_times = []
         draft.prefill(prompt[:-1], cancel)
-    if ngram is not None:
-        ngram.reset(prompt)
+    for lookup in (ngram, combined):
+        if lookup is not None:
+            lookup.reset(prompt)
     prefill_s = time.perf_counter() - start
 
     seq = list(prompt)  # prompt + reply; seq[-1] is not in the target's cache yet
@@ -288,17 +311,28 @@ def _run_reply(
             )
             if stop is not None:
                 break
-            if k > 0 and adaptive and draft is not None:
+            drafts: list[int] = []
+            looked_up = False  # this round's drafts came from n-gram lookup beside the draft model
+            if k > 0 and combined is not None:
+                # The better of the two by expected tokens per unit of time: n-gram's match or the draft model's
+                # plan (whose rate is 1.0 where it does not pay).
+                found = combined.propose(k)
+                if found and combined.last_rate > tuner.plan(k, target.costs)[1]:
+                    drafts, looked_up = found, True
+                else:
+                    combined.feedback(0, 0)  # not sent: nothing to learn from this round
+            if k > 0 and adaptive and draft is not None and not looked_up:
                 k = tuner.choose(k, target.costs)
 
-            drafts: list[int] = []
             if k > 0 and ngram is not None:
                 t0 = time.perf_counter()
                 drafts = ngram.propose(k)
                 draft_times.append(time.perf_counter() - t0)
-            elif k > 0 and draft is not None:
+            elif k > 0 and draft is not None and not looked_up:
                 drafts = draft_greedy(draft, seq, k, setup.vocab_size, target.costs, draft_step_times)
-            if target.costs is not None:
+            if looked_up:
+                round_costs.append(round_cost(FreeDraftCosts(target.costs), len(drafts)))
+            elif target.costs is not None:
                 round_costs.append(round_cost(target.costs, len(drafts)))
             else:
                 draft_s = _mean(draft.step_times) if draft is not None else 0.0
@@ -316,7 +350,10 @@ def _run_reply(
                 setup.on_round(time.perf_counter() - t0, 1 + len(drafts))
             if ngram is not None:
                 ngram.feedback(len(drafts), accepted)
-            tuner.record(len(drafts), accepted)
+            if combined is not None:
+                combined.feedback(len(drafts), accepted)  # learns only from its own proposals
+            if not looked_up:
+                tuner.record(len(drafts), accepted)  # the draft model's per-position acceptance
 
             emitted: list[int] = []
             cut: int | None = None
@@ -354,8 +391,9 @@ def _run_reply(
             origins = [True] * kept_drafts + [False] * (len(emitted) - kept_drafts)
             reply.extend(emitted)
             seq.extend(emitted)
-            if ngram is not None:
-                ngram.extend(emitted)
+            for lookup in (ngram, combined):
+                if lookup is not None:
+                    lookup.extend(emitted)
             if not emitted and not drafts and not delta:
                 break  # the round produced nothing (its own tokens, before any wait for their text)
             if watch.stops:  # the tokens whose text is out: all of them once the reply ends
