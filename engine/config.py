@@ -38,6 +38,11 @@ BackendName = Literal["auto", "exllamav2", "transformers", "llamacpp", "remote"]
 
 # The draft setting takes these words or a model folder path.
 DRAFT_KEYWORDS = ("ngram", "none")
+# Models known by name (engine/models/named.py fetches them): the name stands for this file in the model cache.
+MODEL_NAMES = {
+    "qwen2.5-coder-1.5b": "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf",
+    "qwen2.5-coder-0.5b": "Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf",
+}
 
 
 class ConfigError(UserError, ValueError):
@@ -90,6 +95,23 @@ def cache_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("specchat"))
+
+
+def named_model_path(value: str | Path | None) -> Path | None:
+    """The cache file a model name stands for (fetched or not); None where `value` is no model name."""
+    if value is None:
+        return None
+    file_name = MODEL_NAMES.get(str(value).strip().lower())
+    return cache_dir() / "models" / file_name if file_name else None
+
+
+def model_name_at(path: str | Path) -> str | None:
+    """The name whose cache file `path` is, else None."""
+    try:
+        resolved = Path(path).expanduser().resolve()
+    except (OSError, RuntimeError):
+        return None
+    return next((n for n in MODEL_NAMES if named_model_path(n).resolve() == resolved), None)
 
 
 def display_path(path: Path | str) -> str:
@@ -287,9 +309,7 @@ class Settings(BaseSettings):
     @classmethod
     def _named_model(cls, value: Path | None) -> Path | None:
         # A model name (qwen2.5-coder-1.5b) stands for its file in the model cache, fetched before loading.
-        from engine.named_models import resolve_model_name
-
-        return resolve_model_name(value) or value
+        return named_model_path(value) or value
 
     @field_validator("draft", mode="after")
     @classmethod
@@ -299,9 +319,7 @@ class Settings(BaseSettings):
             raise ValueError("must be 'ngram', 'none' or a draft model folder")
         if value.lower() in DRAFT_KEYWORDS:
             return value.lower()
-        from engine.named_models import resolve_model_name
-
-        return str(resolve_model_name(value) or Path(value).expanduser())
+        return str(named_model_path(value) or Path(value).expanduser())
 
     @field_validator("preset", "device", mode="after")
     @classmethod

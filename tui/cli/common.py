@@ -86,7 +86,7 @@ def cli_settings(args: argparse.Namespace, check_paths: bool = True):
     if not check_paths:
         return settings
     from engine.models import ProgressPrinter
-    from engine.named_models import ensure_named_files
+    from engine.models.named import ensure_named_files
 
     ensure_named_files(
         settings, ProgressPrinter(label="")

@@ -1,5 +1,5 @@
 """`specchat fetch [NAME ...]`: fetch and convert the embedded model (prints its folder and its GGUF file), or fetch
-named models (engine/named_models.py: qwen2.5-coder-1.5b, qwen2.5-coder-0.5b; prints each file)."""
+named models (engine/models/named.py: qwen2.5-coder-1.5b, qwen2.5-coder-0.5b; prints each file)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from engine.models import ProgressPrinter, ensure_embedded_gguf, ensure_embedded_model, print_progress
-    from engine.named_models import NAMED_MODELS, ensure_named_model, named_model
+    from engine.models.named import NAMED_MODELS, ensure_named_model, named_model
 
     names = getattr(args, "names", None) or []
     unknown = [name for name in names if named_model(name) is None]

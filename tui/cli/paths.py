@@ -13,7 +13,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"user presets  {presets_dir()}")
     print(f"model cache   {embedded_model_dir()}")
     print(f"model GGUF    {embedded_gguf_path('f16')}  (llama.cpp's default; Q4_1: {embedded_gguf_path()})")
-    from engine.named_models import NAMED_MODELS, is_fetched
+    from engine.models.named import NAMED_MODELS, is_fetched
 
     for model in NAMED_MODELS.values():
         state = "fetched" if is_fetched(model) else f"not fetched: specchat fetch {model.name}"

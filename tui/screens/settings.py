@@ -25,7 +25,7 @@ from textual.validation import ValidationResult, Validator
 from textual.widgets import Button, Input, Label, Static, Switch, TextArea
 
 from engine.errors import SpecchatError
-from engine.named_models import NAMED_MODELS
+from engine.models.named import NAMED_MODELS
 from tui.widgets.footer import FittingFooter
 
 # (field, label, type) of the number fields, in dialog order.

@@ -120,7 +120,7 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
 def draft_label(file_name: str | None) -> str:
     """A draft model's name short enough for the bar: a named model's name (qwen2.5-coder-0.5b), else the
     file or folder name without .gguf, cut to 24 characters."""
-    from engine.named_models import NAMED_MODELS
+    from engine.models.named import NAMED_MODELS
 
     name = file_name or "?"
     named = next((m.name for m in NAMED_MODELS.values() if m.filename == name), None)

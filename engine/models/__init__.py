@@ -571,14 +571,13 @@ def check_model_path(path: str | Path, what: str = "model") -> Path:
 
     ModelError (one line, starting with `what`) for a path that does not exist or holds no model. Cheap: reads
     file headers only, so the settings dialog can check a path as it is typed. A model name (qwen2.5-coder-1.5b,
-    engine/named_models.py) gives its cache file, fetched or not: loading fetches it.
+    engine/models/named.py) gives its cache file, fetched or not: loading fetches it.
     """
-    from engine.named_models import is_fetched, named_model_at, resolve_model_name
+    from engine.config import model_name_at, named_model_path
 
-    target = resolve_model_name(path) or Path(path).expanduser()
-    named = named_model_at(target)
-    if named is not None and not is_fetched(named):
-        return named.path
+    target = named_model_path(path) or Path(path).expanduser()
+    if model_name_at(target) is not None and not target.is_file():
+        return target  # a named model not fetched yet
     if not target.exists():
         raise ModelError(f"{what}: {target} does not exist")
     if target.is_file():

