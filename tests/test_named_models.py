@@ -128,3 +128,18 @@ def test_the_status_bar_names_the_draft_model_and_keeps_it_at_80_columns():
     assert "│ K 3 │ draft qwen2.5-coder-0.5b │" in render_status(fig).plain
     assert "draft qwen2.5-coder-0.5b" in render_status(fig, width=80).plain
     assert "draft" not in render_status(_wide_figures()).plain  # n-gram: nothing more on the bar
+
+
+def test_fetch_and_paths_on_the_command_line(tmp_path, monkeypatch, capsys):
+    from tui.cli.entry import main
+
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.delenv("SPECCHAT_CONFIG_FILE", raising=False)
+    assert main(["fetch", "qwen9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("specchat: error: unknown model name 'qwen9'") and "\n" not in err
+    assert main(["paths"]) == 0
+    out = capsys.readouterr().out
+    assert "qwen2.5-coder-1.5b " in out and "(not fetched: specchat fetch qwen2.5-coder-1.5b)" in out
