@@ -19,6 +19,7 @@ from engine.models.named import PAIR_DRAFT, PAIR_TARGET, ensure_named_model
 pytestmark = pytest.mark.slow
 
 MAX_NEW = 24
+LOAD_S = 900
 K = 4
 TURNS = (
     "Write a Python function that reverses a string.",
@@ -120,7 +121,7 @@ async def test_the_app_stays_up_when_smollm2_is_offered_as_the_draft(pair, tmp_p
     from engine.config import Settings
     from engine.models import ensure_embedded_gguf
     from engine.session import ChatSession
-    from tests.test_tui_model_reload import apply_settings, ready
+    from tests.test_tui_model_reload import apply_settings
     from tui.app import SpecchatApp
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
@@ -129,10 +130,12 @@ async def test_the_app_stays_up_when_smollm2_is_offered_as_the_draft(pair, tmp_p
     session = ChatSession(settings, save=True)
     app = SpecchatApp(settings, session=session)
     async with app.run_test(size=(100, 36)) as pilot:
-        await ready(pilot)
+        # Loading the pair (kernel probe, threads, verify cost) takes minutes on a busy 2-core machine.
+        await wait_until(pilot, lambda: app.state != "loading", timeout=LOAD_S)
+        assert app.state == "ready", app.load_error
         backend = app.session.backend
         await apply_settings(pilot, draft=str(ensure_embedded_gguf()))
-        await wait_until(pilot, lambda: app.state != "loading", timeout=300)
+        await wait_until(pilot, lambda: app.state != "loading", timeout=LOAD_S)
         assert app.state == "ready" and app.session.backend is backend
         errors = [n for n in app._notifications if n.severity == "error"]
         assert errors and "vocabulary size differs" in str(errors[-1].message)
