@@ -69,6 +69,9 @@ PATCH_SYMBOL = "ggml_vec_dot_f16_f32"
 # The kernel probe also checks one-token decodes past this many cached positions (llama.cpp's CPU flash attention
 # takes another path for a single query row over >= 512 keys).
 LONG_PROBE_POSITION = 520
+# Pass widths the kernel probe compares row by row with one-token decodes (a 4-row gemm starts at 4; 9 = the widest
+# calibrated pass): all agree, and any width is taken as exact, as for a build whose kernels never switch.
+PROBE_WIDTHS = (2, 3, 4, 6, 9)
 BUSY_NOTE = (
     "slow: verify passes ran {slowdown:.0f}x slower than measured at load at {threads} (another process busy on "
     "the CPU?)"
@@ -368,6 +371,8 @@ class LlamaCppBackend(RoundLoopBackend):
         self.probe_kernels = probe_kernels
         # Whether plain steps (and one-token prefill slices) need the throw-away position; set at load.
         self.pad_plain_steps = not fast_plain
+        # The widest verify pass computed with the one-token kernels (None: any width); set at load.
+        self.max_verify_width: int | None = None
         self.draft_mode: DraftMode = (
             "ngram" if self.draft == "ngram" else "none" if self.draft == "none" else "model"
         )
@@ -486,8 +491,16 @@ class LlamaCppBackend(RoundLoopBackend):
                 raise
         if not self.fast_plain and self.probe_kernels:
             report("probing kernels", 0.9)
-            self.pad_plain_steps = not self._kernels_agree()
+            width = self._exact_width()
+            self.pad_plain_steps = width < 2
             self.target.pad_single = self.pad_plain_steps
+            if 2 <= width < max(PROBE_WIDTHS):
+                # Plain steps and passes of up to `width` tokens share their kernels: drafts stay within that.
+                self.max_verify_width = width
+                self.notes.append(
+                    f"llama.cpp computes passes of more than {width} tokens with other kernels for this model: "
+                    f"drafts are capped at {width - 1} per round so that speculation stays exact"
+                )
             if self.pad_plain_steps:
                 hint = "" if patched_build() else " (make install builds a llama.cpp where they agree)"
                 self.notes.append(
@@ -652,37 +665,45 @@ class LlamaCppBackend(RoundLoopBackend):
         costs.observe_draft(best)
 
     def _kernels_agree(self) -> bool:
-        """Do one-token decodes give bit-identical logits to the rows of a batch at the same positions?
+        """Do one-token decodes equal the rows of every probed pass width, bit for bit?"""
+        return self._exact_width() >= max(PROBE_WIDTHS)
 
-        Checked near the start and past LONG_PROBE_POSITION cached positions, where llama.cpp's CPU flash
+    def _exact_width(self) -> int:
+        """The widest pass (of PROBE_WIDTHS) whose rows are all bit-identical to one-token decodes at the same
+        positions, every narrower one agreeing too; 1 where even two rows differ.
+
+        llama.cpp may switch kernels at a batch size: Q4_K weights repacked for AVX2 run one gemv per row up to 3
+        rows and a 4-row gemm from 4 rows on (logits 0.3 apart), float16 ones on a stock build take tinyBLAS from 2
+        rows. Checked near the start and past LONG_PROBE_POSITION cached positions, where llama.cpp's CPU flash
         attention splits a single query row's keys into chunks (stock builds; specchat's patched build does not)."""
         import numpy as np
 
         target = self.target
         text = "The quick brown fox jumps over the lazy dog. 1, 2, 3, 4, 5: def f(x): return x * 2 # done"
         probe = self.encode_text(text)
-        if len(probe) < 24:
-            return False
-        long = (probe * (LONG_PROBE_POSITION // len(probe) + 2))[: LONG_PROBE_POSITION + 8]
-        cases = [(probe, 8), (probe, len(probe) - 7)]
-        if len(long) + 8 <= self.max_context:
+        widest = max(PROBE_WIDTHS)
+        if len(probe) < 16 + widest:
+            return 1
+        long = (probe * (LONG_PROBE_POSITION // len(probe) + 2))[: LONG_PROBE_POSITION + widest]
+        cases = [(probe, 8), (probe, len(probe) - widest)]
+        if len(long) + widest <= self.max_context:
             cases.append((long, LONG_PROBE_POSITION))
 
-        def agree(ids: list[int], start: int) -> bool:
+        def exact_up_to(ids: list[int], start: int) -> int:
             target.clear()
             target.prefill(ids[:start])
-            rows = target.decode(ids[start : start + 6], outputs=6)
-            pair = target.decode([ids[start + 6], ids[start + 6]], outputs=2)
-            target.crop(start)
-            for j in range(7):
-                single = target.decode([ids[start + j]], outputs=1, pad=False)
-                expected = rows[j] if j < 6 else pair[0]
-                if not np.array_equal(single[0], expected):
-                    return False
-            return True
+            singles = [target.decode([ids[start + j]], outputs=1, pad=False)[0] for j in range(widest)]
+            exact = 1
+            for width in PROBE_WIDTHS:
+                target.crop(start)
+                rows = target.decode(ids[start : start + width], outputs=width)
+                if not all(np.array_equal(rows[j], singles[j]) for j in range(width)):
+                    break
+                exact = width
+            return exact
 
         try:
-            return all(agree(ids, start) for ids, start in cases)
+            return min(exact_up_to(ids, start) for ids, start in cases)
         finally:
             target.clear()
 
@@ -755,7 +776,7 @@ class LlamaCppBackend(RoundLoopBackend):
             "vocab_size": self.target.n_vocab,
             "new_text": lambda: ByteDetokenizer(self._piece_exact),
             # The batch holds the last token, the drafts and (plain steps) one throw-away position.
-            "max_draft": self.target.n_batch - 2,
+            "max_draft": min(self.target.n_batch - 2, (self.max_verify_width or self.target.n_batch) - 1),
         }
 
     def _prepare_setup(self, setup: LoopSetup) -> None:
