@@ -37,6 +37,7 @@ import torch
 
 from engine.backends.base import ProgressCallback
 from engine.backends.llamacpp_native import RepackChoice, choose_repack, plan_load
+from engine.backends.llamacpp_probe import LONG_PROBE_POSITION, PROBE_WIDTHS, exact_width  # noqa: F401 (re-exported)
 from engine.backends.llamacpp_text import ByteDetokenizer, GgufTokenizer, resolve_gguf
 from engine.backends.llamacpp_threads import StallWatch, ThreadChoice, choose_threads, threads_label
 from engine.chat_template import (
@@ -66,12 +67,6 @@ THREAD_SAMPLE_STEPS = 3
 THREAD_BUDGET_S = 1.5
 # Exported by specchat's patched llama.cpp build (scripts/patch_llama_cpp.py).
 PATCH_SYMBOL = "ggml_vec_dot_f16_f32"
-# The kernel probe also checks one-token decodes past this many cached positions (llama.cpp's CPU flash attention
-# takes another path for a single query row over >= 512 keys).
-LONG_PROBE_POSITION = 520
-# Pass widths the kernel probe compares row by row with one-token decodes (a 4-row gemm starts at 4; 9 = the widest
-# calibrated pass): all agree, and any width is taken as exact, as for a build whose kernels never switch.
-PROBE_WIDTHS = (2, 3, 4, 6, 9)
 BUSY_NOTE = (
     "slow: verify passes ran {slowdown:.0f}x slower than measured at load at {threads} (another process busy on "
     "the CPU?)"
@@ -669,43 +664,8 @@ class LlamaCppBackend(RoundLoopBackend):
         return self._exact_width() >= max(PROBE_WIDTHS)
 
     def _exact_width(self) -> int:
-        """The widest pass (of PROBE_WIDTHS) whose rows are all bit-identical to one-token decodes at the same
-        positions, every narrower one agreeing too; 1 where even two rows differ.
-
-        llama.cpp may switch kernels at a batch size: Q4_K weights repacked for AVX2 run one gemv per row up to 3
-        rows and a 4-row gemm from 4 rows on (logits 0.3 apart), float16 ones on a stock build take tinyBLAS from 2
-        rows. Checked near the start and past LONG_PROBE_POSITION cached positions, where llama.cpp's CPU flash
-        attention splits a single query row's keys into chunks (stock builds; specchat's patched build does not)."""
-        import numpy as np
-
-        target = self.target
-        text = "The quick brown fox jumps over the lazy dog. 1, 2, 3, 4, 5: def f(x): return x * 2 # done"
-        probe = self.encode_text(text)
-        widest = max(PROBE_WIDTHS)
-        if len(probe) < 16 + widest:
-            return 1
-        long = (probe * (LONG_PROBE_POSITION // len(probe) + 2))[: LONG_PROBE_POSITION + widest]
-        cases = [(probe, 8), (probe, len(probe) - widest)]
-        if len(long) + widest <= self.max_context:
-            cases.append((long, LONG_PROBE_POSITION))
-
-        def exact_up_to(ids: list[int], start: int) -> int:
-            target.clear()
-            target.prefill(ids[:start])
-            singles = [target.decode([ids[start + j]], outputs=1, pad=False)[0] for j in range(widest)]
-            exact = 1
-            for width in PROBE_WIDTHS:
-                target.crop(start)
-                rows = target.decode(ids[start : start + width], outputs=width)
-                if not all(np.array_equal(rows[j], singles[j]) for j in range(width)):
-                    break
-                exact = width
-            return exact
-
-        try:
-            return min(exact_up_to(ids, start) for ids, start in cases)
-        finally:
-            target.clear()
+        """The widest pass whose rows equal one-token decodes (engine/backends/llamacpp_probe.py)."""
+        return exact_width(self.target, self.encode_text, self.max_context)
 
     def _vocab_view(self, state: LlamaCppModel, path: Path) -> VocabView:
         eot = self.template.end_of_turn if self.template else None
