@@ -72,10 +72,11 @@ set_draft() {
     settings() { screen | grep -q 'Settings for this chat'; }
     wait_for 5 "the settings dialog to open" settings
     tmux send-keys -t "$SESSION" BTab BTab
-    sleep 0.3
+    sleep 0.5
     tmux send-keys -t "$SESSION" -l "$1"
-    sleep 0.3
-    screen | grep -qE "│ draft +$1 " || fail "the draft field does not hold $1"
+    # A busy machine can take a while to draw the typed text: wait for it rather than sleep a fixed time.
+    holds() { screen | grep -qE "│ draft +$1 "; }
+    wait_for 20 "the draft field to hold $1" holds
     tmux send-keys -t "$SESSION" C-s
 }
 set_draft ngram
