@@ -75,7 +75,8 @@ set_draft() {
     sleep 0.5
     tmux send-keys -t "$SESSION" -l "$1"
     # A busy machine can take a while to draw the typed text: wait for it rather than sleep a fixed time.
-    holds() { screen | grep -qE "│ draft +$1 "; }
+    local want="$1"
+    holds() { screen | grep -qE "│ draft +$want "; }
     wait_for 20 "the draft field to hold $1" holds
     tmux send-keys -t "$SESSION" C-s
 }
