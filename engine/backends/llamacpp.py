@@ -39,7 +39,15 @@ from engine.backends.base import ProgressCallback
 from engine.backends.llamacpp_native import RepackChoice, choose_repack, plan_load
 from engine.backends.llamacpp_probe import LONG_PROBE_POSITION, PROBE_WIDTHS, exact_width  # noqa: F401 (re-exported)
 from engine.backends.llamacpp_text import ByteDetokenizer, GgufTokenizer, resolve_gguf
-from engine.backends.llamacpp_threads import StallWatch, ThreadChoice, choose_threads, threads_label
+from engine.backends.llamacpp_threads import (
+    LEARN_MIN_EXTRA,
+    PassCost,
+    RecheckClock,
+    StallWatch,
+    ThreadChoice,
+    choose_threads,
+    threads_label,
+)
 from engine.chat_template import (
     END_OF_TURN_CANDIDATES,
     FALLBACK_NOTE,
@@ -60,6 +68,9 @@ CACHE_TYPE_NAMES = {"fp16": "f16", "q8": "q8_0", "q6": "q8_0", "q4": "q4_0"}
 PREFILL_SLICE = 256
 # Widest verify pass timed at load for the n-gram drafter's cost model (later passes refine it).
 CALIBRATION_WIDTH = 9
+# The busy-CPU guard's cost of a pass is timed at load over 64 cached tokens and over this many (where the context
+# allows), so that it knows how much a pass grows with the context (llamacpp_threads.PassCost).
+CONTEXT_CALIBRATION = 576
 # Choosing the thread count at load: up to THREAD_SAMPLES samples per count (each THREAD_SAMPLE_STEPS one-token
 # decodes), interleaved; sampling stops early once THREAD_BUDGET_S is spent (a stalled count can take seconds).
 THREAD_SAMPLES = 5
@@ -75,6 +86,7 @@ STALL_NOTE = (
     "dropped to 1 thread: verify passes ran {slowdown:.0f}x slower than measured at load, {rounds} in a row "
     "(another process busy on the CPU?); set threads to keep a count"
 )
+RECHECK_NOTE = "back to {threads}: measured again after the drop to 1 thread ({timings} per token)"
 
 
 def probe_llamacpp() -> tuple[bool, str]:
@@ -203,6 +215,8 @@ class LlamaCppModel:
         self.batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
         self.ids: list[int] = []
         self.step_times: list[float] = []
+        # Cached tokens under the latest timed pass (what its attention read besides its own rows).
+        self.pass_context = 0
         # Round cost by width (1 + drafts), in seconds, for the n-gram drafter; None: not measured.
         self.costs: VerifyCostModel | None = None
         # One-token decodes go through the batched kernels (a throw-away second position): set by the backend
@@ -239,6 +253,8 @@ class LlamaCppModel:
         the cost model as a pass of len(tokens) rows.
         """
         pad = self.pad_single if pad is None else pad
+        if timed:
+            self.pass_context = len(self.ids)
         start = time.perf_counter()
         if pad and len(tokens) == 1:
             logits = self._decode([tokens[0], tokens[0]], outputs=2 if outputs else 0)
@@ -361,6 +377,12 @@ class LlamaCppBackend(RoundLoopBackend):
         self.threads = threads or physical_cores()
         self.thread_choice: ThreadChoice | None = None
         self._stall_watch: StallWatch | None = None
+        # What a pass should cost by width and cached tokens at `_pass_cost_threads` threads (measured at load).
+        self.pass_cost: PassCost | None = None
+        self._pass_cost_threads = 0
+        # Set after a drop to one thread: when to measure the counts again.
+        self._recheck: RecheckClock | None = None
+        self.clock = time.monotonic  # the recheck's clock (tests plant one)
         self._thread_note: int | None = None  # index of the thread line in `notes`
         self.fast_plain = fast_plain
         self.probe_kernels = probe_kernels
@@ -518,6 +540,9 @@ class LlamaCppBackend(RoundLoopBackend):
             self.target.costs = self._calibrate()
             if self.draft_state is not None:
                 self._calibrate_draft(self.target.costs)
+        if self.device == "cpu":
+            self.pass_cost = self._measure_pass_cost()
+            self._pass_cost_threads = self.threads
         if measure and self.threads > 1:
             self._stall_watch = StallWatch(self._predicted_cost())
         report("ready", 1.0)
@@ -551,16 +576,21 @@ class LlamaCppBackend(RoundLoopBackend):
         """The thread count the target's llama.cpp context runs with (what llama.cpp itself reports)."""
         return int(self._lib.llama_n_threads(self.target.ctx.ctx))
 
-    def _measure_threads(self) -> ThreadChoice:
-        """Time short runs of one-token decodes at 1 thread and at the physical cores, interleaved, and choose."""
+    def _measure_threads(self, counts: Sequence[int] | None = None, on_cache: bool = False) -> ThreadChoice:
+        """Time short runs of one-token decodes at 1 thread and at the physical cores, interleaved, and choose.
+
+        `on_cache`: on top of the conversation's cache, which is kept (a re-measure between replies must not
+        cost the next reply its prefix); otherwise over a 64-token filler, and the cache is cleared."""
         target = self.target
-        counts = sorted({1, self.threads})
+        counts = sorted(set(counts or (1, self.threads)))
         filler = [(11 + 17 * i) % max(target.n_vocab - 1, 1) + 1 for i in range(64 + THREAD_SAMPLE_STEPS)]
         samples: dict[int, list[float]] = {n: [] for n in counts}
         spent = 0.0
+        kept = len(target.ids)
         try:
-            target.clear()
-            target.prefill(filler[:64])
+            if not on_cache:
+                target.clear()
+                target.prefill(filler[:64])
             for sample in range(THREAD_SAMPLES):
                 for count in counts if sample % 2 == 0 else counts[::-1]:
                     self.set_threads(count)
@@ -570,8 +600,40 @@ class LlamaCppBackend(RoundLoopBackend):
                 if sample >= 1 and spent > THREAD_BUDGET_S:
                     break
         finally:
-            target.clear()
+            if on_cache:
+                target.crop(kept)
+            else:
+                target.clear()
         return choose_threads(samples)
+
+    def _recheck_threads(self, notes: list[str]) -> None:
+        """After a drop to one thread, once the recheck clock says so (at the start of a reply): measure 1 and
+        the load-time count again on top of the cache; where more threads are clearly faster again, go back to
+        them (the stall watch armed anew) and say so on the reply; else wait longer before the next check."""
+        clock = self._recheck
+        if clock is None or self.thread_choice is None or not clock.due(self.clock()):
+            return
+        target = self.target
+        if len(target.ids) + THREAD_SAMPLE_STEPS + 2 > self.max_context:
+            clock.still_one(self.clock())  # no room on top of this cache; the next reply may have some
+            return
+        choice = self._measure_threads(counts=(1, self.thread_choice.threads), on_cache=True)
+        if choice.threads <= 1:
+            self.set_threads(1)
+            clock.still_one(self.clock())
+            return
+        self._recheck = None
+        self.set_threads(choice.threads)
+        self._stall_watch = StallWatch(self._predicted_cost())
+        timings = ", ".join(
+            f"{threads_label(n)} {s * 1000:.1f} ms" for n, s in sorted(choice.medians.items())
+        )
+        note = RECHECK_NOTE.format(threads=threads_label(choice.threads), timings=timings)
+        notes.append(note)
+        if self._thread_note is not None:
+            self.notes[self._thread_note] = note
+        else:
+            self.notes.append(note)
 
     def _time_decodes(self, tokens: Sequence[int]) -> float:
         """Seconds per token of one-token decodes of `tokens` at the current thread count (padded where plain
@@ -585,15 +647,48 @@ class LlamaCppBackend(RoundLoopBackend):
         target.crop(length)
         return elapsed / max(1, len(tokens))
 
+    def _measure_pass_cost(self) -> PassCost:
+        """Best-of timings of passes of 1 and CALIBRATION_WIDTH tokens over 64 cached tokens and over
+        CONTEXT_CALIBRATION (where the context has room): the busy-CPU guard's idea of an idle machine."""
+        target = self.target
+        short = 64
+        long = min(CONTEXT_CALIBRATION, self.max_context - CALIBRATION_WIDTH - 8)
+        widths = (1, CALIBRATION_WIDTH)
+        count = max(short, long) + CALIBRATION_WIDTH
+        filler = [(5 + 19 * i) % max(target.n_vocab - 1, 1) + 1 for i in range(count)]
+
+        def best_over(length: int) -> dict[int, float]:
+            target.prefill(filler[:length])
+            best: dict[int, float] = {}
+            for _ in range(3):
+                for width in widths:
+                    tokens = filler[length : length + width]  # one token: padded where plain steps are
+                    start = time.perf_counter()
+                    target.decode(tokens, outputs=len(tokens))
+                    best[width] = min(best.get(width, float("inf")), time.perf_counter() - start)
+                    target.crop(length)
+            return best
+
+        try:
+            target.clear()
+            short_s = best_over(short)
+            long_s = best_over(long) if long >= short + LEARN_MIN_EXTRA else None
+        finally:
+            target.clear()
+        return PassCost(short_s, short, long_s, long if long_s else None)
+
     def _predicted_cost(self):
-        """Seconds a verify pass of a given width should take at the chosen count, as measured at load."""
+        """(width, cached tokens) -> seconds a verify pass should take at the chosen count on an idle machine:
+        `pass_cost` where load measured it; else the load-time cost by width alone."""
+        if self.pass_cost is not None:
+            return self.pass_cost.predict
         costs = self.target.costs
         one = costs.one_token_s if costs is not None and costs.one_token_s else None
         if one is None and self.thread_choice is not None:
             one = self.thread_choice.medians.get(self.threads)
         frozen = costs.as_dict() if costs is not None else {}
 
-        def predicted(width: int) -> float:
+        def predicted(width: int, context: int = 0) -> float:
             ratio = frozen.get(width)
             if ratio is None:
                 ratio = 1.0 + 0.1 * (width - 1)  # not measured: a modest growth with width
@@ -602,18 +697,26 @@ class LlamaCppBackend(RoundLoopBackend):
         return predicted
 
     def _on_round(self, seconds: float, width: int, notes: list[str], busy: StallWatch | None = None) -> None:
-        """After each round: a verify pass (its llama.cpp decode alone) against the load-time cost; a stall of
-        several rounds drops to one thread for the rest of the session, noted on the reply and the backend.
-        Where the count cannot drop, `busy` notes the stall on the reply (once)."""
+        """After each round: a verify pass (its llama.cpp decode alone) against what a pass of its width over
+        its cached tokens should cost; a stall of several rounds drops to one thread (measured again later),
+        noted on the reply and the backend. Where the count cannot drop, `busy` notes the stall on the reply
+        (once). Passes at normal speed teach the cost model how the context adds to a pass."""
         watch = self._stall_watch
         decode_s = self.target.step_times[-1] if self.target.step_times else seconds
-        if watch is None:
-            if busy is not None and busy.observe(decode_s, width):
-                notes.append(BUSY_NOTE.format(slowdown=busy.slowdown(), threads=threads_label(self.threads)))
+        context = self.target.pass_context
+        judge = watch if watch is not None else busy
+        if judge is None:
             return
-        if not watch.observe(decode_s, width):
+        fired = judge.observe(decode_s, width, context)
+        if not judge.last_slow and self.pass_cost is not None and self.threads == self._pass_cost_threads:
+            self.pass_cost.learn(width, context, decode_s)
+        if not fired:
+            return
+        if watch is None:
+            notes.append(BUSY_NOTE.format(slowdown=judge.slowdown(), threads=threads_label(self.threads)))
             return
         self._stall_watch = None
+        self._recheck = RecheckClock(self.clock())
         self.set_threads(1)
         note = STALL_NOTE.format(slowdown=watch.slowdown(), rounds=watch.rounds)
         notes.append(note)
@@ -742,6 +845,7 @@ class LlamaCppBackend(RoundLoopBackend):
     def _prepare_setup(self, setup: LoopSetup) -> None:
         # Per reply, a watch that only speaks: where the thread count cannot drop (one thread already, or a count
         # set in the config), a busy CPU is said under the reply instead of leaving a slow reply unexplained.
+        self._recheck_threads(setup.notes)
         busy = StallWatch(self._predicted_cost())
         setup.on_round = lambda seconds, width: self._on_round(seconds, width, setup.notes, busy)
 

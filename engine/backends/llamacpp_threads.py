@@ -8,8 +8,15 @@ never waits for another, so it degrades only by its share of the CPU.
 Two decisions, both pure (timings in, a thread count out), so they can be tested with planted numbers:
 - `choose_threads`: at load, a few short decodes timed at each candidate count, interleaved; the fewest threads
   unless more are clearly faster (more threads only pay off on an idle machine, and one thread is robust).
-- `StallWatch`: during a reply, verify passes compared with what the load-time measurement predicts; several
-  far slower passes in a row mean the machine got busy after load, and the backend drops to one thread.
+- `StallWatch`: during a reply, verify passes compared with what `PassCost` predicts for their width and the
+  tokens already cached; several far slower passes in a row mean the machine got busy after load, and the
+  backend drops to one thread (and measures again later: `RecheckClock`).
+
+`PassCost` is what a pass should cost on an idle machine: timed at load at a short and a longer context (a pass
+over 3,700 cached tokens legitimately takes ~4x one over 64: attention reads every cached key), extrapolated
+linearly in the cached tokens, and refined by the passes of the replies that ran at normal speed. Without the
+context term a long chat reads as a busy machine (measured before: "16x slower" at 1.4k tokens, nothing else
+running, and the rest of the session on one thread).
 """
 
 from __future__ import annotations
@@ -23,6 +30,16 @@ THREAD_MARGIN = 0.10
 # A verify pass slower than STALL_FACTOR x its measured cost counts as stalled; STALL_ROUNDS in a row drop to 1.
 STALL_FACTOR = 4.0
 STALL_ROUNDS = 3
+# PassCost: passes over fewer extra cached tokens than this teach nothing about the context term (too little of
+# their time is attention); the learnt scale of that term moves by LEARN_WEIGHT per pass within SCALE_BOUNDS of
+# what load measured.
+LEARN_MIN_EXTRA = 256
+LEARN_WEIGHT = 0.1
+SCALE_BOUNDS = (0.5, 4.0)
+# After a drop to one thread the counts are measured again once RECHECK_FIRST_S has passed (at the start of a
+# reply); each time one thread still wins, the wait doubles, up to RECHECK_MAX_S.
+RECHECK_FIRST_S = 60.0
+RECHECK_MAX_S = 960.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,29 +74,103 @@ def choose_threads(samples: Mapping[int, Sequence[float]], margin: float = THREA
     return ThreadChoice(fewest, medians)
 
 
-class StallWatch:
-    """Counts verify passes in a row that ran far slower than predicted; `observe` answers True once, on the pass
-    that completes a stall (STALL_ROUNDS passes over STALL_FACTOR x the predicted cost). A pass at normal speed
-    resets the count."""
+def _interpolate(points: Mapping[int, float], width: int) -> float:
+    """Linear in the width between the nearest measured widths, with the last slope beyond them; a single point
+    grows by 10% per extra token (a modest guess, as the cost model's)."""
+    known = sorted(points)
+    if width in points:
+        return points[width]
+    if len(known) == 1:
+        return points[known[0]] * (1.0 + 0.1 * (width - known[0]))
+    below = [w for w in known if w < width] or known[:1]
+    above = [w for w in known if w > width]
+    a, b = (below[-1], above[0]) if above and below[-1] != above[0] else (known[-2], known[-1])
+    slope = (points[b] - points[a]) / (b - a)
+    return max(points[a] + slope * (width - a), 0.0)
+
+
+class PassCost:
+    """Seconds a verify pass of `width` tokens over `context` cached tokens should take on an idle machine.
+
+    `short` holds best-of timings per width over `short_context` cached tokens; `long`, the same widths over
+    `long_context` (None: not measured, the cost does not grow). The growth per cached token is their
+    difference over the distance, per width (never negative), extrapolated linearly past the longer context.
+    `learn` scales that growth by what passes at normal speed show (within SCALE_BOUNDS of the measured one)."""
 
     def __init__(
-        self, predicted: Callable[[int], float], factor: float = STALL_FACTOR, rounds: int = STALL_ROUNDS
+        self,
+        short: Mapping[int, float],
+        short_context: int,
+        long: Mapping[int, float] | None = None,
+        long_context: int | None = None,
     ) -> None:
-        self.predicted = predicted  # width (tokens in the pass) -> seconds, from the load-time measurement
+        self.short = {w: s for w, s in short.items() if w >= 1 and s > 0}
+        self.short_context = short_context
+        self.growth: dict[int, float] = {}
+        if long and long_context and long_context > short_context:
+            distance = long_context - short_context
+            for width, seconds in long.items():
+                if width in self.short and seconds > 0:
+                    self.growth[width] = max(0.0, (seconds - self.short[width]) / distance)
+        self.scale = 1.0
+
+    def base(self, width: int) -> float:
+        return _interpolate(self.short, width) if self.short else 0.0
+
+    def per_token(self, width: int) -> float:
+        """Seconds each extra cached token adds to a pass of `width` tokens (the learnt scale included)."""
+        return _interpolate(self.growth, width) * self.scale if self.growth else 0.0
+
+    def predict(self, width: int, context: int = 0) -> float:
+        extra = max(0, context - self.short_context)
+        return self.base(width) + self.per_token(width) * extra
+
+    def learn(self, width: int, context: int, seconds: float) -> None:
+        """A pass that ran at normal speed (the watch did not count it slow) took `seconds`: move the scale of
+        the context term toward what it implies. Short contexts teach nothing (their time is the base's)."""
+        extra = context - self.short_context
+        growth = _interpolate(self.growth, width) if self.growth else 0.0
+        if extra < LEARN_MIN_EXTRA or growth <= 0 or seconds <= 0:
+            return
+        implied = (seconds - self.base(width)) / (growth * extra)
+        implied = min(max(implied, SCALE_BOUNDS[0]), SCALE_BOUNDS[1])
+        self.scale += LEARN_WEIGHT * (implied - self.scale)
+
+    def note(self) -> str:
+        """The measured figures, for the doctor and the bench's details."""
+        one = self.base(1) * 1000
+        if not self.growth:
+            return f"one-token pass {one:.1f} ms"
+        per_1k = self.per_token(1) * 1000 * 1000
+        return f"one-token pass {one:.1f} ms + {per_1k:.1f} ms per 1k cached tokens"
+
+
+class StallWatch:
+    """Counts verify passes in a row that ran far slower than predicted for their width and cached tokens;
+    `observe` answers True once, on the pass that completes a stall (STALL_ROUNDS passes over STALL_FACTOR x the
+    predicted cost). A pass at normal speed resets the count (`last_slow` says how the latest pass was judged)."""
+
+    def __init__(
+        self, predicted: Callable[[int, int], float], factor: float = STALL_FACTOR, rounds: int = STALL_ROUNDS
+    ) -> None:
+        self.predicted = predicted  # (width, cached tokens) -> seconds, e.g. PassCost.predict
         self.factor = factor
         self.rounds = rounds
         self.slow_in_a_row = 0
         self.slow_seconds: list[float] = []
         self.fired = False
+        self.last_slow = False
 
-    def observe(self, seconds: float, width: int) -> bool:
+    def observe(self, seconds: float, width: int, context: int = 0) -> bool:
         if self.fired:
             return False
-        expected = self.predicted(max(1, width))
+        expected = self.predicted(max(1, width), max(0, context))
         if expected <= 0 or seconds <= self.factor * expected:
             self.slow_in_a_row = 0
             self.slow_seconds = []
+            self.last_slow = False
             return False
+        self.last_slow = True
         self.slow_in_a_row += 1
         self.slow_seconds.append(seconds / expected)
         if self.slow_in_a_row >= self.rounds:
@@ -90,3 +181,24 @@ class StallWatch:
     def slowdown(self) -> float:
         """How many times slower than predicted the stalled passes ran (median)."""
         return statistics.median(self.slow_seconds) if self.slow_seconds else 0.0
+
+
+class RecheckClock:
+    """When a drop to one thread is worth measuring again: `due(now)` after the wait, which starts at
+    RECHECK_FIRST_S from the drop and doubles (up to RECHECK_MAX_S) each time one thread is still the choice.
+    A busy spell ends; a session should not stay on one thread because of one."""
+
+    def __init__(
+        self, dropped_at: float, first: float = RECHECK_FIRST_S, most: float = RECHECK_MAX_S
+    ) -> None:
+        self.wait = first
+        self.most = most
+        self.next_at = dropped_at + first
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_at
+
+    def still_one(self, now: float) -> None:
+        """The re-measure kept one thread: wait twice as long before the next."""
+        self.wait = min(self.wait * 2, self.most)
+        self.next_at = now + self.wait
