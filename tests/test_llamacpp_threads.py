@@ -175,3 +175,63 @@ def test_an_explicit_count_is_neither_measured_nor_switched_and_a_stall_is_said(
         assert reply(backend)[1].notes == ()
     finally:
         backend.close()
+
+
+def long_document(backend: LlamaCppBackend, tokens: int) -> list[int]:
+    """A chat prompt of about `tokens` tokens: a log of numbered entries to summarize (what a user pastes)."""
+    crops = ("barley", "rye", "beans", "flax", "turnips", "oats", "hops")
+    entries: list[str] = []
+    ids: list[int] = []
+    while len(ids) < tokens:
+        i = len(entries) + 1
+        entries.append(
+            f"Day {i}: the north field was weeded before noon; {crops[i % 7]} looked {('dry', 'fair', 'good')[i % 3]} "
+            f"and {i % 4 + 2} carts of it went to the mill at {i % 5 + 7} in the morning."
+        )
+        text = "Here is the farm log.\n\n" + "\n".join(entries) + "\n\nSummarize the log in three sentences."
+        ids = backend.encode_chat([{"role": "user", "content": text}])
+    return ids
+
+
+def test_a_long_context_alone_keeps_the_threads_and_a_stall_there_still_drops(
+    gguf: Path, two_cores: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before, a pass over ~3,000 cached tokens was judged against the one-token cost over 64 measured at load:
+    # 4x slower on an idle machine, read as a busy CPU, and the session went down to one thread.
+    plant_measurement(monkeypatch, slow_count=1, seen=[])
+    backend = LlamaCppBackend(gguf, draft="ngram", cache_mode="fp16", max_context=4096)
+    backend.load()
+    try:
+        assert backend.context_threads() == 2 and backend.pass_cost is not None
+        assert backend.pass_cost.growth, "load timed passes over a longer context too"
+        prompt = long_document(backend, 3000)
+        judged: list[tuple[float, float]] = []
+        real_on_round = backend._on_round
+
+        def on_round(seconds, width, notes, busy=None):
+            target = backend.target
+            predicted = backend._predicted_cost()(width, target.pass_context)
+            judged.append((target.step_times[-1], predicted))
+            real_on_round(seconds, width, notes, busy)
+
+        monkeypatch.setattr(backend, "_on_round", on_round)
+        request = GenerationRequest(
+            prompt_ids=tuple(prompt),
+            sampler=SamplerSettings(temperature=0.0),
+            max_new_tokens=48,
+            num_draft_tokens=4,
+            drafting=True,
+            seed=0,
+        )
+        done = [e for e in backend.generate(request, threading.Event()) if isinstance(e, Done)][0]
+        assert done.notes == () and backend.context_threads() == 2 and backend._stall_watch is not None
+        # The guard knows what the long context costs: the typical pass ran near its prediction (before: ~4x).
+        ratios = sorted(seconds / predicted for seconds, predicted in judged)
+        assert len(ratios) >= 10 and 0.5 < ratios[len(ratios) // 2] < 2.0, ratios
+        # Another process taking a core at that length is still a stall.
+        counts = plant_stall(backend, at_threads=2)
+        done = [e for e in backend.generate(request, threading.Event()) if isinstance(e, Done)][0]
+        assert counts[:STALL_ROUNDS] == [2] * STALL_ROUNDS and set(counts[STALL_ROUNDS:]) == {1}
+        assert len(done.notes) == 1 and done.notes[0].startswith("dropped to 1 thread")
+    finally:
+        backend.close()
