@@ -11,12 +11,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.backends.llamacpp import RECHECK_NOTE, STALL_NOTE, LlamaCppBackend
+from engine.backends.llamacpp import LlamaCppBackend
 from engine.backends.llamacpp_threads import (
     RECHECK_FIRST_S,
     RECHECK_MAX_S,
+    RECHECK_NOTE,
     SCALE_BOUNDS,
     STALL_FACTOR,
+    STALL_NOTE,
     STALL_ROUNDS,
     PassCost,
     RecheckClock,

@@ -40,12 +40,11 @@ from engine.backends.llamacpp_native import RepackChoice, choose_repack, plan_lo
 from engine.backends.llamacpp_probe import LONG_PROBE_POSITION, PROBE_WIDTHS, exact_width  # noqa: F401 (re-exported)
 from engine.backends.llamacpp_text import ByteDetokenizer, GgufTokenizer, resolve_gguf
 from engine.backends.llamacpp_threads import (
-    LEARN_MIN_EXTRA,
     PassCost,
     RecheckClock,
     StallWatch,
     ThreadChoice,
-    choose_threads,
+    ThreadControl,
     threads_label,
 )
 from engine.chat_template import (
@@ -68,25 +67,8 @@ CACHE_TYPE_NAMES = {"fp16": "f16", "q8": "q8_0", "q6": "q8_0", "q4": "q4_0"}
 PREFILL_SLICE = 256
 # Widest verify pass timed at load for the n-gram drafter's cost model (later passes refine it).
 CALIBRATION_WIDTH = 9
-# The busy-CPU guard's cost of a pass is timed at load over 64 cached tokens and over this many (where the context
-# allows), so that it knows how much a pass grows with the context (llamacpp_threads.PassCost).
-CONTEXT_CALIBRATION = 576
-# Choosing the thread count at load: up to THREAD_SAMPLES samples per count (each THREAD_SAMPLE_STEPS one-token
-# decodes), interleaved; sampling stops early once THREAD_BUDGET_S is spent (a stalled count can take seconds).
-THREAD_SAMPLES = 5
-THREAD_SAMPLE_STEPS = 3
-THREAD_BUDGET_S = 1.5
 # Exported by specchat's patched llama.cpp build (scripts/patch_llama_cpp.py).
 PATCH_SYMBOL = "ggml_vec_dot_f16_f32"
-BUSY_NOTE = (
-    "slow: verify passes ran {slowdown:.0f}x slower than measured at load at {threads} (another process busy on "
-    "the CPU?)"
-)
-STALL_NOTE = (
-    "dropped to 1 thread: verify passes ran {slowdown:.0f}x slower than measured at load, {rounds} in a row "
-    "(another process busy on the CPU?); set threads to keep a count"
-)
-RECHECK_NOTE = "back to {threads}: measured again after the drop to 1 thread ({timings} per token)"
 
 
 def probe_llamacpp() -> tuple[bool, str]:
@@ -347,7 +329,7 @@ class LlamaCppModel:
         self.model.close()
 
 
-class LlamaCppBackend(RoundLoopBackend):
+class LlamaCppBackend(ThreadControl, RoundLoopBackend):
     """The llama.cpp engine. Construct, `load()`, then `generate()` one reply at a time."""
 
     name = BACKEND_NAME
@@ -562,168 +544,6 @@ class LlamaCppBackend(RoundLoopBackend):
             self.repack_by_file[file] = plan.repack
             self.trial_seconds += plan.trial_seconds
             self.notes.extend(plan.notes)
-
-    # --- threads -------------------------------------------------------------------------------------------
-
-    def set_threads(self, count: int) -> None:
-        """Run the target (and the draft model) with `count` threads from the next decode on."""
-        for state in (self.target, self.draft_state):
-            if state is not None:
-                self._lib.llama_set_n_threads(state.ctx.ctx, count, count)
-        self.threads = count
-
-    def context_threads(self) -> int:
-        """The thread count the target's llama.cpp context runs with (what llama.cpp itself reports)."""
-        return int(self._lib.llama_n_threads(self.target.ctx.ctx))
-
-    def _measure_threads(self, counts: Sequence[int] | None = None, on_cache: bool = False) -> ThreadChoice:
-        """Time short runs of one-token decodes at 1 thread and at the physical cores, interleaved, and choose.
-
-        `on_cache`: on top of the conversation's cache, which is kept (a re-measure between replies must not
-        cost the next reply its prefix); otherwise over a 64-token filler, and the cache is cleared."""
-        target = self.target
-        counts = sorted(set(counts or (1, self.threads)))
-        filler = [(11 + 17 * i) % max(target.n_vocab - 1, 1) + 1 for i in range(64 + THREAD_SAMPLE_STEPS)]
-        samples: dict[int, list[float]] = {n: [] for n in counts}
-        spent = 0.0
-        kept = len(target.ids)
-        try:
-            if not on_cache:
-                target.clear()
-                target.prefill(filler[:64])
-            for sample in range(THREAD_SAMPLES):
-                for count in counts if sample % 2 == 0 else counts[::-1]:
-                    self.set_threads(count)
-                    per_token = self._time_decodes(filler[64:])
-                    samples[count].append(per_token)
-                    spent += per_token * THREAD_SAMPLE_STEPS
-                if sample >= 1 and spent > THREAD_BUDGET_S:
-                    break
-        finally:
-            if on_cache:
-                target.crop(kept)
-            else:
-                target.clear()
-        return choose_threads(samples)
-
-    def _recheck_threads(self, notes: list[str]) -> None:
-        """After a drop to one thread, once the recheck clock says so (at the start of a reply): measure 1 and
-        the load-time count again on top of the cache; where more threads are clearly faster again, go back to
-        them (the stall watch armed anew) and say so on the reply; else wait longer before the next check."""
-        clock = self._recheck
-        if clock is None or self.thread_choice is None or not clock.due(self.clock()):
-            return
-        target = self.target
-        if len(target.ids) + THREAD_SAMPLE_STEPS + 2 > self.max_context:
-            clock.still_one(self.clock())  # no room on top of this cache; the next reply may have some
-            return
-        choice = self._measure_threads(counts=(1, self.thread_choice.threads), on_cache=True)
-        if choice.threads <= 1:
-            self.set_threads(1)
-            clock.still_one(self.clock())
-            return
-        self._recheck = None
-        self.set_threads(choice.threads)
-        self._stall_watch = StallWatch(self._predicted_cost())
-        timings = ", ".join(
-            f"{threads_label(n)} {s * 1000:.1f} ms" for n, s in sorted(choice.medians.items())
-        )
-        note = RECHECK_NOTE.format(threads=threads_label(choice.threads), timings=timings)
-        notes.append(note)
-        if self._thread_note is not None:
-            self.notes[self._thread_note] = note
-        else:
-            self.notes.append(note)
-
-    def _time_decodes(self, tokens: Sequence[int]) -> float:
-        """Seconds per token of one-token decodes of `tokens` at the current thread count (padded where plain
-        steps are: the kernels replies run); the cache is put back as it was."""
-        target = self.target
-        length = len(target.ids)
-        start = time.perf_counter()
-        for token in tokens:
-            target.decode([token], outputs=1)
-        elapsed = time.perf_counter() - start
-        target.crop(length)
-        return elapsed / max(1, len(tokens))
-
-    def _measure_pass_cost(self) -> PassCost:
-        """Best-of timings of passes of 1 and CALIBRATION_WIDTH tokens over 64 cached tokens and over
-        CONTEXT_CALIBRATION (where the context has room): the busy-CPU guard's idea of an idle machine."""
-        target = self.target
-        short = 64
-        long = min(CONTEXT_CALIBRATION, self.max_context - CALIBRATION_WIDTH - 8)
-        widths = (1, CALIBRATION_WIDTH)
-        count = max(short, long) + CALIBRATION_WIDTH
-        filler = [(5 + 19 * i) % max(target.n_vocab - 1, 1) + 1 for i in range(count)]
-
-        def best_over(length: int) -> dict[int, float]:
-            target.prefill(filler[:length])
-            best: dict[int, float] = {}
-            for _ in range(3):
-                for width in widths:
-                    tokens = filler[length : length + width]  # one token: padded where plain steps are
-                    start = time.perf_counter()
-                    target.decode(tokens, outputs=len(tokens))
-                    best[width] = min(best.get(width, float("inf")), time.perf_counter() - start)
-                    target.crop(length)
-            return best
-
-        try:
-            target.clear()
-            short_s = best_over(short)
-            long_s = best_over(long) if long >= short + LEARN_MIN_EXTRA else None
-        finally:
-            target.clear()
-        return PassCost(short_s, short, long_s, long if long_s else None)
-
-    def _predicted_cost(self):
-        """(width, cached tokens) -> seconds a verify pass should take at the chosen count on an idle machine:
-        `pass_cost` where load measured it; else the load-time cost by width alone."""
-        if self.pass_cost is not None:
-            return self.pass_cost.predict
-        costs = self.target.costs
-        one = costs.one_token_s if costs is not None and costs.one_token_s else None
-        if one is None and self.thread_choice is not None:
-            one = self.thread_choice.medians.get(self.threads)
-        frozen = costs.as_dict() if costs is not None else {}
-
-        def predicted(width: int, context: int = 0) -> float:
-            ratio = frozen.get(width)
-            if ratio is None:
-                ratio = 1.0 + 0.1 * (width - 1)  # not measured: a modest growth with width
-            return (one or 0.0) * ratio
-
-        return predicted
-
-    def _on_round(self, seconds: float, width: int, notes: list[str], busy: StallWatch | None = None) -> None:
-        """After each round: a verify pass (its llama.cpp decode alone) against what a pass of its width over
-        its cached tokens should cost; a stall of several rounds drops to one thread (measured again later),
-        noted on the reply and the backend. Where the count cannot drop, `busy` notes the stall on the reply
-        (once). Passes at normal speed teach the cost model how the context adds to a pass."""
-        watch = self._stall_watch
-        decode_s = self.target.step_times[-1] if self.target.step_times else seconds
-        context = self.target.pass_context
-        judge = watch if watch is not None else busy
-        if judge is None:
-            return
-        fired = judge.observe(decode_s, width, context)
-        if not judge.last_slow and self.pass_cost is not None and self.threads == self._pass_cost_threads:
-            self.pass_cost.learn(width, context, decode_s)
-        if not fired:
-            return
-        if watch is None:
-            notes.append(BUSY_NOTE.format(slowdown=judge.slowdown(), threads=threads_label(self.threads)))
-            return
-        self._stall_watch = None
-        self._recheck = RecheckClock(self.clock())
-        self.set_threads(1)
-        note = STALL_NOTE.format(slowdown=watch.slowdown(), rounds=watch.rounds)
-        notes.append(note)
-        if self._thread_note is not None:
-            self.notes[self._thread_note] = note
-        else:
-            self.notes.append(note)
 
     def _calibrate(self) -> VerifyCostModel:
         """Time rounds of 1..CALIBRATION_WIDTH tokens on a short context: the prior of the cost model."""
