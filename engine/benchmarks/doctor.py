@@ -9,8 +9,9 @@ The checks, in order (a check that cannot run because an earlier one failed is "
   draft_pays     whether drafting can pay on this machine, and why: the verify cost r(2) and the draft step c
                  measured at load, priced at 90% acceptance (a warning where no K could pay)
   baseline       a fixed prompt, greedy: acceptance, tau, tok/s, TTFT
-  context        the ladder 512, 2k, 4k ... up to max_context: acceptance must stay within 5 points of the
-                 first rung (rungs that drafted too little to judge are a warning, not a verdict)
+  context        the ladder 512, 2k, 4k ... up to max_context, the same message to repeat after filler of each
+                 length: acceptance must stay within 5 points of the first rung, and a larger drop fails only
+                 beyond the noise of the rungs' drafts (too few drafts to judge are a warning, not a verdict)
   tasks          one code, one Q&A and one creative prompt with their presets
   restart        a second load gives the same greedy text
   regression     against the last saved baseline of this fingerprint (model + draft + tokenizer files) on the
@@ -69,7 +70,15 @@ FIXED_PROMPT = (
     "Write a Python function is_prime(n) that returns True when n is a prime number. Give it a docstring, "
     "then show is_prime(2), is_prime(9) and is_prime(13) with their results."
 )
-# The ladder's filler: numbered notes with repeating structure, then a question about them.
+# The ladder's prompt: numbered notes as filler up to the rung's length, then the same message at every rung and
+# a request to repeat it. Every rung asks for the same copy, so acceptance compares like with like: it moves only
+# if the model or the drafter loses its way in a longer context. (A question about the notes themselves gave the
+# embedded model a made-up note of 8-14 tokens per rung, a few dozen drafts: noise, not a ladder.)
+LADDER_MESSAGE = (
+    "The ferry to Tarn Island leaves the north pier at seven, ten and four. Tickets are sold on board, dogs "
+    "travel free, and bicycles must be left on the lower deck. In fog the ferry waits at the pier until the "
+    "harbour master raises the green flag."
+)
 _COLOURS = ("red", "blue", "green", "yellow", "white", "black", "orange")
 _ANIMALS = ("fox", "owl", "cat", "horse", "whale", "crow", "goat", "otter", "bee")
 _CITIES = ("Paris", "Lima", "Oslo", "Cairo", "Kyoto", "Quito", "Perth", "Turin", "Accra", "Hanoi", "Riga")
@@ -143,9 +152,10 @@ def ladder_verdict(rungs: list[dict[str, Any]]) -> tuple[str, str]:
 
     A larger drop fails only where it is also larger than the noise of two acceptance rates measured on that many
     drafts (LADDER_Z standard errors of their difference); otherwise it is a warning that the rungs drafted too
-    little to tell. Measured on the embedded model, greedy, K 6: 9/30 drafts accepted at 512 tokens, 10/30 at
-    2,048 and 3/24 at 3,984 (replies of one made-up note, 8-14 tokens): "18 points" that a round or two more or
-    less accounts for (its standard error: 11 points)."""
+    little to tell. Measured on the embedded model (greedy, K 6, n-gram): the old ladder prompt (a question about
+    the notes) drew one made-up note per rung, 9/30 drafts accepted at 512 tokens, 10/30 at 2,048 and 3/24 at
+    3,984, an "18-point fall" within its noise (22 points); the same message to repeat at every rung gives 52/96,
+    52/96 and 68/145 (at 3,984 tokens the 135M model stops copying and repeats a sentence of its own)."""
     judged = [
         r for r in rungs if r.get("acceptance") is not None and r.get("drafted", 0) >= MIN_DRAFTED_TO_JUDGE
     ]
@@ -558,7 +568,7 @@ def _fixed_prompt_ids(backend) -> list[int]:
 
 
 def ladder_prompt(backend, length: int) -> list[int]:
-    """A chat prompt of about `length` tokens: numbered notes, then a question whose answer copies some."""
+    """A chat prompt of about `length` tokens: numbered notes, then LADDER_MESSAGE and a request to repeat it."""
 
     def note(i: int) -> str:
         return (
@@ -566,18 +576,18 @@ def ladder_prompt(backend, length: int) -> list[int]:
             f"{_CITIES[i % len(_CITIES)]} and was seen {i % 5 + 1} times."
         )
 
-    question = "\n\nCopy the last three notes exactly, then say which animal lives in Oslo."
+    request = f"\n\nHere is the message:\n\n{LADDER_MESSAGE}\n\nRepeat the message exactly, word for word."
 
     def encoded(count: int) -> list[int]:
-        text = "\n".join(note(i) for i in range(1, count + 1)) + question
-        return backend.encode_chat([{"role": "user", "content": text}])
+        text = "\n".join(note(i) for i in range(1, count + 1)) + request
+        return backend.encode_chat([{"role": "user", "content": text.lstrip()}])
 
     per_note = max(1.0, (len(encoded(20)) - len(encoded(0))) / 20)
-    count = max(1, int((length - len(encoded(0))) / per_note))
+    count = max(0, int((length - len(encoded(0))) / per_note))
     ids = encoded(count)
-    while len(ids) > length and count > 1:
-        count -= max(1, int((len(ids) - length) / per_note))
-        ids = encoded(max(count, 1))
+    while len(ids) > length and count > 0:
+        count = max(0, count - max(1, int((len(ids) - length) / per_note)))
+        ids = encoded(count)
     return ids
 
 
