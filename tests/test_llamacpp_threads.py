@@ -16,7 +16,7 @@ pytest.importorskip("llama_cpp")
 
 import engine.backends.llamacpp as llamacpp_module  # noqa: E402
 from engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
-from engine.backends.llamacpp_threads import STALL_ROUNDS  # noqa: E402
+from engine.backends.llamacpp_threads import STALL_ROUNDS, StallWatch  # noqa: E402
 from engine.decoding.acceptance import AcceptanceAccounting  # noqa: E402
 from engine.events import Chunk, Done  # noqa: E402
 from engine.request import GenerationRequest, SamplerSettings  # noqa: E402
@@ -205,30 +205,49 @@ def test_a_long_context_alone_keeps_the_threads_and_a_stall_there_still_drops(
         assert backend.context_threads() == 2 and backend.pass_cost is not None
         assert backend.pass_cost.growth, "load timed passes over a longer context too"
         prompt = long_document(backend, 3000)
-        judged: list[tuple[float, float]] = []
+        target = backend.target
+        # What a one-token pass over this context really costs here (best of several: what the machine does
+        # when nothing disturbs it), against what the guard predicts for it.
+        target.prefill(prompt[:-1])
+        idle = min(backend._time_decodes(prompt[-1:]) for _ in range(7))
+        predicted = backend._predicted_cost()(1, len(prompt) - 1)
+        assert 0.5 < idle / predicted < 2.0, (idle, predicted)
+
+        judged: list[float] = []
+        dropped_at: list[int] = []
         real_on_round = backend._on_round
 
         def on_round(seconds, width, notes, busy=None):
-            target = backend.target
-            predicted = backend._predicted_cost()(width, target.pass_context)
-            judged.append((target.step_times[-1], predicted))
+            watching = backend._stall_watch is not None
             real_on_round(seconds, width, notes, busy)
+            # The pass against this context's idle cost, scaled to its width as the guard scales it.
+            judged.append(
+                target.step_times[-1]
+                / (idle * backend._predicted_cost()(width, target.pass_context) / predicted)
+            )
+            if watching and backend._stall_watch is None:
+                dropped_at.append(len(judged))
 
         monkeypatch.setattr(backend, "_on_round", on_round)
         request = GenerationRequest(
             prompt_ids=tuple(prompt),
             sampler=SamplerSettings(temperature=0.0),
-            max_new_tokens=48,
+            max_new_tokens=32,
             num_draft_tokens=4,
             drafting=True,
             seed=0,
         )
         done = [e for e in backend.generate(request, threading.Event()) if isinstance(e, Done)][0]
-        assert done.notes == () and backend.context_threads() == 2 and backend._stall_watch is not None
-        # The guard knows what the long context costs: the typical pass ran near its prediction (before: ~4x).
-        ratios = sorted(seconds / predicted for seconds, predicted in judged)
-        assert len(ratios) >= 10 and 0.5 < ratios[len(ratios) // 2] < 2.0, ratios
-        # Another process taking a core at that length is still a stall.
+        if dropped_at:
+            # Another process took a core during the test (this machine is shared): the drop must rest on passes
+            # far slower than this context's idle cost, not on the context itself.
+            stalled = judged[dropped_at[0] - STALL_ROUNDS : dropped_at[0]]
+            assert min(stalled) > 2, (stalled, idle)
+        else:
+            assert done.notes == () and backend.context_threads() == 2
+        # Another process taking a core at that length is a stall.
+        backend.set_threads(2)
+        backend._stall_watch = StallWatch(backend._predicted_cost())
         counts = plant_stall(backend, at_threads=2)
         done = [e for e in backend.generate(request, threading.Event()) if isinstance(e, Done)][0]
         assert counts[:STALL_ROUNDS] == [2] * STALL_ROUNDS and set(counts[STALL_ROUNDS:]) == {1}
