@@ -13,6 +13,7 @@ import pytest
 
 from engine.backends.llamacpp import LlamaCppBackend
 from engine.backends.llamacpp_threads import (
+    MAX_GROWTH_PER_1K,
     RECHECK_FIRST_S,
     RECHECK_MAX_S,
     RECHECK_NOTE,
@@ -170,6 +171,9 @@ def test_the_cost_of_a_pass_grows_with_the_cached_tokens_per_width() -> None:
     # Not measured at a long context (a small max_context): the cost does not grow, as before.
     flat = PassCost(SHORT, 64)
     assert flat.predict(1, 3700) == pytest.approx(15 * MS) and flat.note() == "one-token pass 15.0 ms"
+    # A long timing that another process disturbed at load is capped (3 base costs per 1,000 tokens).
+    disturbed = PassCost(SHORT, 64, {1: 900 * MS, 9: 37 * MS}, 576)
+    assert disturbed.predict(1, 1064) == pytest.approx(15 * MS * (1 + MAX_GROWTH_PER_1K))
     # A long timing below the short one (noise) is no negative growth.
     assert PassCost(SHORT, 64, {1: 14 * MS, 9: 26 * MS}, 576).predict(1, 4000) == pytest.approx(15 * MS)
 

@@ -36,6 +36,9 @@ STALL_ROUNDS = 3
 # their time is attention); the learnt scale of that term moves by LEARN_WEIGHT per pass within SCALE_BOUNDS of
 # what load measured.
 LEARN_MIN_EXTRA = 256
+# The measured growth is capped at this many base costs per 1,000 cached tokens: a load-time timing that another
+# process disturbed must not blind the guard at long contexts (measured on the embedded model: ~0.8 per 1,000).
+MAX_GROWTH_PER_1K = 3.0
 LEARN_WEIGHT = 0.1
 SCALE_BOUNDS = (0.5, 4.0)
 # After a drop to one thread the counts are measured again once RECHECK_FIRST_S has passed (at the start of a
@@ -131,7 +134,8 @@ class PassCost:
             distance = long_context - short_context
             for width, seconds in long.items():
                 if width in self.short and seconds > 0:
-                    self.growth[width] = max(0.0, (seconds - self.short[width]) / distance)
+                    cap = MAX_GROWTH_PER_1K * self.short[width] / 1000
+                    self.growth[width] = min(max(0.0, (seconds - self.short[width]) / distance), cap)
         self.scale = 1.0
 
     def base(self, width: int) -> float:
