@@ -70,10 +70,8 @@ FIXED_PROMPT = (
     "Write a Python function is_prime(n) that returns True when n is a prime number. Give it a docstring, "
     "then show is_prime(2), is_prime(9) and is_prime(13) with their results."
 )
-# The ladder's prompt: numbered notes as filler up to the rung's length, then the same message at every rung and
-# a request to repeat it. Every rung asks for the same copy, so acceptance compares like with like: it moves only
-# if the model or the drafter loses its way in a longer context. (A question about the notes themselves gave the
-# embedded model a made-up note of 8-14 tokens per rung, a few dozen drafts: noise, not a ladder.)
+# The ladder's prompt: numbered notes up to the rung's length, then the same message to repeat at every rung, so
+# acceptance compares like with like (a question about the notes drew 8-14 made-up tokens per rung: noise).
 LADDER_MESSAGE = (
     "The ferry to Tarn Island leaves the north pier at seven, ten and four. Tickets are sold on board, dogs "
     "travel free, and bicycles must be left on the lower deck. In fog the ferry waits at the pier until the "
@@ -148,14 +146,10 @@ class DoctorReport:
 
 
 def ladder_verdict(rungs: list[dict[str, Any]]) -> tuple[str, str]:
-    """(status, reason) for the context ladder: every judged rung within 5 points of the first judged one.
-
-    A larger drop fails only where it is also larger than the noise of two acceptance rates measured on that many
-    drafts (LADDER_Z standard errors of their difference); otherwise it is a warning that the rungs drafted too
-    little to tell. Measured on the embedded model (greedy, K 6, n-gram): the old ladder prompt (a question about
-    the notes) drew one made-up note per rung, 9/30 drafts accepted at 512 tokens, 10/30 at 2,048 and 3/24 at
-    3,984, an "18-point fall" within its noise (22 points); the same message to repeat at every rung gives 52/96,
-    52/96 and 68/145 (at 3,984 tokens the 135M model stops copying and repeats a sentence of its own)."""
+    """(status, reason) for the context ladder: every judged rung within 5 points of the first judged one; a
+    larger drop fails only where it also exceeds the noise of the two rates (LADDER_Z standard errors over their
+    drafts), else warns. Measured: the old ladder's 9/30, 10/30, 3/24 accepted drafts (512, 2,048, 3,984 tokens)
+    were an "18-point fall" within 22 points of noise."""
     judged = [
         r for r in rungs if r.get("acceptance") is not None and r.get("drafted", 0) >= MIN_DRAFTED_TO_JUDGE
     ]
@@ -174,7 +168,8 @@ def ladder_verdict(rungs: list[dict[str, Any]]) -> tuple[str, str]:
         drop = round((first["acceptance"] - rung["acceptance"]) * 100, 6)
         if drop <= LADDER_TOLERANCE_POINTS:
             continue
-        noise = LADDER_Z * 100 * math.sqrt(_variance(first) + _variance(rung))
+        variance = sum(r["acceptance"] * (1 - r["acceptance"]) / r["drafted"] for r in (first, rung))
+        noise = LADDER_Z * 100 * math.sqrt(variance)
         if drop > noise:
             return "fail", (
                 f"acceptance falls {drop:.0f} points from {first['context']} to {rung['context']} tokens of "
@@ -188,12 +183,6 @@ def ladder_verdict(rungs: list[dict[str, Any]]) -> tuple[str, str]:
             f"the noise of so few drafts ({noise:.0f} points): {shown}"
         )
     return "pass", f"acceptance within {LADDER_TOLERANCE_POINTS:.0f} points across the ladder ({shown})"
-
-
-def _variance(rung: dict[str, Any]) -> float:
-    """The variance of a rung's acceptance rate as the mean of its drafts (each accepted or not)."""
-    p = rung["acceptance"]
-    return p * (1.0 - p) / max(1, rung["drafted"])
 
 
 def compare_baseline(previous: dict[str, Any] | None, now: dict[str, Any]) -> tuple[str, str]:
