@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.benchmarks.doctor import CHECK_NAMES, compare_baseline, default_ladder, ladder_verdict
+from engine.benchmarks.doctor import CHECK_NAMES, compare_baseline
+from engine.benchmarks.ladder import default_ladder, ladder_verdict
 from tests.conftest import run_cli
 
 
@@ -158,7 +159,7 @@ def test_weights_newly_initialised_while_loading_fail_the_load_check(tiny_model_
 def test_every_ladder_rung_asks_for_the_same_copy_at_its_length():
     from transformers import AutoTokenizer
 
-    from engine.benchmarks.doctor import LADDER_MESSAGE, ladder_prompt
+    from engine.benchmarks.ladder import LADDER_MESSAGE, ladder_prompt
     from engine.models import ensure_embedded_model
 
     tokenizer = AutoTokenizer.from_pretrained(ensure_embedded_model())
