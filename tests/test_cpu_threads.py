@@ -1,7 +1,8 @@
 """The thread-count decisions (engine.backends.llamacpp_threads) on planted timings, and the backend's drop to one thread.
 
 No model here: the timings are the ones a busy machine gave (2 threads 680 ms a token beside another process,
-1 thread 30 ms) and the ones an idle one gives (2 threads faster).
+1 thread 30 ms), the ones an idle one gives (2 threads faster), and the ones a long context gives on an idle
+machine (the embedded model at 2 threads: ~15-18 ms a one-token pass over 64 cached tokens, ~65 ms over 3,700).
 """
 
 from __future__ import annotations
@@ -10,8 +11,22 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.backends.llamacpp import STALL_NOTE, LlamaCppBackend
-from engine.backends.llamacpp_threads import STALL_FACTOR, STALL_ROUNDS, StallWatch, choose_threads
+from engine.backends.llamacpp import LlamaCppBackend
+from engine.backends.llamacpp_threads import (
+    MAX_GROWTH_PER_1K,
+    RECHECK_FIRST_S,
+    RECHECK_MAX_S,
+    RECHECK_NOTE,
+    SCALE_BOUNDS,
+    STALL_FACTOR,
+    STALL_NOTE,
+    STALL_ROUNDS,
+    PassCost,
+    RecheckClock,
+    StallWatch,
+    ThreadChoice,
+    choose_threads,
+)
 
 MS = 0.001
 
@@ -57,7 +72,7 @@ def test_more_than_two_counts_and_no_samples() -> None:
 # --- noticing a stall mid-reply -----------------------------------------------------------------------------
 
 
-def predicted(width: int) -> float:
+def predicted(width: int, context: int = 0) -> float:
     return 10 * MS * (1 + 0.1 * (width - 1))
 
 
@@ -85,7 +100,7 @@ def test_slow_is_relative_to_the_width_and_the_factor() -> None:
 
 
 def test_no_prediction_never_stalls() -> None:
-    watch = StallWatch(lambda width: 0.0)
+    watch = StallWatch(lambda width, context: 0.0)
     assert not any(watch.observe(5.0, 1) for _ in range(10))
 
 
@@ -97,7 +112,7 @@ def planted_backend(step_seconds: list[float]) -> tuple[LlamaCppBackend, list[in
     switched: list[int] = []
     backend.set_threads = lambda count: (switched.append(count), setattr(backend, "threads", count))
     backend.threads = 2
-    backend.target = SimpleNamespace(step_times=step_seconds)
+    backend.target = SimpleNamespace(step_times=step_seconds, pass_context=0)
     backend.notes = ["2 threads: measured at load"]
     backend._thread_note = 0
     backend._stall_watch = StallWatch(predicted)
@@ -126,3 +141,156 @@ def test_the_decode_time_counts_not_the_round_s_python_work() -> None:
         backend.target.step_times.append(10 * MS)
         backend._on_round(300 * MS, 1, notes)
     assert switched == [] and notes == []
+
+
+# --- what a pass costs at a long context ------------------------------------------------------------------
+
+# Best-of load timings at 2 threads, 1 and 9 tokens, over 64 and 576 cached tokens: ~14 ms more per 1k tokens for a
+# one-token pass (what the embedded model's F16 GGUF does on this kind of machine).
+SHORT = {1: 15 * MS, 9: 27 * MS}
+LONG = {1: 22 * MS, 9: 37 * MS}
+
+
+def long_context_cost() -> PassCost:
+    return PassCost(SHORT, 64, LONG, 576)
+
+
+def test_the_cost_of_a_pass_grows_with_the_cached_tokens_per_width() -> None:
+    cost = long_context_cost()
+    assert cost.predict(1, 64) == pytest.approx(15 * MS)
+    assert cost.predict(1, 0) == pytest.approx(15 * MS)  # shorter than the short context: the base
+    assert cost.predict(1, 576) == pytest.approx(22 * MS)
+    per_token_1 = 7 * MS / 512
+    assert cost.predict(1, 3700) == pytest.approx(15 * MS + per_token_1 * (3700 - 64))
+    assert cost.predict(9, 3700) == pytest.approx(27 * MS + 10 * MS / 512 * (3700 - 64))
+    # Widths between and beyond the measured ones: linear in the width.
+    assert cost.predict(5, 64) == pytest.approx(21 * MS)
+    assert cost.predict(5, 576) == pytest.approx((22 + 37) / 2 * MS)
+    assert cost.predict(17, 64) == pytest.approx(39 * MS)
+    assert "ms per 1k cached tokens" in cost.note()
+    # Not measured at a long context (a small max_context): the cost does not grow, as before.
+    flat = PassCost(SHORT, 64)
+    assert flat.predict(1, 3700) == pytest.approx(15 * MS) and flat.note() == "one-token pass 15.0 ms"
+    # A long timing that another process disturbed at load is capped (3 base costs per 1,000 tokens).
+    disturbed = PassCost(SHORT, 64, {1: 900 * MS, 9: 37 * MS}, 576)
+    assert disturbed.predict(1, 1064) == pytest.approx(15 * MS * (1 + MAX_GROWTH_PER_1K))
+    # A long timing below the short one (noise) is no negative growth.
+    assert PassCost(SHORT, 64, {1: 14 * MS, 9: 26 * MS}, 576).predict(1, 4000) == pytest.approx(15 * MS)
+
+
+def test_a_long_context_alone_is_no_stall_but_the_old_width_only_rule_read_it_as_one() -> None:
+    # One-token passes of a reply over 3,700 cached tokens on an idle machine: ~65 ms each (4.3x the short cost),
+    # a little slower than load's extrapolation.
+    cost = long_context_cost()
+    idle = cost.predict(1, 3700) * 1.05
+    watch = StallWatch(cost.predict)
+    assert not any(watch.observe(idle, 1, 3700 + i) for i in range(50))
+    blind = StallWatch(lambda width, context: cost.predict(width, 64))
+    assert any(blind.observe(idle, 1, 3700 + i) for i in range(50))
+
+
+def test_a_real_stall_at_a_long_context_is_still_caught() -> None:
+    cost = long_context_cost()
+    watch = StallWatch(cost.predict)
+    stalled = 5 * cost.predict(1, 3700)  # a descheduled thread: 5x what the context explains
+    assert [watch.observe(stalled, 1, 3700) for _ in range(STALL_ROUNDS)][-1] is True
+    assert watch.slowdown() == pytest.approx(5.0)
+
+
+def test_passes_at_normal_speed_teach_the_context_term_within_bounds() -> None:
+    cost = long_context_cost()
+    # This machine's long passes cost twice what load extrapolated: the scale moves toward 2.
+    truth = 15 * MS + 2 * (7 * MS / 512) * (3000 - 64)
+    for _ in range(100):
+        cost.learn(1, 3000, truth)
+    assert cost.scale == pytest.approx(2.0, rel=0.01)
+    assert cost.predict(1, 3000) == pytest.approx(truth, rel=0.01)
+    # Short contexts teach nothing (their time is the base), and the scale stays within its bounds.
+    before = cost.scale
+    cost.learn(1, 100, 1.0)
+    assert cost.scale == before
+    for _ in range(200):
+        cost.learn(1, 3000, 10.0)
+    assert cost.scale == pytest.approx(SCALE_BOUNDS[1], rel=0.01)
+    for _ in range(200):
+        cost.learn(1, 3000, 1 * MS)
+    assert cost.scale == pytest.approx(SCALE_BOUNDS[0], rel=0.01)
+
+
+def test_the_recheck_clock_waits_longer_each_time_one_thread_stays() -> None:
+    clock = RecheckClock(100.0)
+    assert not clock.due(100.0 + RECHECK_FIRST_S - 1) and clock.due(100.0 + RECHECK_FIRST_S)
+    clock.still_one(200.0)
+    assert not clock.due(200.0 + RECHECK_FIRST_S) and clock.due(200.0 + 2 * RECHECK_FIRST_S)
+    for _ in range(20):
+        clock.still_one(1000.0)
+    assert clock.wait == RECHECK_MAX_S
+
+
+def long_backend() -> tuple[LlamaCppBackend, list[int], list[float]]:
+    backend, switched = planted_backend([])
+    backend.pass_cost = long_context_cost()
+    backend._pass_cost_threads = 2
+    backend._stall_watch = StallWatch(backend._predicted_cost())
+    now = [1000.0]
+    backend.clock = lambda: now[0]
+    return backend, switched, now
+
+
+def test_the_backend_keeps_its_threads_over_a_long_context_and_drops_on_a_stall_there() -> None:
+    backend, switched, _ = long_backend()
+    notes: list[str] = []
+    for i in range(60):  # a reply over 3,700 cached tokens at idle speed
+        backend.target.pass_context = 3700 + i
+        backend.target.step_times.append(68 * MS)
+        backend._on_round(70 * MS, 1, notes)
+    assert switched == [] and notes == []
+    for _ in range(STALL_ROUNDS):  # then another process takes a core
+        backend.target.step_times.append(900 * MS)
+        backend._on_round(900 * MS, 1, notes)
+    assert switched == [1] and len(notes) == 1 and notes[0].startswith("dropped to 1 thread")
+
+
+def test_after_a_drop_the_counts_are_measured_again_and_the_cores_come_back() -> None:
+    backend, switched, now = long_backend()
+    backend.thread_choice = ThreadChoice(2, {1: 30 * MS, 2: 15 * MS})
+    backend.max_context = 8192
+    backend.target.ids = list(range(3700))
+    measured: list[tuple] = []
+    busy = [True]
+
+    def measure(counts=None, on_cache=False):
+        measured.append((tuple(counts), on_cache))
+        return choose_threads({1: [30 * MS], 2: [200 * MS if busy[0] else 15 * MS]})
+
+    backend._measure_threads = measure
+    notes: list[str] = []
+    for _ in range(STALL_ROUNDS):
+        backend.target.step_times.append(900 * MS)
+        backend._on_round(900 * MS, 1, notes)
+    assert switched == [1]
+    # The next replies start before the wait is over: nothing measured.
+    backend._recheck_threads(notes)
+    assert measured == []
+    # Still busy at the first check: one thread stays, the next check waits twice as long.
+    now[0] += RECHECK_FIRST_S
+    backend._recheck_threads(notes)
+    assert measured == [((1, 2), True)] and switched == [1, 1] and len(notes) == 1
+    now[0] += RECHECK_FIRST_S
+    backend._recheck_threads(notes)
+    assert len(measured) == 1
+    # The busy spell is over: back to two threads, said on the reply and in the backend's thread line.
+    busy[0] = False
+    now[0] += RECHECK_FIRST_S
+    reply_notes: list[str] = []
+    backend._recheck_threads(reply_notes)
+    assert switched == [1, 1, 2] and backend.threads == 2
+    assert reply_notes == [
+        RECHECK_NOTE.format(threads="2 threads", timings="1 thread 30.0 ms, 2 threads 15.0 ms")
+    ]
+    assert backend.info.notes == tuple(reply_notes)
+    # ... and a new stall is caught again.
+    for _ in range(STALL_ROUNDS):
+        backend.target.step_times.append(900 * MS)
+        backend._on_round(900 * MS, 1, reply_notes)
+    assert switched == [1, 1, 2, 1]

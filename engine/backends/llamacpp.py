@@ -39,7 +39,14 @@ from engine.backends.base import ProgressCallback
 from engine.backends.llamacpp_native import RepackChoice, choose_repack, plan_load
 from engine.backends.llamacpp_probe import LONG_PROBE_POSITION, PROBE_WIDTHS, exact_width  # noqa: F401 (re-exported)
 from engine.backends.llamacpp_text import ByteDetokenizer, GgufTokenizer, resolve_gguf
-from engine.backends.llamacpp_threads import StallWatch, ThreadChoice, choose_threads, threads_label
+from engine.backends.llamacpp_threads import (
+    PassCost,
+    RecheckClock,
+    StallWatch,
+    ThreadChoice,
+    ThreadControl,
+    threads_label,
+)
 from engine.chat_template import (
     END_OF_TURN_CANDIDATES,
     FALLBACK_NOTE,
@@ -60,21 +67,8 @@ CACHE_TYPE_NAMES = {"fp16": "f16", "q8": "q8_0", "q6": "q8_0", "q4": "q4_0"}
 PREFILL_SLICE = 256
 # Widest verify pass timed at load for the n-gram drafter's cost model (later passes refine it).
 CALIBRATION_WIDTH = 9
-# Choosing the thread count at load: up to THREAD_SAMPLES samples per count (each THREAD_SAMPLE_STEPS one-token
-# decodes), interleaved; sampling stops early once THREAD_BUDGET_S is spent (a stalled count can take seconds).
-THREAD_SAMPLES = 5
-THREAD_SAMPLE_STEPS = 3
-THREAD_BUDGET_S = 1.5
 # Exported by specchat's patched llama.cpp build (scripts/patch_llama_cpp.py).
 PATCH_SYMBOL = "ggml_vec_dot_f16_f32"
-BUSY_NOTE = (
-    "slow: verify passes ran {slowdown:.0f}x slower than measured at load at {threads} (another process busy on "
-    "the CPU?)"
-)
-STALL_NOTE = (
-    "dropped to 1 thread: verify passes ran {slowdown:.0f}x slower than measured at load, {rounds} in a row "
-    "(another process busy on the CPU?); set threads to keep a count"
-)
 
 
 def probe_llamacpp() -> tuple[bool, str]:
@@ -203,6 +197,8 @@ class LlamaCppModel:
         self.batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
         self.ids: list[int] = []
         self.step_times: list[float] = []
+        # Cached tokens under the latest timed pass (what its attention read besides its own rows).
+        self.pass_context = 0
         # Round cost by width (1 + drafts), in seconds, for the n-gram drafter; None: not measured.
         self.costs: VerifyCostModel | None = None
         # One-token decodes go through the batched kernels (a throw-away second position): set by the backend
@@ -239,6 +235,8 @@ class LlamaCppModel:
         the cost model as a pass of len(tokens) rows.
         """
         pad = self.pad_single if pad is None else pad
+        if timed:
+            self.pass_context = len(self.ids)
         start = time.perf_counter()
         if pad and len(tokens) == 1:
             logits = self._decode([tokens[0], tokens[0]], outputs=2 if outputs else 0)
@@ -331,7 +329,7 @@ class LlamaCppModel:
         self.model.close()
 
 
-class LlamaCppBackend(RoundLoopBackend):
+class LlamaCppBackend(ThreadControl, RoundLoopBackend):
     """The llama.cpp engine. Construct, `load()`, then `generate()` one reply at a time."""
 
     name = BACKEND_NAME
@@ -361,6 +359,12 @@ class LlamaCppBackend(RoundLoopBackend):
         self.threads = threads or physical_cores()
         self.thread_choice: ThreadChoice | None = None
         self._stall_watch: StallWatch | None = None
+        # What a pass should cost by width and cached tokens at `_pass_cost_threads` threads (measured at load).
+        self.pass_cost: PassCost | None = None
+        self._pass_cost_threads = 0
+        # Set after a drop to one thread: when to measure the counts again.
+        self._recheck: RecheckClock | None = None
+        self.clock = time.monotonic  # the recheck's clock (tests plant one)
         self._thread_note: int | None = None  # index of the thread line in `notes`
         self.fast_plain = fast_plain
         self.probe_kernels = probe_kernels
@@ -518,6 +522,9 @@ class LlamaCppBackend(RoundLoopBackend):
             self.target.costs = self._calibrate()
             if self.draft_state is not None:
                 self._calibrate_draft(self.target.costs)
+        if self.device == "cpu":
+            self.pass_cost = self._measure_pass_cost()
+            self._pass_cost_threads = self.threads
         if measure and self.threads > 1:
             self._stall_watch = StallWatch(self._predicted_cost())
         report("ready", 1.0)
@@ -537,90 +544,6 @@ class LlamaCppBackend(RoundLoopBackend):
             self.repack_by_file[file] = plan.repack
             self.trial_seconds += plan.trial_seconds
             self.notes.extend(plan.notes)
-
-    # --- threads -------------------------------------------------------------------------------------------
-
-    def set_threads(self, count: int) -> None:
-        """Run the target (and the draft model) with `count` threads from the next decode on."""
-        for state in (self.target, self.draft_state):
-            if state is not None:
-                self._lib.llama_set_n_threads(state.ctx.ctx, count, count)
-        self.threads = count
-
-    def context_threads(self) -> int:
-        """The thread count the target's llama.cpp context runs with (what llama.cpp itself reports)."""
-        return int(self._lib.llama_n_threads(self.target.ctx.ctx))
-
-    def _measure_threads(self) -> ThreadChoice:
-        """Time short runs of one-token decodes at 1 thread and at the physical cores, interleaved, and choose."""
-        target = self.target
-        counts = sorted({1, self.threads})
-        filler = [(11 + 17 * i) % max(target.n_vocab - 1, 1) + 1 for i in range(64 + THREAD_SAMPLE_STEPS)]
-        samples: dict[int, list[float]] = {n: [] for n in counts}
-        spent = 0.0
-        try:
-            target.clear()
-            target.prefill(filler[:64])
-            for sample in range(THREAD_SAMPLES):
-                for count in counts if sample % 2 == 0 else counts[::-1]:
-                    self.set_threads(count)
-                    per_token = self._time_decodes(filler[64:])
-                    samples[count].append(per_token)
-                    spent += per_token * THREAD_SAMPLE_STEPS
-                if sample >= 1 and spent > THREAD_BUDGET_S:
-                    break
-        finally:
-            target.clear()
-        return choose_threads(samples)
-
-    def _time_decodes(self, tokens: Sequence[int]) -> float:
-        """Seconds per token of one-token decodes of `tokens` at the current thread count (padded where plain
-        steps are: the kernels replies run); the cache is put back as it was."""
-        target = self.target
-        length = len(target.ids)
-        start = time.perf_counter()
-        for token in tokens:
-            target.decode([token], outputs=1)
-        elapsed = time.perf_counter() - start
-        target.crop(length)
-        return elapsed / max(1, len(tokens))
-
-    def _predicted_cost(self):
-        """Seconds a verify pass of a given width should take at the chosen count, as measured at load."""
-        costs = self.target.costs
-        one = costs.one_token_s if costs is not None and costs.one_token_s else None
-        if one is None and self.thread_choice is not None:
-            one = self.thread_choice.medians.get(self.threads)
-        frozen = costs.as_dict() if costs is not None else {}
-
-        def predicted(width: int) -> float:
-            ratio = frozen.get(width)
-            if ratio is None:
-                ratio = 1.0 + 0.1 * (width - 1)  # not measured: a modest growth with width
-            return (one or 0.0) * ratio
-
-        return predicted
-
-    def _on_round(self, seconds: float, width: int, notes: list[str], busy: StallWatch | None = None) -> None:
-        """After each round: a verify pass (its llama.cpp decode alone) against the load-time cost; a stall of
-        several rounds drops to one thread for the rest of the session, noted on the reply and the backend.
-        Where the count cannot drop, `busy` notes the stall on the reply (once)."""
-        watch = self._stall_watch
-        decode_s = self.target.step_times[-1] if self.target.step_times else seconds
-        if watch is None:
-            if busy is not None and busy.observe(decode_s, width):
-                notes.append(BUSY_NOTE.format(slowdown=busy.slowdown(), threads=threads_label(self.threads)))
-            return
-        if not watch.observe(decode_s, width):
-            return
-        self._stall_watch = None
-        self.set_threads(1)
-        note = STALL_NOTE.format(slowdown=watch.slowdown(), rounds=watch.rounds)
-        notes.append(note)
-        if self._thread_note is not None:
-            self.notes[self._thread_note] = note
-        else:
-            self.notes.append(note)
 
     def _calibrate(self) -> VerifyCostModel:
         """Time rounds of 1..CALIBRATION_WIDTH tokens on a short context: the prior of the cost model."""
@@ -742,6 +665,7 @@ class LlamaCppBackend(RoundLoopBackend):
     def _prepare_setup(self, setup: LoopSetup) -> None:
         # Per reply, a watch that only speaks: where the thread count cannot drop (one thread already, or a count
         # set in the config), a busy CPU is said under the reply instead of leaving a slow reply unexplained.
+        self._recheck_threads(setup.notes)
         busy = StallWatch(self._predicted_cost())
         setup.on_round = lambda seconds, width: self._on_round(seconds, width, setup.notes, busy)
 

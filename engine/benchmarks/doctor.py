@@ -9,8 +9,9 @@ The checks, in order (a check that cannot run because an earlier one failed is "
   draft_pays     whether drafting can pay on this machine, and why: the verify cost r(2) and the draft step c
                  measured at load, priced at 90% acceptance (a warning where no K could pay)
   baseline       a fixed prompt, greedy: acceptance, tau, tok/s, TTFT
-  context        the ladder 512, 2k, 4k ... up to max_context: acceptance must stay within 5 points of the
-                 first rung (rungs that drafted too little to judge are a warning, not a verdict)
+  context        the ladder 512, 2k, 4k ... up to max_context, the same message to repeat after filler of each
+                 length: acceptance must stay within 5 points of the first rung, and a larger drop fails only
+                 beyond the noise of the rungs' drafts (too few drafts to judge are a warning, not a verdict)
   tasks          one code, one Q&A and one creative prompt with their presets
   restart        a second load gives the same greedy text
   regression     against the last saved baseline of this fingerprint (model + draft + tokenizer files) on the
@@ -35,6 +36,7 @@ from typing import Any
 
 import orjson
 
+from engine.benchmarks.ladder import MIN_DRAFTED_TO_JUDGE, default_ladder, ladder_prompt, ladder_verdict
 from engine.errors import UserError
 from engine.request import SamplerSettings, resolve_cache_mode
 from engine.storage.metrics import ACCEPTANCE_DROP_POINTS, TOKENS_PER_S_DROP, fingerprint
@@ -58,18 +60,11 @@ CHECK_NAMES = (
     "regression",
 )
 GPU_TIERS_GB = (24, 16, 12, 8)
-LADDER_TOLERANCE_POINTS = 5.0
-# Fewer drafted tokens than this make an acceptance figure too noisy to judge a 5-point rule on.
-MIN_DRAFTED_TO_JUDGE = 20
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json")
 FIXED_PROMPT = (
     "Write a Python function is_prime(n) that returns True when n is a prime number. Give it a docstring, "
     "then show is_prime(2), is_prime(9) and is_prime(13) with their results."
 )
-# The ladder's filler: numbered notes with repeating structure, then a question about them.
-_COLOURS = ("red", "blue", "green", "yellow", "white", "black", "orange")
-_ANIMALS = ("fox", "owl", "cat", "horse", "whale", "crow", "goat", "otter", "bee")
-_CITIES = ("Paris", "Lima", "Oslo", "Cairo", "Kyoto", "Quito", "Perth", "Turin", "Accra", "Hanoi", "Riga")
 LOAD_FAILURE_WORDS = ("newly initialized", "newly initialised", "not initialized", "were not used")
 
 
@@ -135,30 +130,6 @@ class DoctorReport:
 # --------------------------------------------------------------------------------------------------- rules
 
 
-def ladder_verdict(rungs: list[dict[str, Any]]) -> tuple[str, str]:
-    """(status, reason) for the context ladder: every judged rung within 5 points of the first judged one."""
-    judged = [
-        r for r in rungs if r.get("acceptance") is not None and r.get("drafted", 0) >= MIN_DRAFTED_TO_JUDGE
-    ]
-    shown = ", ".join(
-        f"{r['context']}: " + ("-" if r.get("acceptance") is None else f"{r['acceptance'] * 100:.0f}%")
-        for r in rungs
-    )
-    if len(judged) < 2:
-        if len(rungs) >= 2:
-            return "warn", f"too few drafted tokens to compare the rungs ({shown})"
-        return "pass", f"one rung only ({shown})"
-    first = judged[0]
-    for rung in judged[1:]:
-        drop = round((first["acceptance"] - rung["acceptance"]) * 100, 6)
-        if drop > LADDER_TOLERANCE_POINTS:
-            return "fail", (
-                f"acceptance falls {drop:.0f} points from {first['context']} to {rung['context']} tokens of "
-                f"context (more than {LADDER_TOLERANCE_POINTS:.0f}): {shown}"
-            )
-    return "pass", f"acceptance within {LADDER_TOLERANCE_POINTS:.0f} points across the ladder ({shown})"
-
-
 def compare_baseline(previous: dict[str, Any] | None, now: dict[str, Any]) -> tuple[str, str]:
     """(status, reason): the regression rule against the last saved baseline."""
     if previous is None:
@@ -188,16 +159,6 @@ def compare_baseline(previous: dict[str, Any] | None, now: dict[str, Any]) -> tu
     if problems:
         return "fail", f"since the baseline of {when}: " + "; ".join(problems)
     return "pass", f"within the rules of the baseline of {when}"
-
-
-def default_ladder(max_context: int) -> list[int]:
-    rungs, size = [512], 2048
-    while size < max_context:
-        rungs.append(size)
-        size *= 2
-    if rungs[-1] != max_context and max_context > rungs[-1]:
-        rungs.append(max_context)
-    return [r for r in rungs if r <= max_context]
 
 
 def tier_advice(config: dict, cache_mode: str, max_context: int, draft_config: dict | None, bits=None):
@@ -528,30 +489,6 @@ def _pct(value: float | None) -> str:
 
 def _fixed_prompt_ids(backend) -> list[int]:
     return backend.encode_chat([{"role": "user", "content": FIXED_PROMPT}])
-
-
-def ladder_prompt(backend, length: int) -> list[int]:
-    """A chat prompt of about `length` tokens: numbered notes, then a question whose answer copies some."""
-
-    def note(i: int) -> str:
-        return (
-            f"Note {i}: the {_COLOURS[i % len(_COLOURS)]} {_ANIMALS[i % len(_ANIMALS)]} lives in "
-            f"{_CITIES[i % len(_CITIES)]} and was seen {i % 5 + 1} times."
-        )
-
-    question = "\n\nCopy the last three notes exactly, then say which animal lives in Oslo."
-
-    def encoded(count: int) -> list[int]:
-        text = "\n".join(note(i) for i in range(1, count + 1)) + question
-        return backend.encode_chat([{"role": "user", "content": text}])
-
-    per_note = max(1.0, (len(encoded(20)) - len(encoded(0))) / 20)
-    count = max(1, int((length - len(encoded(0))) / per_note))
-    ids = encoded(count)
-    while len(ids) > length and count > 1:
-        count -= max(1, int((len(ids) - length) / per_note))
-        ids = encoded(max(count, 1))
-    return ids
 
 
 def run_doctor(

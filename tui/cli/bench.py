@@ -23,6 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="heldout",
         help="prompt set: heldout (default: never tuned on), public, or a JSON Lines file",
     )
+    parser.add_argument(
+        "--tasks",
+        metavar="SPLIT",
+        help="instead: the long-input task families (summarize, passages, code_edit, translate, chat) and the "
+        "context rows, ours against llama-server on the same GGUF: heldout, tune, or a JSON Lines file",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from engine.benchmarks.runner import load_prompt_set
 
     settings = cli_settings(args)
+    if args.tasks:
+        return _run_tasks(settings, args)
     prompt_set = args.prompts
     if prompt_set not in ("heldout", "public") and not Path(prompt_set).is_file():
         raise CliError(f"--prompts: no such prompt set or file: {prompt_set}")
@@ -78,4 +86,33 @@ def run(args: argparse.Namespace) -> int:
 
         run_chat_vs_generate(settings, quick=args.quick)
         run_ui_bench()
+    return 0
+
+
+def _run_tasks(settings, args: argparse.Namespace) -> int:
+    from engine.backends.llamacpp import probe_llamacpp
+    from engine.backends.select import is_gguf_path, uses_embedded_model
+    from engine.benchmarks.tasks import TASK_SETS, run_task_bench
+
+    if args.tasks not in TASK_SETS and not Path(args.tasks).is_file():
+        raise CliError(f"--tasks: choose heldout or tune, or give a JSON Lines file (got {args.tasks!r})")
+    usable, reason = probe_llamacpp()
+    if not usable:
+        raise CliError(f"--tasks runs on llama.cpp: {reason}")
+    if uses_embedded_model(settings):
+        from engine.models import ensure_embedded_gguf, print_progress
+
+        path = ensure_embedded_gguf(print_progress)
+    elif is_gguf_path(Path(settings.model)):
+        path = Path(settings.model)
+    else:
+        raise CliError("--tasks runs on llama.cpp: give a GGUF model (or none, for the embedded one)")
+    run_task_bench(
+        path,
+        args.tasks,
+        max_new=64 if args.quick else 128,
+        repeats=1 if args.quick else 2,
+        threads=getattr(settings, "threads", None),
+        context=settings.max_context,
+    )
     return 0

@@ -1,0 +1,392 @@
+"""`specchat bench --tasks SPLIT`: long-input task families and context-length rows, ours against llama-server.
+
+The task families are the work where copying from the prompt pays and contexts are long: summarize a given text,
+answer over given passages, edit given code, translate, and multi-turn chats (5+ turns). Two splits ship:
+`tune` (prompts_long.jsonl beside this module, the one to tune the drafter on) and `heldout` (prompts_long_heldout.jsonl,
+never tuned on: report it). Each prompt is decoded greedily these ways, in rotating order so that machine noise
+hits all of them alike (each variant's figure is its best repeat):
+  ours-plain / ours-ngram      our llama.cpp backend with its default settings (threads measured at load, f16
+                               cache), drafting off / n-gram drafting with the preset's adaptive K
+  server-plain / server-ngram-simple / server-ngram-mod   llama.cpp's own llama-server on the same GGUF, thread
+                               count and context, without drafting and with its two n-gram speculations
+Speeds are decode tokens/s for every variant alike: tokens after the first chunk over the time from the first
+chunk to the last (prompt processing is apart: it is the same llama.cpp code on both sides). Then the context
+rows: a document prompt of about 100, 1k, 2k and 4k tokens, our plain against llama-server's plain.
+Ratios come from the same run; nothing is compared to a stored number. Nothing on the chat path imports this.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.decoding.rates import decode_tokens_per_s
+from engine.errors import BackendError
+from engine.events import Chunk, Done
+from engine.prompt_file import read_prompt_file
+from engine.request import GenerationRequest, SamplerSettings
+
+FAMILIES = ("summarize", "passages", "code_edit", "translate", "chat")
+TASK_SETS = {"tune": "prompts_long.jsonl", "heldout": "prompts_long_heldout.jsonl"}
+OURS = ("ours-plain", "ours-ngram")
+SERVERS = {
+    "server-plain": (),
+    "server-ngram-simple": ("--spec-type", "ngram-simple"),
+    "server-ngram-mod": ("--spec-type", "ngram-mod"),
+}
+CONTEXT_ROWS = (100, 1000, 2000, 4000)
+# The preset whose K a family drafts with (the router's choice for such a prompt).
+FAMILY_PRESET = {"code_edit": "code"}
+
+
+@dataclass
+class Figures:
+    """One variant's sums over prompts (each prompt's best repeat)."""
+
+    tokens: int = 0  # decode tokens: after the first chunk
+    decode_s: float = 0.0
+    drafted: int = 0
+    accepted: int = 0
+    rounds: int = 0
+    emitted: int = 0  # every token of our replies (tau's numerator)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.tokens / self.decode_s if self.decode_s > 0 else None
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def tau(self) -> float | None:
+        return self.emitted / self.rounds if self.rounds else None
+
+
+@dataclass
+class Run:
+    ids: list[int]
+    tokens: int
+    decode_s: float
+    drafted: int = 0
+    accepted: int = 0
+    rounds: int = 0
+
+
+@dataclass
+class FamilyResult:
+    family: str
+    prompt_tokens: list[int] = field(default_factory=list)
+    figures: dict[str, Figures] = field(default_factory=dict)
+    identical: int = 0  # prompts where ours-ngram == ours-plain
+    prompts: int = 0
+
+
+def load_task_set(name: str | Path) -> list[dict]:
+    """A task split ("tune", "heldout") or a JSON Lines file of {"category", "prompt"[, "messages"]} objects."""
+    path = Path(name)
+    if str(name) in TASK_SETS:
+        path = Path(__file__).resolve().parent / TASK_SETS[str(name)]
+    items = []
+    for _, obj in read_prompt_file(path):
+        messages = obj.get("messages") or [{"role": "user", "content": obj["prompt"]}]
+        items.append({"category": str(obj.get("category", "other")), "messages": list(messages)})
+    return items
+
+
+def _ours(backend, prompt_ids: list[int], k: int, max_new: int, key: str) -> Run:
+    request = GenerationRequest(
+        prompt_ids=tuple(prompt_ids),
+        sampler=SamplerSettings(temperature=0.0),
+        max_new_tokens=max_new,
+        num_draft_tokens=k,
+        drafting=k > 0,
+        seed=0,
+        k_mode="adaptive",
+        tuning_key=key,
+    )
+    ids: list[int] = []
+    first = last = None
+    first_tokens = drafted = accepted = rounds = 0
+    for event in backend.generate(request, threading.Event()):
+        if isinstance(event, Chunk):
+            if first is None:
+                first, first_tokens = event.t, len(event.token_ids)
+            last = event.t
+            ids.extend(event.token_ids)
+            drafted += event.drafted
+            accepted += event.accepted
+            rounds += 1
+    decode = len(ids) - first_tokens
+    rate = decode_tokens_per_s(decode, first, last)
+    return Run(ids, decode if rate else 0, decode / rate if rate else 0.0, drafted, accepted, rounds)
+
+
+def _server(backend, messages: list[dict], max_new: int) -> Run:
+    request = GenerationRequest(
+        prompt_ids=(),
+        sampler=SamplerSettings(temperature=0.0),
+        max_new_tokens=max_new,
+        num_draft_tokens=0,
+        drafting=False,
+        seed=0,
+        messages=tuple(messages),
+    )
+    first = last = None
+    first_tokens = tokens = 0
+    done: Done | None = None
+    for event in backend.generate(request, threading.Event()):
+        if isinstance(event, Chunk):
+            if first is None:
+                first, first_tokens = event.t, event.n_tokens
+            last = event.t
+            tokens += event.n_tokens
+        else:
+            done = event
+    decode = tokens - first_tokens
+    rate = decode_tokens_per_s(decode, first, last)
+    server = done.server if done is not None else None
+    drafted = (server.drafted or 0) if server is not None else 0
+    accepted = (server.accepted or 0) if server is not None else 0
+    return Run([], decode if rate else 0, decode / rate if rate else 0.0, drafted, accepted)
+
+
+def _best(runs: list[Run]) -> Run:
+    rated = [r for r in runs if r.decode_s > 0]
+    return max(rated, key=lambda r: r.tokens / r.decode_s) if rated else runs[0]
+
+
+def _add(figures: Figures, run: Run) -> None:
+    figures.tokens += run.tokens
+    figures.decode_s += run.decode_s
+    figures.drafted += run.drafted
+    figures.accepted += run.accepted
+    figures.rounds += run.rounds
+    figures.emitted += len(run.ids)
+
+
+def document_prompt(backend, tokens: int) -> list[int]:
+    """A chat prompt of about `tokens` tokens: paragraphs of the held-out texts, repeated as needed, then a
+    request to continue (a plain decode over that many cached tokens)."""
+    paragraphs = [m["content"] for item in load_task_set("heldout") for m in item["messages"]][:1]
+    body = paragraphs[0] if paragraphs else "The canal was opened in 1796."
+
+    def encoded(text: str) -> list[int]:
+        return backend.encode_chat([{"role": "user", "content": text + "\n\nContinue this text."}])
+
+    words = body.split()
+    text = " ".join(words[:20])
+    ids = encoded(text)
+    while len(ids) < tokens:
+        text = text + "\n\n" + body
+        ids = encoded(text)
+    while len(ids) > tokens and len(text.split()) > 8:
+        cut = max(1, int((len(ids) - tokens) * 0.7))
+        text = " ".join(text.split()[:-cut])
+        ids = encoded(text)
+    return ids
+
+
+def _fmt(value: float | None, pattern: str = "{:.1f}") -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def run_task_bench(
+    gguf: Path,
+    split: str = "heldout",
+    *,
+    max_new: int = 128,
+    repeats: int = 1,
+    threads: int | None = None,
+    context: int = 4096,
+    servers: bool = True,
+    context_rows: tuple[int, ...] = CONTEXT_ROWS,
+    families: tuple[str, ...] | None = None,
+    out=sys.stdout,
+) -> dict:
+    """Run the families of `split`, then the context rows; print a table each and return the figures."""
+    from engine.backends.llamacpp import LlamaCppBackend
+    from engine.backends.remote import RemoteBackend
+    from engine.benchmarks.llama_server import LlamaServer, llama_server_binary
+    from engine.presets import load_presets
+
+    items = load_task_set(split)
+    if families:
+        items = [i for i in items if i["category"] in families]
+    presets = load_presets(None)
+    ours = LlamaCppBackend(gguf, draft="ngram", cache_mode="auto", max_context=context, threads=threads)
+    ours.load()
+    started: dict[str, LlamaServer] = {}
+    remotes: dict[str, RemoteBackend] = {}
+    try:
+        if servers:
+            binary, why = llama_server_binary()
+            if binary is None:
+                print(f"llama-server peers skipped: {why}", file=out)
+            else:
+                for name, extra in SERVERS.items():
+                    server = LlamaServer(gguf, spec=False, extra=extra, threads=ours.threads, context=context)
+                    started[name] = server.start()
+                    remotes[name] = RemoteBackend(server.url)
+                    remotes[name].load()
+        variants = OURS + tuple(remotes)
+        print(
+            f"specchat bench --tasks {split}: {len(items)} prompts, temperature 0, max {max_new} new tokens, "
+            f"{repeats} repeat(s), {ours.threads} thread(s) ({'; '.join(ours.info.notes)}), context {context}",
+            file=out,
+        )
+        results: dict[str, FamilyResult] = {}
+        for index, item in enumerate(items):
+            family = item["category"]
+            res = results.setdefault(family, FamilyResult(family, figures={v: Figures() for v in variants}))
+            prompt_ids = ours.encode_chat(item["messages"])
+            preset = presets[FAMILY_PRESET.get(family, "qa")]
+            runs: dict[str, list[Run]] = {v: [] for v in variants}
+            for rep in range(repeats):
+                shift = (index + rep) % len(variants)
+                for variant in variants[shift:] + variants[:shift]:
+                    if variant in OURS:
+                        k = preset.k if variant == "ours-ngram" else 0
+                        runs[variant].append(_ours(ours, prompt_ids, k, max_new, f"tasks-{family}"))
+                    else:
+                        runs[variant].append(_server(remotes[variant], item["messages"], max_new))
+            for variant in variants:
+                _add(res.figures[variant], _best(runs[variant]))
+            res.prompts += 1
+            res.prompt_tokens.append(len(prompt_ids))
+            res.identical += runs["ours-plain"][0].ids == runs["ours-ngram"][0].ids
+        _print_families(out, results, variants)
+        rows = _context_rows(ours, remotes.get("server-plain"), context_rows, context, max_new, repeats, out)
+    except BackendError as exc:
+        print(f"task bench stopped: {exc}", file=out)
+        return {}
+    finally:
+        for remote in remotes.values():
+            remote.close()
+        for server in started.values():
+            server.close()
+        ours.close()
+    return {"families": results, "context_rows": rows, "threads": ours.threads}
+
+
+def _print_families(out, results: dict[str, FamilyResult], variants: tuple[str, ...]) -> None:
+    heads = [
+        "family",
+        "prompts",
+        "prompt tok",
+        *variants,
+        "ngram/plain",
+        "ngram/srv",
+        "tau",
+        "accept",
+        "same",
+    ]
+    print(" | ".join(heads), file=out)
+    totals = {v: Figures() for v in variants}
+    for res in results.values():
+        for v in variants:
+            for name in ("tokens", "decode_s", "drafted", "accepted", "rounds", "emitted"):
+                setattr(totals[v], name, getattr(totals[v], name) + getattr(res.figures[v], name))
+        print(" | ".join(_family_cells(res.family, res, res.figures, variants)), file=out)
+    every = FamilyResult("overall", prompts=sum(r.prompts for r in results.values()))
+    every.prompt_tokens = [t for r in results.values() for t in r.prompt_tokens]
+    every.identical = sum(r.identical for r in results.values())
+    print(" | ".join(_family_cells("overall", every, totals, variants)), file=out)
+    print(
+        "tok/s: decode tokens after the first over first-to-last chunk; server acceptance is its own count "
+        "(accepted/drafted); same: prompts where ours-ngram == ours-plain",
+        file=out,
+    )
+
+
+def _family_cells(name: str, res: FamilyResult, figures: dict[str, Figures], variants) -> list[str]:
+    tps = {v: figures[v].tokens_per_s for v in variants}
+    plain, ngram = tps.get("ours-plain"), tps.get("ours-ngram")
+    server = tps.get("server-plain")
+    srv_accept = [
+        f"{v.removeprefix('server-')} {_fmt(figures[v].acceptance, '{:.0%}')}"
+        for v in variants
+        if v.startswith("server-ngram")
+    ]
+    ours = figures["ours-ngram"]
+    return [
+        name,
+        str(res.prompts),
+        str(round(statistics.mean(res.prompt_tokens))) if res.prompt_tokens else "-",
+        *(_fmt(tps[v]) for v in variants),
+        _fmt(ngram / plain if plain and ngram else None, "{:.2f}x"),
+        _fmt(ngram / server if server and ngram else None, "{:.2f}x"),
+        _fmt(ours.tau, "{:.2f}"),
+        f"ours {_fmt(ours.acceptance, '{:.0%}')}" + "".join(f", {a}" for a in srv_accept),
+        f"{res.identical}/{res.prompts}",
+    ]
+
+
+def _context_rows(ours, server, lengths, context, max_new, repeats, out) -> list[dict]:
+    """Our plain against llama-server's plain on a document prompt of each length (that fits the context)."""
+    new = min(max_new, 64)
+    rows = []
+    print("\ncontext | prompt tok | ours-plain | server-plain | ours/server", file=out)
+    for length in lengths:
+        length = min(length, context - new - 8)
+        ids = document_prompt(ours, length)
+        text = ours.decode(ids)
+        ours_runs: list[Run] = []
+        server_runs: list[Run] = []
+        for rep in range(max(repeats, 2)):
+            order = ("ours", "server") if rep % 2 == 0 else ("server", "ours")
+            for who in order:
+                if who == "ours":
+                    ours_runs.append(_ours(ours, ids, 0, new, "tasks-context"))
+                elif server is not None:
+                    # The same text as a raw completion: the server tokenizes it to the same ids.
+                    server_runs.append(_server_text(server, text, new))
+        mine = _best(ours_runs)
+        theirs = _best(server_runs) if server_runs else None
+        a = mine.tokens / mine.decode_s if mine.decode_s else None
+        b = theirs.tokens / theirs.decode_s if theirs is not None and theirs.decode_s else None
+        rows.append({"context": length, "prompt_tokens": len(ids), "ours_plain": a, "server_plain": b})
+        print(
+            f"{length} | {len(ids)} | {_fmt(a)} | {_fmt(b)} | {_fmt(a / b if a and b else None, '{:.2f}x')}",
+            file=out,
+        )
+    return rows
+
+
+def _server_text(server, text: str, max_new: int) -> Run:
+    """A raw completion of `text` (chat template already applied) through the server's /completion."""
+    import time
+
+    import httpx
+    import orjson
+
+    body = {
+        "prompt": text,
+        "n_predict": max_new,
+        "temperature": 0.0,
+        "top_k": 1,
+        "stream": True,
+        "cache_prompt": True,
+        "special": True,
+    }
+    first = last = None
+    tokens = 0
+    with httpx.stream("POST", f"{server.base}/completion", json=body, timeout=600.0) as response:
+        for line in response.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            data = orjson.loads(line[6:])
+            if data.get("content"):
+                now = time.perf_counter()
+                if first is None:
+                    first = now
+                else:
+                    tokens += 1
+                last = now
+            if data.get("stop"):
+                break
+    rate = decode_tokens_per_s(tokens, first, last)
+    return Run([], tokens if rate else 0, tokens / rate if rate else 0.0)
