@@ -208,5 +208,7 @@ def test_the_server_answers_on_a_quantized_gguf():
         session = _session(server.url)
         session.set_mode("qa")
         session.set_overrides(temperature=0.0, max_new_tokens=24)
-        result = session.send("What is the capital of France?", lambda event: None, threading.Event())
-    assert isinstance(result, ReplyFinished) and "Paris" in result.text
+        # Greedy: the Q4_1 model answers this phrasing right (the bare "What is the capital of France?" it does not).
+        question = "What is the capital city of France? Answer in one sentence."
+        result = session.send(question, lambda event: None, threading.Event())
+    assert isinstance(result, ReplyFinished) and "Paris" in result.text, result
