@@ -147,6 +147,13 @@ def test_settings_80x24(snap_compare):
         await wait_ready(pilot)
         await settle(pilot)
         await pilot.press("f12")
-        await pilot.pause(0.3)
+        # The dialog open and focused, its cursors steady: a fixed pause caught it mid-way on a busy machine
+        # (same text, other styles, in a full CI run).
+        await wait_until(pilot, lambda: len(app.screen_stack) > 1 and app.screen.focused is not None)
+        from textual.widgets import Input
+
+        for field in app.screen.query(Input):
+            field.cursor_blink = False
+        await settle(pilot)
 
     assert snap_compare(app, terminal_size=SMALL_SIZE, run_before=run_before)
