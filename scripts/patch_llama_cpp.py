@@ -11,8 +11,13 @@ The patch:
 1. adds `ggml_vec_dot_f16_f32` (float16 weights x float32 activations, float32 accumulators) and makes it the
    float16 type's dot product, with float32 as its activation type, for every batch size; tinyBLAS has no
    float16 x float32 kernel on x86, so it steps aside for float16 weights by itself;
-2. turns off the KV-split path of flash attention for a single query row (rows are then computed alike at any
-   batch size and context length).
+2. attends every query row of a small batch (under 64 rows, the tiled prefill path aside) over its visible keys
+   in fixed chunks of 256 cache cells, merged in chunk order: a row is then computed alike at any batch size,
+   thread count and cache view length, and a one-token decode at a long context shares the chunks of all heads
+   among the threads. Stock llama.cpp splits a single row's keys by thread count and view length (another
+   rounding than a batch row's), so the patch used to turn that split off, and a one-token decode over thousands
+   of cached tokens then ran its heads unevenly on the threads (SmolLM2's 9 heads on 2 threads: 0.87x
+   llama-server at 3.9k tokens).
 
 Usage: python scripts/patch_llama_cpp.py <llama.cpp source folder> (`--key`: print the hash of the edits, the
 wheel cache's key). Exits 1 with one line when a file does not
@@ -99,6 +104,7 @@ DECL = (
     "#else\n"
     "#define SPECCHAT_F16_F32 0\n"
     "#endif\n"
+    "#define SPECCHAT_FA_CHUNK 256 // " + MARK + ": flash attention's fixed key chunk (cache cells)\n"
 )
 
 TRAIT_OLD = """    [GGML_TYPE_F16] = {
@@ -116,6 +122,110 @@ TRAIT_NEW = f"""    [GGML_TYPE_F16] = {{
         .vec_dot_type             = GGML_TYPE_F16,
 #endif
 """
+
+CHUNKED_ANCHOR = "// Reduction function: combines partial results across KV chunks\n"
+CHUNKED = """// __MARK__ (scripts/patch_llama_cpp.py): a query row of a small batch attends its
+// visible keys in fixed chunks of SPECCHAT_FA_CHUNK cache cells, each an online softmax of its own (one_chunk),
+// merged in chunk order (a chunk with no visible key is skipped). Neither the batch size, nor the thread count, nor
+// the cache view's length changes a row's arithmetic, so a row of a verify batch equals a one-token decode; a
+// single row shares its chunks of every head among the threads (contiguous chunk ranges, as llama.cpp's split-KV
+// path does). Returns false where the stock paths run: the reference path, the tiled prefill path, and views of
+// one chunk (where one chunk merged alone is the stock arithmetic: VKQ*1, S*1, then VKQ/S).
+static bool specchat_fa_chunked(const ggml_compute_params * params, ggml_tensor * dst, bool tiled) {
+    const ggml_tensor * q = dst->src[0];
+    const ggml_tensor * k = dst->src[1];
+    const ggml_tensor * v = dst->src[2];
+    const int64_t DK = k->ne[0];
+    const int64_t DV = v->ne[0];
+    const int64_t nek1 = k->ne[1];
+    const int64_t neq1 = q->ne[1];
+    const int64_t neq2 = q->ne[2];
+    const int64_t nr = q->ne[1]*q->ne[2]*q->ne[3];
+    const int64_t C = SPECCHAT_FA_CHUNK;
+    if (params->use_ref || tiled || nek1 <= C) {
+        return false;
+    }
+    const int ith = params->ith;
+    const int nth = params->nth;
+    const int64_t nch = (nek1 + C - 1)/C;
+    const int64_t psz = 2 + DV;
+    const int64_t scratch = DK + 2*DV + CACHE_LINE_SIZE_F32;
+    float * base = (float *) params->wdata + nth*scratch;
+    float * out = (float *) params->wdata + ith*scratch;  // this thread's VKQ32 scratch (one_chunk's too)
+    auto merge = [&](int64_t ir, const float * partials) {
+        float M = -INFINITY;
+        float S = 0.0f;
+        memset(out, 0, DV*sizeof(float));
+        for (int64_t c = 0; c < nch; ++c) {
+            const float * p = partials + c*psz;
+            if (p[1] == 0.0f) {
+                continue;
+            }
+            const float Mn = fmaxf(M, p[0]);
+            const float so = expf(M - Mn);
+            const float sn = expf(p[0] - Mn);
+            for (int64_t d = 0; d < DV; ++d) {
+                out[d] = out[d]*so + p[2 + d]*sn;
+            }
+            S = S*so + p[1]*sn;
+            M = Mn;
+        }
+        const float S_inv = S == 0.0f ? 0.0f : 1.0f/S;
+        ggml_vec_scale_f32(DV, out, S_inv);
+        const int64_t iq3 = ir/(neq2*neq1);
+        const int64_t iq2 = (ir - iq3*neq2*neq1)/neq1;
+        const int64_t iq1 = ir - iq3*neq2*neq1 - iq2*neq1;
+        memcpy((char *) dst->data + (iq3*dst->ne[2]*dst->ne[1] + iq2 + iq1*dst->ne[1])*dst->nb[1], out, dst->nb[1]);
+    };
+    if (neq1 == 1) {
+        // partials [row][chunk]; items chunk-major, a contiguous range per thread
+        const int64_t n_items = nch*nr;
+        const int64_t per = (n_items + nth - 1)/nth;
+        const int64_t end = std::min(n_items, (ith + 1)*per);
+        for (int64_t it = ith*per; it < end; ++it) {
+            const int64_t c = it/nr;
+            const int64_t ir = it - c*nr;
+            ggml_compute_forward_flash_attn_ext_f16_one_chunk(
+                params, dst, ir, ir + 1, c*C, std::min((c + 1)*C, nek1), base + c*psz, nch*psz);
+        }
+        ggml_barrier(params->threadpool);
+        for (int64_t ir = ith; ir < nr; ir += nth) {
+            merge(ir, base + ir*nch*psz);
+        }
+        return true;
+    }
+    // several rows: each thread takes whole rows, their chunks in its own partials
+    float * mine = base + ith*nch*psz;
+    for (int64_t ir = ith; ir < nr; ir += nth) {
+        for (int64_t c = 0; c < nch; ++c) {
+            ggml_compute_forward_flash_attn_ext_f16_one_chunk(
+                params, dst, ir, ir + 1, c*C, std::min((c + 1)*C, nek1), mine + c*psz, 0);
+        }
+        merge(ir, mine);
+    }
+    return true;
+}
+
+""".replace("__MARK__", MARK)
+
+DISPATCH_OLD = "    if (use_split_kv_path) {\n"
+DISPATCH_NEW = """    if (specchat_fa_chunked(params, dst, // __MARK__
+            q->type == GGML_TYPE_F32 && kv_is_f32_or_f16 && k->type == v->type && neq1 >= GGML_FA_TILE_Q)) {
+        return;
+    }
+    if (use_split_kv_path) {
+""".replace("__MARK__", MARK)
+
+PLAN_OLD = """                        size_t decode   = sizeof(float)*(neq2*n_chunks*(2+DV) + n_tasks*(DK + 2*DV));
+"""
+PLAN_NEW = """                        size_t decode   = sizeof(float)*(neq2*n_chunks*(2+DV) + n_tasks*(DK + 2*DV));
+                        { // __MARK__: fixed key chunks, partials of every head (one row) or of each thread's row
+                            const int64_t nch = (node->src[1]->ne[1] + SPECCHAT_FA_CHUNK - 1)/SPECCHAT_FA_CHUNK;
+                            const int64_t rows = neq2*node->src[0]->ne[3] + n_tasks;
+                            const size_t chunked = sizeof(float)*(rows*nch*(2 + DV) + n_tasks*(DK + 2*DV + CACHE_LINE_SIZE_F32));
+                            decode = MAX(decode, chunked);
+                        }
+""".replace("__MARK__", MARK)
 
 SPLIT_OLD = "const bool use_split_kv_path = !use_ref && (neq1 == 1 && neq3 == 1)"
 SPLIT_NEW = f"const bool use_split_kv_path = false && /* {MARK} */ !use_ref && (neq1 == 1 && neq3 == 1)"
@@ -143,7 +253,19 @@ def key() -> str:
     """A short hash of what the patch writes (not of this file's text): the wheel cache's key."""
     import hashlib
 
-    edits = (DECL, DOT, TRAIT_OLD, TRAIT_NEW, SPLIT_OLD, SPLIT_NEW, SGEMM_512_NEW, SGEMM_256_NEW)
+    edits = (
+        DECL,
+        DOT,
+        TRAIT_OLD,
+        TRAIT_NEW,
+        SPLIT_OLD,
+        SPLIT_NEW,
+        SGEMM_512_NEW,
+        SGEMM_256_NEW,
+        CHUNKED,
+        DISPATCH_NEW,
+        PLAN_NEW,
+    )
     return hashlib.sha256("\0".join(edits).encode()).hexdigest()[:12]
 
 
@@ -159,8 +281,12 @@ def main(argv: list[str]) -> int:
     plan = {
         cpu / "vec.h": [(DECL_AFTER, DECL_AFTER + DECL)],
         cpu / "vec.cpp": [(anchor, DOT.lstrip("\n") + "\n" + anchor)],
-        cpu / "ggml-cpu.c": [(TRAIT_OLD, TRAIT_NEW)],
-        cpu / "ops.cpp": [(SPLIT_OLD, SPLIT_NEW)],
+        cpu / "ggml-cpu.c": [(TRAIT_OLD, TRAIT_NEW), (PLAN_OLD, PLAN_NEW)],
+        cpu / "ops.cpp": [
+            (SPLIT_OLD, SPLIT_NEW),
+            (CHUNKED_ANCHOR, CHUNKED + CHUNKED_ANCHOR),
+            (DISPATCH_OLD, DISPATCH_NEW),
+        ],
         cpu / "llamafile" / "sgemm.cpp": [(SGEMM_512_OLD, SGEMM_512_NEW), (SGEMM_256_OLD, SGEMM_256_NEW)],
     }
     for path in plan:
@@ -176,7 +302,8 @@ def main(argv: list[str]) -> int:
         if text is not None:
             path.write_text(text)
     print(
-        f"patched llama.cpp in {argv[1]}: float32 activations for float16 weights, one kernel per batch size"
+        f"patched llama.cpp in {argv[1]}: float32 activations for float16 weights, one kernel per batch size, "
+        "fixed key chunks in attention"
     )
     return 0
 

@@ -277,6 +277,33 @@ def test_the_patched_build_decodes_one_token_exactly_as_a_row_of_a_batch(smol: L
         target.decode = real_decode
 
 
+def test_rows_of_a_pass_equal_one_token_decodes_across_key_chunks_at_long_contexts(
+    smol: LlamaCppBackend,
+) -> None:
+    # The patched build attends in fixed chunks of 256 cache cells (a one-token decode over thousands of keys then
+    # shares its chunks among the threads): a pass whose rows straddle a chunk boundary, deep into the context,
+    # still computes each row as a one-token decode at that position does, bit for bit.
+    if not patched_build():
+        pytest.skip("stock llama.cpp build (make install printed why the patched one did not build)")
+    target = smol.target
+    words = " ".join(
+        f"item {i}: the {['red', 'blue', 'green'][i % 3]} box holds {i * 7 % 13} coins." for i in range(400)
+    )
+    ids = smol.encode_text(words)
+    width = 9
+    try:
+        for start in (1019, 1787):  # rows 1019..1027 straddle 1,024; 1787..1795 straddle 1,792
+            assert len(ids) >= start + width
+            target.clear()
+            target.prefill(ids[:start])
+            singles = [target.decode([ids[start + j]], outputs=1, pad=False)[0] for j in range(width)]
+            target.crop(start)
+            rows = target.decode(ids[start : start + width], outputs=width)
+            assert all(np.array_equal(rows[j], singles[j]) for j in range(width)), start
+    finally:
+        target.clear()
+
+
 @pytest.mark.slow
 def test_stop_token_inside_an_accepted_draft(smol: LlamaCppBackend, monkeypatch) -> None:
     ids = chat(smol, REPEAT_PROMPT)

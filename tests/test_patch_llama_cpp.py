@@ -24,8 +24,22 @@ def miniature(root: Path, patch) -> Path:
     (cpu / "llamafile").mkdir(parents=True)
     (cpu / "vec.h").write_text("// header\n" + patch.DECL_AFTER + "void other(void);\n")
     (cpu / "vec.cpp").write_text('#include "vec.h"\n\nvoid ggml_vec_dot_f32(int n) {}\n')
-    (cpu / "ggml-cpu.c").write_text("static const t traits[] = {\n" + patch.TRAIT_OLD + "    },\n};\n")
-    (cpu / "ops.cpp").write_text("    " + patch.SPLIT_OLD + " && kv;\n")
+    (cpu / "ggml-cpu.c").write_text(
+        "static const t traits[] = {\n"
+        + patch.TRAIT_OLD
+        + "    },\n};\n\nplan() {\n"
+        + patch.PLAN_OLD
+        + "}\n"
+    )
+    (cpu / "ops.cpp").write_text(
+        "static void one_chunk() {}\n\n"
+        + patch.CHUNKED_ANCHOR
+        + "static void reduce() {}\n\nvoid fa() {\n    "
+        + patch.SPLIT_OLD
+        + " && kv;\n\n"
+        + patch.DISPATCH_OLD
+        + "    }\n}\n"
+    )
     (cpu / "llamafile" / "sgemm.cpp").write_text(
         "#if defined(__AVX512F__)\n"
         + patch.SGEMM_512_OLD
@@ -44,7 +58,15 @@ def test_every_edit_lands_once_and_a_second_run_changes_nothing(tmp_path: Path, 
     assert "ggml_vec_dot_f16_f32" in (cpu / "vec.h").read_text()
     trait = (cpu / "ggml-cpu.c").read_text()
     assert "ggml_vec_dot_f16_f32" in trait and ".vec_dot_type             = GGML_TYPE_F32" in trait
-    assert "use_split_kv_path = false &&" in (cpu / "ops.cpp").read_text()
+    ops = (cpu / "ops.cpp").read_text()
+    assert "use_split_kv_path = false &&" in ops
+    # the fixed-chunk attention is defined before the function that dispatches to it, after one_chunk
+    assert (
+        ops.index("void one_chunk(") < ops.index("static bool specchat_fa_chunked(") < ops.index("void fa(")
+    )
+    assert ops.index("if (specchat_fa_chunked(params, dst,") < ops.index("    if (use_split_kv_path) {")
+    assert "#define SPECCHAT_FA_CHUNK 256" in (cpu / "vec.h").read_text()
+    assert "decode = MAX(decode, chunked);" in trait
     sgemm = (cpu / "llamafile" / "sgemm.cpp").read_text()
     assert sgemm.count("if (Btype == GGML_TYPE_F32)") == 2
     assert "tinyBLAS<16, __m512, __m512, ggml_fp16_t, float, float>" in sgemm

@@ -9,9 +9,10 @@ bit-identical to the one-token logits; 1 where even two rows differ. The backend
 
 from __future__ import annotations
 
-# Past this many cached positions too (llama.cpp's CPU flash attention takes another path for a single query row
-# over >= 512 keys).
-LONG_PROBE_POSITION = 520
+# From this many cached positions too, so that a pass straddles 512 keys: stock llama.cpp's CPU flash attention
+# takes another path for a single query row over >= 512 keys, and specchat's patched build attends in fixed chunks
+# of 256 cache cells (a pass whose rows fall in two chunks is compared with one-token decodes in each).
+LONG_PROBE_POSITION = 508
 # Pass widths compared row by row with one-token decodes (a 4-row gemm starts at 4; 9 = the widest calibrated
 # pass): where all agree, any width is taken as exact, as for a build whose kernels never switch.
 PROBE_WIDTHS = (2, 3, 4, 6, 9)
@@ -23,8 +24,8 @@ def exact_width(target, encode_text, max_context: int) -> int:
 
     llama.cpp may switch kernels at a batch size: Q4_K weights repacked for AVX2 run one gemv per row up to 3
     rows and a 4-row gemm from 4 rows on (logits 0.3 apart), float16 ones on a stock build take tinyBLAS from 2
-    rows. Checked near the start and past LONG_PROBE_POSITION cached positions, where llama.cpp's CPU flash
-    attention splits a single query row's keys into chunks (stock builds; specchat's patched build does not)."""
+    rows. Checked near the start and across 512 cached positions, where stock llama.cpp's CPU flash attention
+    splits a single query row's keys by thread count (specchat's patched build chunks every row's keys alike)."""
     import numpy as np
 
     text = "The quick brown fox jumps over the lazy dog. 1, 2, 3, 4, 5: def f(x): return x * 2 # done"
