@@ -277,6 +277,21 @@ def test_the_patched_build_decodes_one_token_exactly_as_a_row_of_a_batch(smol: L
         target.decode = real_decode
 
 
+def test_the_built_library_runs_its_own_thread_pool_not_openmp() -> None:
+    # scripts/build_llama_cpp.sh builds without OpenMP: with libgomp, a decode from the chat's reply thread ran 2x
+    # slower than from the thread that ran llama.cpp first (its idle OpenMP worker makes libgomp throttle its
+    # spinning at every barrier). The library must not link libgomp.
+    if not patched_build():
+        pytest.skip("stock llama.cpp build (make install printed why the patched one did not build)")
+    import llama_cpp
+    from llama_cpp import llama_cpp as raw
+
+    base = Path(getattr(raw, "_base_path", Path(llama_cpp.__file__).parent / "lib"))
+    libraries = sorted(base.glob("libggml-cpu.so*"))
+    assert libraries, base
+    assert all(b"libgomp.so" not in lib.read_bytes() for lib in libraries)
+
+
 def test_rows_of_a_pass_equal_one_token_decodes_across_key_chunks_at_long_contexts(
     smol: LlamaCppBackend,
 ) -> None:
