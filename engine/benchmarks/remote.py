@@ -39,7 +39,19 @@ class RemoteFigures:
         return self.accepted / self.drafted if self.drafted else None
 
 
-def run_prompt(backend: RemoteBackend, prompt: str, max_new: int, k: int, figures: RemoteFigures) -> None:
+@dataclass
+class TimedReply:
+    """One streamed reply's decode figures: tokens after the first chunk, first-to-last chunk time, the server's
+    own drafted / accepted counts."""
+
+    tokens: int = 0
+    decode_s: float = 0.0
+    drafted: int = 0
+    accepted: int = 0
+
+
+def stream_timed(backend: RemoteBackend, messages, max_new: int, k: int = 0) -> TimedReply:
+    """Stream one greedy reply to `messages` through `backend` and time its decode."""
     request = GenerationRequest(
         prompt_ids=(),
         sampler=SamplerSettings(temperature=0.0),
@@ -47,7 +59,7 @@ def run_prompt(backend: RemoteBackend, prompt: str, max_new: int, k: int, figure
         num_draft_tokens=k,
         drafting=k > 0,
         seed=0,
-        messages=({"role": "user", "content": prompt},),
+        messages=tuple(messages),
     )
     first = last = None
     first_tokens = tokens = 0
@@ -60,15 +72,23 @@ def run_prompt(backend: RemoteBackend, prompt: str, max_new: int, k: int, figure
             tokens += event.n_tokens
         else:
             done = event
-    decode_tokens = tokens - first_tokens
-    if first is not None and last is not None and decode_tokens > 0:
-        rate = decode_tokens_per_s(decode_tokens, first, last)
-        if rate:
-            figures.tokens += decode_tokens
-            figures.decode_s += decode_tokens / rate
-    if done is not None and done.server is not None:
-        figures.drafted += done.server.drafted or 0
-        figures.accepted += done.server.accepted or 0
+    decode = tokens - first_tokens
+    rate = decode_tokens_per_s(decode, first, last)
+    server = done.server if done is not None else None
+    return TimedReply(
+        decode if rate else 0,
+        decode / rate if rate else 0.0,
+        (server.drafted or 0) if server is not None else 0,
+        (server.accepted or 0) if server is not None else 0,
+    )
+
+
+def run_prompt(backend: RemoteBackend, prompt: str, max_new: int, k: int, figures: RemoteFigures) -> None:
+    reply = stream_timed(backend, ({"role": "user", "content": prompt},), max_new, k)
+    figures.tokens += reply.tokens
+    figures.decode_s += reply.decode_s
+    figures.drafted += reply.drafted
+    figures.accepted += reply.accepted
     figures.replies += 1
 
 

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import statistics
 import sys
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.benchmarks.runner import timed_reply
 from engine.decoding.rates import decode_tokens_per_s
 from engine.errors import BackendError
-from engine.events import Chunk, Done
 from engine.prompt_file import read_prompt_file
-from engine.request import GenerationRequest, SamplerSettings
 
 FAMILIES = ("summarize", "passages", "code_edit", "translate", "chat")
 TASK_SETS = {"tune": "prompts_long.jsonl", "heldout": "prompts_long_heldout.jsonl"}
@@ -109,65 +107,27 @@ def load_task_set(name: str | Path) -> list[dict]:
 
 
 def _ours(backend, prompt_ids: list[int], k: int, max_new: int, key: str) -> Run:
-    request = GenerationRequest(
-        prompt_ids=tuple(prompt_ids),
-        sampler=SamplerSettings(temperature=0.0),
-        max_new_tokens=max_new,
-        num_draft_tokens=k,
-        drafting=k > 0,
-        seed=0,
-        k_mode="adaptive",
-        tuning_key=key,
-    )
-    ids: list[int] = []
-    first = last = None
-    first_tokens = drafted = accepted = rounds = 0
-    cost_steps = 0.0
-    for event in backend.generate(request, threading.Event()):
-        if isinstance(event, Done) and event.round_cost:
-            cost_steps = event.round_cost * rounds
-        if isinstance(event, Chunk):
-            if first is None:
-                first, first_tokens = event.t, len(event.token_ids)
-            last = event.t
-            ids.extend(event.token_ids)
-            drafted += event.drafted
-            accepted += event.accepted
-            rounds += 1
-    decode = len(ids) - first_tokens
-    rate = decode_tokens_per_s(decode, first, last)
+    ids, _, accounting, done = timed_reply(backend, prompt_ids, k, max_new, key=key)
+    live = accounting.live
+    decode = live.new_tokens - accounting.first_chunk_tokens
+    rate = live.tokens_per_s
+    cost_steps = done.round_cost * live.rounds if done is not None and done.round_cost else 0.0
     return Run(
-        ids, decode if rate else 0, decode / rate if rate else 0.0, drafted, accepted, rounds, cost_steps
+        ids,
+        decode if rate else 0,
+        decode / rate if rate else 0.0,
+        live.drafted,
+        live.accepted,
+        live.rounds,
+        cost_steps,
     )
 
 
 def _server(backend, messages: list[dict], max_new: int) -> Run:
-    request = GenerationRequest(
-        prompt_ids=(),
-        sampler=SamplerSettings(temperature=0.0),
-        max_new_tokens=max_new,
-        num_draft_tokens=0,
-        drafting=False,
-        seed=0,
-        messages=tuple(messages),
-    )
-    first = last = None
-    first_tokens = tokens = 0
-    done: Done | None = None
-    for event in backend.generate(request, threading.Event()):
-        if isinstance(event, Chunk):
-            if first is None:
-                first, first_tokens = event.t, event.n_tokens
-            last = event.t
-            tokens += event.n_tokens
-        else:
-            done = event
-    decode = tokens - first_tokens
-    rate = decode_tokens_per_s(decode, first, last)
-    server = done.server if done is not None else None
-    drafted = (server.drafted or 0) if server is not None else 0
-    accepted = (server.accepted or 0) if server is not None else 0
-    return Run([], decode if rate else 0, decode / rate if rate else 0.0, drafted, accepted)
+    from engine.benchmarks.remote import stream_timed
+
+    reply = stream_timed(backend, messages, max_new)
+    return Run([], reply.tokens, reply.decode_s, reply.drafted, reply.accepted)
 
 
 def _best(runs: list[Run]) -> Run:

