@@ -15,55 +15,17 @@
 #   E2E_LOAD_TIMEOUT=600 E2E_REPLY_TIMEOUT=300 tests/tmux_e2e.sh
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-SPECCHAT="${SPECCHAT:-$ROOT/.venv/bin/specchat}"
+NAME=tmux_e2e
+SIZE=80x24
+SESSION="specchat-e2e-$$"
 LOAD_TIMEOUT="${E2E_LOAD_TIMEOUT:-300}"
 REPLY_TIMEOUT="${E2E_REPLY_TIMEOUT:-300}"
 QUESTION="${E2E_QUESTION:-What is the capital of France? Answer in three sentences.}"
-SESSION="specchat-e2e-$$"
-WORK="$(mktemp -d)"
+# shellcheck source=tests/tmux_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/tmux_lib.sh"
 
-command -v tmux >/dev/null || { echo "tmux_e2e: tmux is not installed" >&2; exit 2; }
-[ -x "$SPECCHAT" ] || { echo "tmux_e2e: $SPECCHAT not found (run make install)" >&2; exit 2; }
-
-cleanup() {
-    tmux kill-session -t "$SESSION" 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-screen() { tmux capture-pane -p -t "$SESSION" 2>/dev/null || true; }
-status_line() { screen | grep -E '^ [○●◌✖] ' | tail -n 1; }
-
-fail() {
-    echo "tmux_e2e: FAIL: $*" >&2
-    echo "----- screen (80x24) -----" >&2
-    screen >&2
-    echo "----- end of screen -----" >&2
-    exit 1
-}
-
-# wait_for SECONDS DESCRIPTION COMMAND...: poll COMMAND every 0.5 s.
-wait_for() {
-    local seconds="$1" what="$2"
-    shift 2
-    local deadline=$((SECONDS + seconds))
-    until "$@"; do
-        if ((SECONDS >= deadline)); then fail "timed out after ${seconds}s waiting for $what"; fi
-        screen | grep -q 'specchat exited with status' && fail "specchat exited while waiting for $what"
-        sleep 0.5
-    done
-}
-
-# Textual draws on stderr, so nothing is redirected; a crash leaves its message on the captured screen.
-# A private config and data folder (no user keymap or presets); the model cache stays shared so the
-# embedded model is fetched and converted at most once per machine. A fixed seed keeps the reply stable.
-mkdir -p "$WORK/config" "$WORK/data"
-tmux new-session -d -s "$SESSION" -x 80 -y 24 \
-    "env XDG_CONFIG_HOME='$WORK/config' XDG_DATA_HOME='$WORK/data' TERM=xterm-256color '$SPECCHAT' --seed 7; echo \"specchat exited with status \$?\"; sleep 600"
-
-ready() { status_line | grep -q '^ ○ '; }
-failed() { status_line | grep -q '^ ✖ '; }
+# A fixed seed keeps the reply stable.
+start_specchat --seed 7
 
 # Enter 1 s after the start: the model is still loading, so the message waits and is sent once it is ready.
 sleep 1

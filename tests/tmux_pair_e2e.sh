@@ -9,50 +9,20 @@
 #   tests/tmux_pair_e2e.sh            # uses .venv/bin/specchat; the pair is fetched first if needed
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-SPECCHAT="${SPECCHAT:-$ROOT/.venv/bin/specchat}"
+NAME=tmux_pair_e2e
+SIZE=100x30
+SESSION="specchat-pair-e2e-$$"
+POLL_S=0.2
 LOAD_TIMEOUT="${E2E_LOAD_TIMEOUT:-600}"
 REPLY_TIMEOUT="${E2E_REPLY_TIMEOUT:-300}"
 DRAFT="qwen2.5-coder-0.5b"
-SESSION="specchat-pair-e2e-$$"
-WORK="$(mktemp -d)"
+# shellcheck source=tests/tmux_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/tmux_lib.sh"
 
-command -v tmux >/dev/null || { echo "tmux_pair_e2e: tmux is not installed" >&2; exit 2; }
-[ -x "$SPECCHAT" ] || { echo "tmux_pair_e2e: $SPECCHAT not found (run make install)" >&2; exit 2; }
-
-cleanup() {
-    tmux kill-session -t "$SESSION" 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-screen() { tmux capture-pane -p -t "$SESSION" 2>/dev/null || true; }
-status_line() { screen | grep -E '^ [○●◌✖] ' | tail -n 1; }
-fail() {
-    echo "tmux_pair_e2e: FAIL: $*" >&2
-    echo "----- screen (100x30) -----" >&2
-    screen >&2
-    echo "----- end of screen -----" >&2
-    exit 1
-}
-wait_for() {
-    local seconds="$1" what="$2"
-    shift 2
-    local deadline=$((SECONDS + seconds))
-    until "$@"; do
-        if ((SECONDS >= deadline)); then fail "timed out after ${seconds}s waiting for $what"; fi
-        screen | grep -q 'specchat exited with status' && fail "specchat exited while waiting for $what"
-        sleep 0.2
-    done
-}
-
-mkdir -p "$WORK/config/specchat/presets" "$WORK/data"
+mkdir -p "$WORK/config/specchat/presets"
 printf 'k = 4\nk_mode = "fixed"\nmax_new_tokens = 40\n' > "$WORK/config/specchat/presets/code.toml"
-tmux new-session -d -s "$SESSION" -x 100 -y 30 \
-    "env XDG_CONFIG_HOME='$WORK/config' XDG_DATA_HOME='$WORK/data' TERM=xterm-256color '$SPECCHAT' --model qwen2.5-coder-1.5b --draft $DRAFT --preset code --seed 7; echo \"specchat exited with status \$?\"; sleep 600"
+start_specchat --model qwen2.5-coder-1.5b --draft "$DRAFT" --preset code --seed 7
 
-ready() { status_line | grep -q '^ ○ '; }
-failed() { status_line | grep -q '^ ✖ '; }
 wait_for "$LOAD_TIMEOUT" "the pair to load" eval 'ready || failed'
 failed && fail "the pair did not load"
 status_line | grep -q "draft $DRAFT" || fail "the status bar does not name the draft: $(status_line)"
