@@ -20,6 +20,7 @@ from engine.backends.base import Backend
 from engine.backends.llamacpp import (  # noqa: E402
     LONG_PROBE_POSITION,
     LlamaCppBackend,
+    ggml_cpu_library,
     patched_build,
     physical_cores,
     resolve_gguf,
@@ -283,13 +284,9 @@ def test_the_built_library_runs_its_own_thread_pool_not_openmp() -> None:
     # spinning at every barrier). The library must not link libgomp.
     if not patched_build():
         pytest.skip("stock llama.cpp build (make install printed why the patched one did not build)")
-    import llama_cpp
-    from llama_cpp import llama_cpp as raw
-
-    base = Path(getattr(raw, "_base_path", Path(llama_cpp.__file__).parent / "lib"))
-    libraries = sorted(base.glob("libggml-cpu.so*"))
-    assert libraries, base
-    assert all(b"libgomp.so" not in lib.read_bytes() for lib in libraries)
+    library = ggml_cpu_library()
+    assert library is not None
+    assert b"libgomp.so" not in library.read_bytes()
 
 
 def test_rows_of_a_pass_equal_one_token_decodes_across_key_chunks_at_long_contexts(

@@ -168,14 +168,11 @@ def test_the_q4_1_gguf_has_repackable_weights_and_the_f16_none(q4_1: Path) -> No
 
 
 @pytest.mark.slow
-def this_cpu_has_amx() -> bool:
-    return bool(native.cpu_flags() & set(native.AMX_FLAGS))
-
-
 def safe_repack() -> bool:
-    """Repacking where this CPU survives it: on AMX CPUs llama.cpp's repack of Q4 weights really crashes
-    (llama.cpp#20824; seen on this project's AMX Xeon: SIGSEGV in the trial of SmolLM2 Q4_1 and Qwen 0.5B Q4_K_M)."""
-    return not this_cpu_has_amx()
+    """Repacking where this CPU survives it, as llama.cpp's own peers get it (`choose_repack`, no override): off on
+    AMX CPUs, where llama.cpp's repack of Q4 weights really crashes (llama.cpp#20824; seen on this project's AMX
+    Xeon: SIGSEGV in the trial of SmolLM2 Q4_1 and Qwen 0.5B Q4_K_M)."""
+    return native.choose_repack(environ={}, exact=False).enabled
 
 
 def test_a_trial_passes_once_and_is_remembered(q4_1: Path, tmp_path: Path, monkeypatch) -> None:

@@ -81,20 +81,34 @@ def probe_llamacpp() -> tuple[bool, str]:
     return True, f"llama-cpp-python {getattr(llama_cpp, '__version__', '?')} imports"
 
 
-def patched_build() -> bool:
-    """Whether the loaded llama.cpp carries specchat's patch (scripts/patch_llama_cpp.py, applied by make install):
-    float16 weights times float32 activations, one token computed exactly as a row of a batch."""
+def ggml_cpu_library() -> Path | None:
+    """The CPU backend library (libggml-cpu) of the installed llama-cpp-python; None where there is none."""
     try:
         import llama_cpp
         from llama_cpp import llama_cpp as raw
+    except Exception:  # no bindings, or bindings that do not load
+        return None
+    base = Path(getattr(raw, "_base_path", Path(llama_cpp.__file__).parent / "lib"))
+    return next(
+        (
+            base / name
+            for name in ("libggml-cpu.so", "libggml-cpu.dylib", "ggml-cpu.dll")
+            if (base / name).is_file()
+        ),
+        None,
+    )
 
-        base = Path(getattr(raw, "_base_path", Path(llama_cpp.__file__).parent / "lib"))
-        for name in ("libggml-cpu.so", "libggml-cpu.dylib", "ggml-cpu.dll"):
-            if (base / name).is_file():
-                return hasattr(ctypes.CDLL(str(base / name)), PATCH_SYMBOL)
-    except Exception:  # no bindings, or a library that does not load: not ours
+
+def patched_build() -> bool:
+    """Whether the loaded llama.cpp carries specchat's patch (scripts/patch_llama_cpp.py, applied by make install):
+    float16 weights times float32 activations, one token computed exactly as a row of a batch."""
+    library = ggml_cpu_library()
+    if library is None:
         return False
-    return False
+    try:
+        return hasattr(ctypes.CDLL(str(library)), PATCH_SYMBOL)
+    except Exception:  # a library that does not load: not ours
+        return False
 
 
 def physical_cores() -> int:

@@ -113,11 +113,10 @@ def _ours(backend, prompt_ids: list[int], k: int, mode: str, max_new: int):
 
 
 def _server(backend, prompt: str, max_new: int) -> tuple[int, float]:
-    from engine.benchmarks.remote import RemoteFigures, run_prompt
+    from engine.benchmarks.remote import stream_timed
 
-    figures = RemoteFigures()
-    run_prompt(backend, prompt, max_new, 0, figures)
-    return figures.tokens, figures.decode_s
+    reply = stream_timed(backend, ({"role": "user", "content": prompt},), max_new)
+    return reply.tokens, reply.decode_s
 
 
 def run_pair_bench(
