@@ -32,11 +32,11 @@ def miniature(root: Path, patch) -> Path:
         + "}\n"
     )
     (cpu / "ops.cpp").write_text(
-        "static void one_chunk() {}\n\n"
+        "static void one_chunk() {\n"
+        + patch.KQ_OLD
+        + "}\n\n"
         + patch.CHUNKED_ANCHOR
-        + "static void reduce() {}\n\nvoid fa() {\n    "
-        + patch.SPLIT_OLD
-        + " && kv;\n\n"
+        + "static void reduce() {}\n\nvoid fa() {\n"
         + patch.DISPATCH_OLD
         + "    }\n}\n"
     )
@@ -59,7 +59,9 @@ def test_every_edit_lands_once_and_a_second_run_changes_nothing(tmp_path: Path, 
     trait = (cpu / "ggml-cpu.c").read_text()
     assert "ggml_vec_dot_f16_f32" in trait and ".vec_dot_type             = GGML_TYPE_F32" in trait
     ops = (cpu / "ops.cpp").read_text()
-    assert "use_split_kv_path = false &&" in ops
+    # attention's key . query over a float16 cache: llama.cpp's own float16 dot
+    assert "specchat_kq_f16 ? (ggml_vec_dot_t) ggml_vec_dot_f16 :" in ops
+    assert ops.index("void one_chunk(") < ops.index("specchat_kq_f16") < ops.index("static bool specchat_fa")
     # the fixed-chunk attention is defined before the function that dispatches to it, after one_chunk
     assert (
         ops.index("void one_chunk(") < ops.index("static bool specchat_fa_chunked(") < ops.index("void fa(")
