@@ -25,6 +25,7 @@ from engine.backends.llamacpp import (  # noqa: E402
     physical_cores,
     resolve_gguf,
 )
+from engine.decoding.drafting import LONG_DRAFT_MAX  # noqa: E402
 from engine.errors import BackendError
 from engine.events import Chunk, Done  # noqa: E402
 from engine.request import GenerationRequest, SamplerSettings  # noqa: E402
@@ -302,9 +303,10 @@ def test_rows_of_a_pass_equal_one_token_decodes_across_key_chunks_at_long_contex
         f"item {i}: the {['red', 'blue', 'green'][i % 3]} box holds {i * 7 % 13} coins." for i in range(400)
     )
     ids = smol.encode_text(words)
-    width = 9
     try:
-        for start in (1019, 1787):  # rows 1019..1027 straddle 1,024; 1787..1795 straddle 1,792
+        # rows 1019..1027 straddle 1,024; 1787..1795 straddle 1,792; a long-match draft's widest pass
+        # (LONG_DRAFT_MAX + 1 rows) straddles 1,024 too
+        for start, width in ((1019, 9), (1787, 9), (1000, LONG_DRAFT_MAX + 1)):
             assert len(ids) >= start + width
             target.clear()
             target.prefill(ids[:start])
@@ -314,6 +316,37 @@ def test_rows_of_a_pass_equal_one_token_decodes_across_key_chunks_at_long_contex
             assert all(np.array_equal(rows[j], singles[j]) for j in range(width)), start
     finally:
         target.clear()
+
+
+def test_each_context_keeps_a_thread_pool_whose_workers_outlive_a_decode(smol: LlamaCppBackend) -> None:
+    # llama-cpp-python attaches no pool: ggml then starts and joins its workers on every decode (0.91-0.95x
+    # llama-server's one-token step at 2 threads on a Zen 4 EPYC). Each context gets its own pool of the
+    # load-time thread count; a pool's workers are real threads that stay until it is freed.
+    import os
+
+    from engine.backends.llamacpp import raw_bindings
+    from engine.backends.llamacpp_pool import ThreadPool
+
+    pool = smol.target.pool
+    assert pool is not None and pool.handle and pool.threads >= smol.threads
+
+    def tasks() -> int:
+        return len(os.listdir("/proc/self/task"))
+
+    before = tasks()
+    extra = ThreadPool.attach(raw_bindings(), smol.target.ctx.ctx, 3)
+    try:
+        assert extra is not None
+        smol.target.clear()
+        smol.target.prefill(smol.encode_text("The pool keeps its workers."))
+        assert tasks() == before + 2  # three threads: the caller and two workers that stay
+    finally:
+        # the context's own pool back, then the extra freed
+        pool.attach_to(raw_bindings(), smol.target.ctx.ctx)
+        if extra is not None:
+            extra.close()
+        smol.target.clear()
+    assert tasks() == before
 
 
 @pytest.mark.slow

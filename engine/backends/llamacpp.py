@@ -37,6 +37,7 @@ import torch
 
 from engine.backends.base import ProgressCallback
 from engine.backends.llamacpp_native import RepackChoice, choose_repack, plan_load
+from engine.backends.llamacpp_pool import ThreadPool
 from engine.backends.llamacpp_probe import LONG_PROBE_POSITION, PROBE_WIDTHS, exact_width  # noqa: F401 (re-exported)
 from engine.backends.llamacpp_text import ByteDetokenizer, GgufTokenizer, resolve_gguf
 from engine.backends.llamacpp_threads import (
@@ -97,6 +98,15 @@ def ggml_cpu_library() -> Path | None:
         ),
         None,
     )
+
+
+def raw_bindings():
+    """llama_cpp.llama_cpp (the ctypes layer: `_lib`, `_base_path`); None where it does not import."""
+    try:
+        from llama_cpp import llama_cpp as raw
+    except Exception:  # no bindings, or bindings that do not load
+        return None
+    return raw
 
 
 def patched_build() -> bool:
@@ -209,6 +219,8 @@ class LlamaCppModel:
             )
         self.n_batch = n_batch
         self.batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
+        # ggml's workers kept between decodes (engine/backends/llamacpp_pool.py); None: llama.cpp's own default.
+        self.pool = ThreadPool.attach(raw_bindings(), self.ctx.ctx, threads) if gpu_layers == 0 else None
         self.ids: list[int] = []
         self.step_times: list[float] = []
         # Cached tokens under the latest timed pass (what its attention read besides its own rows).
@@ -340,6 +352,8 @@ class LlamaCppModel:
     def close(self) -> None:
         self.batch.close()
         self.ctx.close()
+        if self.pool is not None:
+            self.pool.close()  # after the context that used it
         self.model.close()
 
 
