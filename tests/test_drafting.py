@@ -8,6 +8,8 @@ import pytest
 
 from engine.decoding.drafting import (
     FIRST_TOKEN_PRIOR,
+    LONG_DRAFT_MAX,
+    LONG_MATCH,
     MIN_GAIN,
     NEXT_TOKEN_PRIOR,
     PRIOR_WEIGHT,
@@ -167,6 +169,57 @@ def test_a_drafter_that_keeps_missing_stops_drafting_and_one_that_hits_keeps_goi
         draft = hitting.propose(6)
         assert len(draft) == 6
         hitting.feedback(len(draft), len(draft))
+
+
+def _copying(length: int) -> NgramDrafter:
+    """A drafter over a context that repeats a 200-token passage's first `length` tokens (a copy under way)."""
+    passage = list(range(1000, 1200))
+    drafter = NgramDrafter(costs=VerifyCostModel.from_ratios({1: 1.0, 2: 1.05, 9: 1.4, 49: 4.0}))
+    drafter.reset([*passage, 7, *passage[:length]])
+    return drafter
+
+
+def test_a_long_match_drafts_past_the_presets_k_only_after_rounds_that_took_every_draft() -> None:
+    drafter = _copying(LONG_MATCH)
+    first = drafter.propose(5, k_long=100)
+    assert 0 < len(first) <= 5  # a copy must prove itself first: the preset's K
+    drafter.feedback(len(first), len(first))
+    drafter.extend(first)
+    rounds = [len(first)]
+    for _ in range(4):  # all taken: the ceiling doubles, up to LONG_DRAFT_MAX
+        draft = drafter.propose(5, k_long=100)
+        rounds.append(len(draft))
+        drafter.feedback(len(draft), len(draft))
+        drafter.extend(draft)
+    assert rounds[1] > 5 and rounds[1] <= 2 * rounds[0]
+    assert max(rounds) <= LONG_DRAFT_MAX and rounds[-1] > rounds[1]
+    # a rejection ends long-match mode until a round takes all again
+    draft = drafter.propose(5, k_long=100)
+    drafter.feedback(len(draft), 1)
+    drafter.extend(draft[:1])
+    assert len(drafter.propose(5, k_long=100)) <= 5
+    # never past what the round can take (budget, context, exact pass width)
+    drafter.feedback(5, 5)
+    assert len(drafter.propose(5, k_long=7)) <= 7
+
+
+def test_a_short_match_or_fixed_k_never_drafts_past_the_presets_k() -> None:
+    short = _copying(LONG_MATCH - 2)
+    short.long_room = LONG_DRAFT_MAX
+    assert 0 < len(short.propose(5, k_long=100)) <= 5
+    fixed = _copying(LONG_MATCH + 5)
+    fixed.fixed = True
+    fixed.long_room = LONG_DRAFT_MAX
+    assert len(fixed.propose(5, k_long=100)) == 5
+
+
+def test_later_positions_are_learnt_per_match_length_bucket() -> None:
+    model = AcceptanceModel()
+    for _ in range(20):
+        model.record(7, 20, 20)  # long matches: copies that hold
+        model.record(0, 4, 1)  # one-token matches: guesses that fail after the first
+    assert model.next(7) > 0.95 > model.next() > model.next(0)
+    assert model.expected_tokens(7, 20) > 2 * model.expected_tokens(0, 20)
 
 
 def test_nothing_to_look_up_means_no_draft() -> None:

@@ -33,6 +33,13 @@ if TYPE_CHECKING:
 
 # Longest draft the cost model considers (a verify pass wider than this is extrapolated, never measured).
 MAX_DRAFT_LENGTH = 16
+# Long-match mode (n-gram lookup, adaptive K): where the context's suffix matched at least LONG_MATCH tokens before
+# (the text is being copied: a translation that keeps names and numbers, a summary quoting its source, code
+# edited in place), the draft may run past the preset's K, up to LONG_DRAFT_MAX tokens, as far as that match's
+# measured acceptance and the verify cost say it pays. llama.cpp's ngram-simple drafts 48 tokens after a
+# 12-token match; 48 drafts make a 49-row pass, below the 64 rows where the patched build's attention changes path.
+LONG_MATCH = 12
+LONG_DRAFT_MAX = 48
 # Match-length buckets: a suffix match of length L falls in the first bucket whose bound is >= L.
 MATCH_BUCKETS = (1, 2, 3, 5, 9, 17, 33, math.inf)
 # Prior chance that the first draft token is accepted, per bucket, and that a later one is, given the ones
@@ -215,6 +222,9 @@ class AcceptanceModel:
     first_accepted: list[float] = field(default_factory=lambda: [0.0] * len(MATCH_BUCKETS))
     next_drafted: float = 0.0
     next_accepted: float = 0.0
+    # Later positions per bucket too: a copy found by a long match stays right far longer than a one-token guess.
+    next_drafted_by: list[float] = field(default_factory=lambda: [0.0] * len(MATCH_BUCKETS))
+    next_accepted_by: list[float] = field(default_factory=lambda: [0.0] * len(MATCH_BUCKETS))
 
     def first(self, bucket: int) -> float:
         prior = FIRST_TOKEN_PRIOR[bucket]
@@ -222,8 +232,15 @@ class AcceptanceModel:
             self.first_drafted[bucket] + PRIOR_WEIGHT
         )
 
-    def next(self) -> float:
-        return (self.next_accepted + PRIOR_WEIGHT * NEXT_TOKEN_PRIOR) / (self.next_drafted + PRIOR_WEIGHT)
+    def next(self, bucket: int | None = None) -> float:
+        """The chance a later draft position is accepted given the ones before it were: over all buckets, or
+        for `bucket`, whose own rounds count against the pooled figure as prior."""
+        pooled = (self.next_accepted + PRIOR_WEIGHT * NEXT_TOKEN_PRIOR) / (self.next_drafted + PRIOR_WEIGHT)
+        if bucket is None:
+            return pooled
+        return (self.next_accepted_by[bucket] + PRIOR_WEIGHT * pooled) / (
+            self.next_drafted_by[bucket] + PRIOR_WEIGHT
+        )
 
     def record(self, bucket: int, drafted: int, accepted: int) -> None:
         if drafted <= 0:
@@ -232,13 +249,16 @@ class AcceptanceModel:
         self.first_accepted[bucket] += 1 if accepted > 0 else 0
         # Positions 2..k were "tried" only if everything before them was accepted.
         tried_next = min(drafted - 1, accepted)
+        accepted_next = min(accepted - 1, tried_next) if accepted > 0 else 0
         self.next_drafted += tried_next
-        self.next_accepted += min(accepted - 1, tried_next) if accepted > 0 else 0
+        self.next_accepted += accepted_next
+        self.next_drafted_by[bucket] += tried_next
+        self.next_accepted_by[bucket] += accepted_next
 
     def expected_tokens(self, bucket: int, k: int) -> float:
         """1 + p1 + p1 p2 + ... + p1 ... pk: tokens a round emits on average with a k-token draft."""
         total, chance = 1.0, self.first(bucket)
-        following = self.next()
+        following = self.next(bucket)
         for _ in range(k):
             total += chance
             chance *= following
@@ -246,14 +266,18 @@ class AcceptanceModel:
 
 
 def best_length(
-    expected_tokens: Callable[[int], float], costs: VerifyCostModel, k_max: int
+    expected_tokens: Callable[[int], float],
+    costs: VerifyCostModel,
+    k_max: int,
+    longest: int = MAX_DRAFT_LENGTH,
 ) -> tuple[int, float]:
-    """The k in 0..k_max with the most expected tokens per unit of time, and that rate relative to plain.
+    """The k in 0..min(k_max, longest) with the most expected tokens per unit of time, and that rate relative
+    to plain.
 
     A round of k drafts costs `round_cost(costs, k)`: its verify pass and k draft-model steps (none for n-gram).
     """
     best_k, best_rate = 0, 1.0
-    for k in range(1, min(k_max, MAX_DRAFT_LENGTH) + 1):
+    for k in range(1, min(k_max, longest) + 1):
         rate = expected_tokens(k) / round_cost(costs, k)
         if rate > best_rate:
             best_k, best_rate = k, rate
@@ -263,8 +287,14 @@ def best_length(
 def best_draft_length(
     acceptance: AcceptanceModel, costs: VerifyCostModel, bucket: int, k_max: int
 ) -> tuple[int, float]:
-    """`best_length` for an n-gram match in `bucket`."""
-    return best_length(lambda k: acceptance.expected_tokens(bucket, k), costs, k_max)
+    """`best_length` for an n-gram match in `bucket` (up to LONG_DRAFT_MAX where k_max allows)."""
+    first, following = acceptance.first(bucket), acceptance.next(bucket)
+    expected = [1.0]
+    chance = first
+    for _ in range(min(k_max, LONG_DRAFT_MAX)):
+        expected.append(expected[-1] + chance)
+        chance *= following
+    return best_length(expected.__getitem__, costs, k_max, LONG_DRAFT_MAX)
 
 
 def drafting_can_pay(costs: VerifyCostModel | None, k_max: int) -> bool:
@@ -482,6 +512,9 @@ class NgramDrafter:
         self._pending_bucket: int | None = None
         self.last_match_length = 0
         self.last_rate = 1.0  # the last proposal's expected tokens per unit of time, relative to plain
+        # Long-match mode's own ceiling: twice the last round's drafts where it took them all, else nothing
+        # (a copy has to prove itself round by round: a wrong 48-token draft costs a dozen plain steps).
+        self.long_room = 0
 
     @property
     def tokens(self) -> list[int]:
@@ -492,6 +525,7 @@ class NgramDrafter:
         self.index.extend(prompt_ids)
         self._pending_bucket = None
         self.last_match_length = 0
+        self.long_room = 0
 
     def extend(self, token_ids: Iterable[int]) -> None:
         self.index.extend(token_ids)
@@ -505,8 +539,10 @@ class NgramDrafter:
             return [], 0
         return self.index.continuation(end, k), length
 
-    def propose(self, k_max: int) -> list[int]:
-        """This round's draft: empty where no length pays (or nothing matches)."""
+    def propose(self, k_max: int, k_long: int = 0) -> list[int]:
+        """This round's draft: empty where no length pays (or nothing matches). `k_long` (> k_max): the most
+        drafts the round could take (token budget, context, the backend's exact pass width); a match of
+        LONG_MATCH tokens or more may draft up to it (long-match mode), cost model permitting."""
         self._pending_bucket = None
         self.last_match_length = 0
         self.last_rate = 1.0
@@ -519,9 +555,10 @@ class NgramDrafter:
         if self.fixed:
             k = k_max
         else:
-            k, self.last_rate = best_draft_length(
-                self.acceptance, self.costs, bucket, min(k_max, MAX_DRAFT_LENGTH)
-            )
+            ceiling = min(k_max, MAX_DRAFT_LENGTH)
+            if length >= LONG_MATCH and min(k_long, self.long_room) > ceiling:
+                ceiling = min(k_long, self.long_room, LONG_DRAFT_MAX)
+            k, self.last_rate = best_draft_length(self.acceptance, self.costs, bucket, ceiling)
             if k == 0 and self.tuner is not None and self.tuner.probe_due(k_max, self.costs):
                 k = min(PROBE_LENGTH, k_max)
             elif k > 0 and self.tuner is not None:
@@ -536,6 +573,7 @@ class NgramDrafter:
         """Learn from the round that verified the last proposal."""
         if self._pending_bucket is not None and drafted > 0:
             self.acceptance.record(self._pending_bucket, drafted, accepted)
+            self.long_room = min(2 * drafted, LONG_DRAFT_MAX) if accepted >= drafted else 0
         self._pending_bucket = None
 
 

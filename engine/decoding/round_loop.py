@@ -311,12 +311,25 @@ def _run_reply(
             )
             if stop is not None:
                 break
+            # Long-match mode's ceiling: what the round could take beyond the preset's K (adaptive only).
+            k_long = (
+                round_limit(
+                    cancelled=False,
+                    produced=len(reply),
+                    max_new=max_new,
+                    context_used=len(seq),
+                    max_context=setup.max_context,
+                    k_requested=setup.max_draft,
+                )[1]
+                if k > 0 and adaptive
+                else 0
+            )
             drafts: list[int] = []
             looked_up = False  # this round's drafts came from n-gram lookup beside the draft model
             if k > 0 and combined is not None:
                 # The better of the two by expected tokens per unit of time: n-gram's match or the draft model's
                 # plan (whose rate is 1.0 where it does not pay).
-                found = combined.propose(k)
+                found = combined.propose(k, k_long)
                 if found and combined.last_rate > tuner.plan(k, target.costs)[1]:
                     drafts, looked_up = found, True
                 else:
@@ -326,7 +339,7 @@ def _run_reply(
 
             if k > 0 and ngram is not None:
                 t0 = time.perf_counter()
-                drafts = ngram.propose(k)
+                drafts = ngram.propose(k, k_long)
                 draft_times.append(time.perf_counter() - t0)
             elif k > 0 and draft is not None and not looked_up:
                 drafts = draft_greedy(draft, seq, k, setup.vocab_size, target.costs, draft_step_times)
