@@ -227,6 +227,8 @@ def run_task_bench(
         )
         results: dict[str, FamilyResult] = {}
         again = {v: Figures() for v in variants if v in REMEMBERS_REPLIES}
+        at_load = ours.threads
+        fewer: list[str] = []  # our replies that ran on fewer threads than chosen at load (busy-CPU guard)
         for index, item in enumerate(items):
             family = item["category"]
             res = results.setdefault(family, FamilyResult(family, figures={v: Figures() for v in variants}))
@@ -239,6 +241,8 @@ def run_task_bench(
                     if variant in OURS:
                         k = preset.k if variant == "ours-ngram" else 0
                         runs[variant].append(_ours(ours, prompt_ids, k, max_new, f"tasks-{family}"))
+                        if ours.threads < at_load:
+                            fewer.append(f"{family} #{index + 1} {variant}")
                     else:
                         runs[variant].append(_server(remotes[variant], item["messages"], max_new))
             for variant in variants:
@@ -250,6 +254,12 @@ def run_task_bench(
             res.prompt_tokens.append(len(prompt_ids))
             res.identical += runs["ours-plain"][0].ids == runs["ours-ngram"][0].ids
         _print_families(out, results, variants)
+        if fewer:
+            print(
+                f"our replies on fewer than {at_load} threads (the busy-CPU guard dropped them; figures above "
+                f"include them): {len(fewer)}: {', '.join(fewer[:6])}{' ...' if len(fewer) > 6 else ''}",
+                file=out,
+            )
         for variant, figures in again.items():
             if figures.decode_s:
                 print(
