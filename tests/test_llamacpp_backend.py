@@ -349,6 +349,23 @@ def test_each_context_keeps_a_thread_pool_whose_workers_outlive_a_decode(smol: L
     assert tasks() == before
 
 
+def test_the_pool_uses_the_ggml_that_libllama_loaded_not_a_second_copy(smol: LlamaCppBackend) -> None:
+    # A pip-installed wheel holds libggml-cpu.so, .so.0, .so.0.x as separate files. libllama maps its soname; the
+    # pool opening the .so file by path mapped a second copy of ggml-cpu (the pool's workers in one, the graph in
+    # the other), which deadlocked in ggml_barrier once the two files differed. One file of each, by identity.
+    assert smol.target.pool is not None
+    mapped: dict[str, set[tuple[str, str]]] = {}
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 6:
+            name = Path(fields[5]).name
+            for lib in ("libggml-cpu.so", "libggml-base.so"):
+                if name.startswith(lib):
+                    mapped.setdefault(lib, set()).add((fields[3], fields[4]))  # (device, inode)
+    assert set(mapped) == {"libggml-cpu.so", "libggml-base.so"}
+    assert all(len(files) == 1 for files in mapped.values()), mapped
+
+
 @pytest.mark.slow
 def test_stop_token_inside_an_accepted_draft(smol: LlamaCppBackend, monkeypatch) -> None:
     ids = chat(smol, REPEAT_PROMPT)

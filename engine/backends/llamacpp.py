@@ -83,7 +83,8 @@ def probe_llamacpp() -> tuple[bool, str]:
 
 
 def ggml_cpu_library() -> Path | None:
-    """The CPU backend library (libggml-cpu) of the installed llama-cpp-python; None where there is none."""
+    """The CPU backend library (libggml-cpu) of the installed llama-cpp-python; None where there is none. Its
+    soname first: the file libllama maps (a wheel's `.so` is a separate copy, and opening it maps ggml twice)."""
     try:
         import llama_cpp
         from llama_cpp import llama_cpp as raw
@@ -93,7 +94,7 @@ def ggml_cpu_library() -> Path | None:
     return next(
         (
             base / name
-            for name in ("libggml-cpu.so", "libggml-cpu.dylib", "ggml-cpu.dll")
+            for name in ("libggml-cpu.so.0", "libggml-cpu.so", "libggml-cpu.dylib", "ggml-cpu.dll")
             if (base / name).is_file()
         ),
         None,

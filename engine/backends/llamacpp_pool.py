@@ -12,6 +12,7 @@ slower). Not in the Python bindings: called through ctypes on the installed libr
 from __future__ import annotations
 
 import ctypes
+import os
 from pathlib import Path
 
 # ggml's polling level (0..100): 1 polls ~131k rounds of a CPU pause (milliseconds) before sleeping, enough to
@@ -33,11 +34,28 @@ class ThreadpoolParams(ctypes.Structure):
     ]
 
 
+def _loaded(folder: Path, name: str) -> ctypes.CDLL:
+    """The copy of `name` (libggml-base, libggml-cpu) that libllama already loaded. A pip-installed wheel holds
+    `name.so`, `name.so.0`, ... as separate files, not links; libllama loads its soname (`.so.0`), and opening the
+    `.so` file by path would map a second copy of ggml into the process (the pool's workers in one, the graph in
+    the other: a deadlock in ggml_barrier as soon as the two differ). RTLD_NOLOAD opens only what is mapped."""
+    names = [f"{name}.so.0", f"{name}.so"]
+    for candidate in names:
+        try:
+            return ctypes.CDLL(str(folder / candidate), mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
+        except OSError:
+            continue
+    for candidate in names:  # nothing loaded yet (another build): load the soname
+        if (folder / candidate).exists():
+            return ctypes.CDLL(str(folder / candidate))
+    raise OSError(f"{name} not found in {folder}")
+
+
 def _libraries(folder: Path) -> tuple[ctypes.CDLL, ctypes.CDLL] | None:
     """(libggml-base, libggml-cpu) with the pool functions typed; None where they are missing."""
     try:
-        base = ctypes.CDLL(str(folder / "libggml-base.so"))
-        cpu = ctypes.CDLL(str(folder / "libggml-cpu.so"))
+        base = _loaded(folder, "libggml-base")
+        cpu = _loaded(folder, "libggml-cpu")
         base.ggml_threadpool_params_default.restype = ThreadpoolParams
         base.ggml_threadpool_params_default.argtypes = [ctypes.c_int]
         cpu.ggml_threadpool_new.restype = ctypes.c_void_p
