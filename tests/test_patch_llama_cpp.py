@@ -40,12 +40,19 @@ def miniature(root: Path, patch) -> Path:
         + patch.DISPATCH_OLD
         + "    }\n}\n"
     )
+    gemm = patch.SGEMM_JOBS_OLD + "            work();\n" + patch.SGEMM_NEXT_OLD
     (cpu / "llamafile" / "sgemm.cpp").write_text(
         "#if defined(__AVX512F__)\n"
         + patch.SGEMM_512_OLD
         + "\n#elif defined(__AVX2__)\n"
         + patch.SGEMM_256_OLD
         + "\n#endif\n"
+        + patch.SGEMM_PF_OLD
+        + "        }\n    }\n"
+        + gemm
+        + "#if defined(__riscv_v_intrinsic)\n"
+        + gemm
+        + "#endif\n"
     )
     return cpu
 
@@ -66,6 +73,9 @@ def test_every_edit_lands_once_and_a_second_run_changes_nothing(tmp_path: Path, 
     assert (
         ops.index("void one_chunk(") < ops.index("static bool specchat_fa_chunked(") < ops.index("void fa(")
     )
+    # a chunk over a float16 cache: the dense kernel, defined before the dispatcher that calls it
+    assert ops.index("static void specchat_fa_chunk_f16(") < ops.index("static bool specchat_fa_chunked(")
+    assert "specchat_fa_chunk_f16(dst, ir, c, c*C, c1, base, nch, sc);" in ops
     assert ops.index("if (specchat_fa_chunked(params, dst,") < ops.index("    if (use_split_kv_path) {")
     assert "#define SPECCHAT_FA_CHUNK 256" in (cpu / "vec.h").read_text()
     assert "decode = MAX(decode, chunked);" in trait
@@ -73,6 +83,9 @@ def test_every_edit_lands_once_and_a_second_run_changes_nothing(tmp_path: Path, 
     assert sgemm.count("if (Btype == GGML_TYPE_F32)") == 2
     assert "tinyBLAS<16, __m512, __m512, ggml_fp16_t, float, float>" in sgemm
     assert "tinyBLAS<8, __m256, __m256, ggml_fp16_t, float, float>" in sgemm
+    # tinyBLAS prefetches the next weight rows; a small batch's row blocks are a contiguous range per thread
+    assert sgemm.count("__builtin_prefetch(specchat_next") == 1
+    assert sgemm.count("specchat_ranges ? job + 1 : ggml_threadpool_chunk_add") == 2
     before = {p: p.read_text() for p in cpu.rglob("*") if p.is_file()}
     assert patch.main(["patch", str(tmp_path)]) == 0
     assert {p: p.read_text() for p in cpu.rglob("*") if p.is_file()} == before
