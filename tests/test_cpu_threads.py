@@ -178,6 +178,32 @@ def test_the_cost_of_a_pass_grows_with_the_cached_tokens_per_width() -> None:
     assert PassCost(SHORT, 64, {1: 14 * MS, 9: 26 * MS}, 576).predict(1, 4000) == pytest.approx(15 * MS)
 
 
+def test_the_verify_cost_ratios_are_read_at_the_context_of_the_pass() -> None:
+    from engine.decoding.drafting import VerifyCostModel
+
+    # The embedded model's F16 GGUF on a Zen 4 EPYC at load: every query row attends over the whole cache, so a
+    # 9-token pass grows ~5.6x faster with the context than a one-token pass.
+    cost = PassCost({1: 11 * MS, 9: 23.5 * MS}, 64, {1: 13.6 * MS, 9: 38.3 * MS}, 576)
+    costs = VerifyCostModel.from_samples({1: 11 * MS, 5: 17 * MS, 9: 23.5 * MS})  # over 64 cached tokens
+    costs.set_context_shape(cost.predict, 64)
+    assert costs.ratio(9) == pytest.approx(23.5 / 11)
+    costs.context = 2000
+    expected = cost.predict(9, 2000) / cost.predict(1, 2000)
+    assert costs.ratio(9) == pytest.approx(expected) and expected > 23.5 / 11 + 1.0
+    assert 17 / 11 < costs.ratio(5) < costs.ratio(9)
+    # A pass observed there as the shape says leaves the ratio held at the reference context as it was.
+    for _ in range(40):  # the recent one-token time (a moving average) settles at this context's
+        costs.observe(1, cost.predict(1, 2000))
+    costs.observe(9, cost.predict(9, 2000))
+    assert costs.as_dict()[9] == pytest.approx(23.5 / 11, rel=1e-4)
+    costs.context = 64
+    assert costs.ratio(9) == pytest.approx(23.5 / 11, rel=1e-4)
+    # Without a shape (another backend): the context-blind ratios.
+    blind = VerifyCostModel.from_samples({1: 11 * MS, 9: 23.5 * MS})
+    blind.context = 2000
+    assert blind.ratio(9) == pytest.approx(23.5 / 11)
+
+
 def test_a_long_context_alone_is_no_stall_but_the_old_width_only_rule_read_it_as_one() -> None:
     # One-token passes of a reply over 3,700 cached tokens on an idle machine: ~65 ms each (4.3x the short cost),
     # a little slower than load's extrapolation.

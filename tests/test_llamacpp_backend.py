@@ -367,6 +367,30 @@ def test_the_pool_uses_the_ggml_that_libllama_loaded_not_a_second_copy(smol: Lla
 
 
 @pytest.mark.slow
+def test_the_verify_cost_model_reads_its_ratios_at_the_pass_context(smol: LlamaCppBackend) -> None:
+    # Load measured what a pass costs over 64 and 576 cached tokens; the round loop's cost model reads its
+    # ratios at the context of the latest pass (a wide pass over a long chat costs more plain steps).
+    costs = smol.target.costs
+    assert smol.pass_cost is not None and smol.pass_cost.growth
+    before = costs.context
+    try:
+        costs.context = 64
+        short = costs.ratio(9)
+        costs.context = 1800
+        long = costs.ratio(9)
+    finally:
+        costs.context = before
+    shape = smol.pass_cost
+    assert long / short == pytest.approx(
+        (shape.predict(9, 1800) / shape.predict(1, 1800)) / (shape.predict(9, 64) / shape.predict(1, 64)),
+        rel=1e-6,
+    )
+    assert long != pytest.approx(short, rel=0.02)
+    ids = chat(smol, "Tell me about the sea.")
+    generate(smol, ids, k=3, max_new=8)
+    assert costs.context >= len(ids)  # set by the timed passes of the reply
+
+
 def test_stop_token_inside_an_accepted_draft(smol: LlamaCppBackend, monkeypatch) -> None:
     ids = chat(smol, REPEAT_PROMPT)
     reference = generate(smol, ids, k=0, max_new=96)

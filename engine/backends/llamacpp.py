@@ -264,6 +264,8 @@ class LlamaCppModel:
         pad = self.pad_single if pad is None else pad
         if timed:
             self.pass_context = len(self.ids)
+            if self.costs is not None:
+                self.costs.context = self.pass_context
         start = time.perf_counter()
         if pad and len(tokens) == 1:
             logits = self._decode([tokens[0], tokens[0]], outputs=2 if outputs else 0)
@@ -554,6 +556,9 @@ class LlamaCppBackend(ThreadControl, RoundLoopBackend):
         if self.device == "cpu":
             self.pass_cost = self._measure_pass_cost()
             self._pass_cost_threads = self.threads
+            if self.target.costs is not None and self.pass_cost.growth:
+                # the verify-cost ratios (calibrated over as many cached tokens) read at each pass's context
+                self.target.costs.set_context_shape(self.pass_cost.predict, self.pass_cost.short_context)
         if measure and self.threads > 1:
             self._stall_watch = StallWatch(self._predicted_cost())
         report("ready", 1.0)

@@ -88,6 +88,11 @@ class VerifyCostModel:
     compared with the recent one-token passes (a fast-moving average), not with an old figure, so a change
     in the machine's load moves both sides of the ratio alike. Ratios are bounded to 1..width plain steps, and
     widths never seen are interpolated linearly between the nearest seen ones, extrapolated with the last slope.
+
+    With a context shape (`set_context_shape`: seconds a pass of a width takes over so many cached tokens, e.g.
+    the llama.cpp backend's PassCost), the ratios are kept at the shape's reference context and read at
+    `context`, the cached tokens of the latest pass: every query row attends over the whole cache, so a wide
+    pass costs more plain steps at 2k cached tokens than at 64 (r(9) 2.2 -> 3.6 on a Zen 4 EPYC).
     """
 
     EMA_WEIGHT = 0.1  # for the ratios
@@ -109,6 +114,26 @@ class VerifyCostModel:
         # A draft-model step: measured seconds (EMA), or a given ratio to a plain step (tests, fixed peers).
         self._draft_s: float | None = None
         self._fixed_draft_ratio = draft_ratio
+        self.context = 0  # cached tokens of the latest pass (where a context shape is set)
+        self._shape: Callable[[int, int], float] | None = None
+        self._shape_context = 0
+
+    def set_context_shape(self, seconds: Callable[[int, int], float], reference_context: int) -> None:
+        """Read the ratios at `context` through `seconds(width, cached tokens)`; the ratios held are those at
+        `reference_context` (where the load calibration ran)."""
+        self._shape = seconds
+        self._shape_context = reference_context
+
+    def _context_factor(self, width: int) -> float:
+        """How much more (or less) a pass of `width` costs in plain steps at `context` than at the reference."""
+        shape = self._shape
+        if shape is None or width <= 1:
+            return 1.0
+        one_here, one_ref = shape(1, self.context), shape(1, self._shape_context)
+        wide_ref = shape(width, self._shape_context)
+        if min(one_here, one_ref, wide_ref) <= 0:
+            return 1.0
+        return (shape(width, self.context) / one_here) / (wide_ref / one_ref)
 
     @classmethod
     def from_samples(cls, seconds_by_width: dict[int, float]) -> VerifyCostModel:
@@ -151,14 +176,19 @@ class VerifyCostModel:
             return
         if self._one is None:
             return
-        sample = min(max(seconds / self._one, 1.0), float(width))
+        factor = self._context_factor(width)
+        sample = min(max(seconds / self._one / factor, 1.0), float(width))
         old = self._ratios.get(width)
         self._ratios[width] = sample if old is None else old + self.EMA_WEIGHT * (sample - old)
 
     def ratio(self, width: int) -> float:
-        """t(width) / t(1), at least 1; 1 + 0.1 per extra token where no width above 1 was measured yet."""
+        """t(width) / t(1) at `context`, between 1 and width; 1 + 0.1 per extra token where no width above 1 was
+        measured yet."""
         if width <= 1:
             return 1.0
+        return min(max(self._reference_ratio(width) * self._context_factor(width), 1.0), float(width))
+
+    def _reference_ratio(self, width: int) -> float:
         known = sorted(self._ratios)
         if width in self._ratios:
             return self._ratios[width]
