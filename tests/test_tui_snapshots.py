@@ -35,6 +35,7 @@ async def settle(pilot) -> None:
     app = pilot.app
     app.clear_notifications()
     app.prompt.cursor_blink = False
+    app.refresh_status()  # the bar redraws on a timer; a loaded machine may not have ticked yet
     await pilot.pause(0.3)
 
 
