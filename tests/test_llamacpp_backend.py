@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from tests.conftest import FreeVerify
 
@@ -389,6 +390,26 @@ def test_the_verify_cost_model_reads_its_ratios_at_the_pass_context(smol: LlamaC
     ids = chat(smol, "Tell me about the sea.")
     generate(smol, ids, k=3, max_new=8)
     assert costs.context >= len(ids)  # set by the timed passes of the reply
+
+
+def test_torch_samples_on_one_thread_during_a_reply_and_gets_its_count_back(smol, monkeypatch) -> None:
+    # torch's OpenMP workers spun on llama.cpp's cores after a many-row argmax: the next pass ran ~40% slower.
+    seen: list[int] = []
+    score = smol.target.score
+
+    def watched(tokens):
+        seen.append(torch.get_num_threads())
+        return score(tokens)
+
+    monkeypatch.setattr(smol.target, "score", watched)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        generate(smol, chat(smol, "Tell me about the sea."), k=3, max_new=8)
+        assert seen and set(seen) == {1}
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_stop_token_inside_an_accepted_draft(smol: LlamaCppBackend, monkeypatch) -> None:
