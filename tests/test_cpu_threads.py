@@ -21,11 +21,14 @@ from engine.backends.llamacpp_threads import (
     STALL_FACTOR,
     STALL_NOTE,
     STALL_ROUNDS,
+    THREAD_CLOSE_SAMPLES,
+    THREAD_SAMPLES,
     PassCost,
     RecheckClock,
     StallWatch,
     ThreadChoice,
     choose_threads,
+    close_call,
 )
 
 MS = 0.001
@@ -67,6 +70,47 @@ def test_more_than_two_counts_and_no_samples() -> None:
     assert choose_threads({1: [40 * MS], 2: [15 * MS], 4: [25 * MS]}).threads == 2
     empty = choose_threads({})
     assert empty.threads == 1 and empty.note() == "1 thread"
+
+
+def measured_backend(timings: dict[int, list[float]]) -> tuple[LlamaCppBackend, dict[int, int]]:
+    """A backend whose one-token decodes take the planted seconds per thread count, in turn."""
+    backend = LlamaCppBackend("unused.gguf")
+    backend.threads = 2
+    backend.target = SimpleNamespace(n_vocab=100, ids=[], clear=lambda: None, prefill=lambda ids: None)
+    backend.set_threads = lambda count: setattr(backend, "threads", count)
+    taken = {n: 0 for n in timings}
+
+    def time_decodes(tokens) -> float:
+        n = backend.threads
+        taken[n] += 1
+        return timings[n][taken[n] - 1]
+
+    backend._time_decodes = time_decodes
+    return backend, taken
+
+
+def test_a_close_call_at_load_samples_on_before_it_keeps_one_thread() -> None:
+    # The first 5 each read 2 threads 15.8 ms against 17.3 (within the margin); 5 more show the idle machine.
+    backend, taken = measured_backend(
+        {1: [17.3 * MS] * 5 + [20 * MS] * 5, 2: [15.8 * MS] * 5 + [13 * MS] * 5}
+    )
+    choice = backend._measure_threads(counts=(1, 2))
+    assert taken == {1: THREAD_CLOSE_SAMPLES, 2: THREAD_CLOSE_SAMPLES}
+    assert choice.threads == 2
+    assert close_call(choose_threads({1: [17.3 * MS] * 5, 2: [15.8 * MS] * 5}))
+
+
+def test_a_clear_result_at_load_stops_at_the_usual_samples() -> None:
+    for timings, threads in (
+        ({1: [20 * MS] * 10, 2: [12 * MS] * 10}, 2),  # idle: the cores clearly faster
+        ({1: [20 * MS] * 10, 2: [40 * MS] * 10}, 1),  # busy: more threads slower
+        ({1: [20 * MS] * 10, 2: [20 * MS] * 10}, 1),  # a tie is no close call
+    ):
+        backend, taken = measured_backend(timings)
+        assert backend._measure_threads(counts=(1, 2)).threads == threads
+        assert taken == {1: THREAD_SAMPLES, 2: THREAD_SAMPLES}
+    assert not close_call(choose_threads({1: [20 * MS] * 5, 2: [12 * MS] * 5}))
+    assert not close_call(choose_threads({1: [20 * MS] * 5}))
 
 
 # --- noticing a stall mid-reply -----------------------------------------------------------------------------

@@ -47,7 +47,11 @@ RECHECK_FIRST_S = 60.0
 RECHECK_MAX_S = 960.0
 # Choosing the thread count at load: up to THREAD_SAMPLES samples per count (each THREAD_SAMPLE_STEPS one-token
 # decodes), interleaved; sampling stops early once THREAD_BUDGET_S is spent (a stalled count can take seconds).
+# A close call (more threads measured faster, but within the margin) samples on to THREAD_CLOSE_SAMPLES: on an
+# idle 2-core host 1 load in 4 had read 2 threads 15.8 ms against 1 thread 17.3 and kept one thread, where the
+# other loads measured 12.7-14.3 against 17.9-22 ms.
 THREAD_SAMPLES = 5
+THREAD_CLOSE_SAMPLES = 10
 THREAD_SAMPLE_STEPS = 3
 THREAD_BUDGET_S = 1.5
 # PassCost is timed at load with passes of 1 and PASS_COST_WIDTH tokens over 64 cached tokens and over
@@ -95,6 +99,15 @@ def choose_threads(samples: Mapping[int, Sequence[float]], margin: float = THREA
     if best != fewest and medians[best] < medians[fewest] * (1.0 - margin):
         return ThreadChoice(best, medians)
     return ThreadChoice(fewest, medians)
+
+
+def close_call(choice: ThreadChoice) -> bool:
+    """The fewest threads kept although a larger count's median was lower (within the margin): worth more samples."""
+    medians = choice.medians
+    if len(medians) < 2:
+        return False
+    fewest = min(medians)
+    return choice.threads == fewest and min(medians.values()) < medians[fewest]
 
 
 def _interpolate(points: Mapping[int, float], width: int) -> float:
@@ -266,13 +279,15 @@ class ThreadControl:
             if not on_cache:
                 target.clear()
                 target.prefill(filler[:64])
-            for sample in range(THREAD_SAMPLES):
+            for sample in range(THREAD_CLOSE_SAMPLES):
                 for count in counts if sample % 2 == 0 else counts[::-1]:
                     self.set_threads(count)
                     per_token = self._time_decodes(filler[64:])
                     samples[count].append(per_token)
                     spent += per_token * THREAD_SAMPLE_STEPS
                 if sample >= 1 and spent > THREAD_BUDGET_S:
+                    break
+                if sample + 1 == THREAD_SAMPLES and not close_call(choose_threads(samples)):
                     break
         finally:
             if on_cache:
