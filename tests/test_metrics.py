@@ -79,6 +79,28 @@ def test_read_skips_torn_lines_and_filters_by_time(tmp_path: Path):
     assert metrics.read(tmp_path / "absent.jsonl") == []
 
 
+def test_an_append_waits_for_another_process_holding_the_log(tmp_path: Path):
+    # Two specchat processes append to one log; the torn-line check and the write must be one step (without the
+    # lock, a check that read another append half done ended its "torn" line: an empty line in the log).
+    import fcntl
+    import threading
+
+    path = tmp_path / "metrics.jsonl"
+    metrics.append(path, row(NOW - 60))
+    before = path.read_bytes()
+    with path.open("rb") as other:  # its own open file: as another process's
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX)
+        writer = threading.Thread(target=metrics.append, args=(path, row(NOW, acceptance=0.7)))
+        writer.start()
+        writer.join(0.3)
+        assert writer.is_alive() and path.read_bytes() == before
+        fcntl.flock(other.fileno(), fcntl.LOCK_UN)
+        writer.join(5)
+    assert not writer.is_alive()
+    assert [r["acceptance_rate"] for r in metrics.read(path)] == [0.6, 0.7]
+    assert b"\n\n" not in path.read_bytes()
+
+
 def test_summaries_pool_acceptance_and_average_the_rest():
     rows = [
         {**row(NOW, tps=40.0), "drafted_tokens": 10, "accepted_tokens": 9, "preset": "code"},

@@ -113,12 +113,25 @@ def software_versions() -> dict[str, str]:
     return versions
 
 
+def _lock(fd: int) -> None:
+    """An exclusive advisory lock on the open log (released when it is closed); none where fcntl is missing."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX)
+
+
 def append(path: Path, record: dict[str, Any]) -> None:
     """Add one line to the log (creating folder and file). Raises OSError when the disk refuses."""
     path.parent.mkdir(parents=True, exist_ok=True)
     line = orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        # The torn-line check and the write as one step among specchat processes: another process's append that
+        # crosses a page boundary shows its size before its last bytes, and the check read that line as torn (an
+        # empty line in the log, seen with two processes appending at once).
+        _lock(fd)
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             line = b"\n" + line  # a line torn by a crash: end it, or this record would be lost with it
