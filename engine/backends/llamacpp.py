@@ -163,9 +163,6 @@ def torch_sampling_thread():
     went parallel (an argmax over several rows does), and the next pass ran on contended cores: on 2 cores a
     one-token pass right after a wide verify pass took 22-24 ms against 15-16 ms."""
     before = torch.get_num_threads()
-    if before == 1:
-        yield
-        return
     torch.set_num_threads(1)
     try:
         yield
