@@ -376,7 +376,8 @@ async def test_highlight_toggled_mid_reply_keeps_markdown_complete():
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         await send(pilot, "hi", wait=False)
-        await wait_until(pilot, lambda: app.session.live.rounds == 1)
+        # Not gated: the reply streams on, and a loaded machine's poll may first see round 2 (CI timed out on == 1).
+        await wait_until(pilot, lambda: app.session.live.rounds >= 1)
         await pilot.press("f6")
         reply = app.chat_log.replies()[-1]
         await wait_until(pilot, lambda: app.session.live.rounds >= 2 and len(reply.text) > 12)
