@@ -13,6 +13,7 @@ from engine.config import Settings
 from engine.reasoning import split_reasoning, thinking_end
 from engine.session import ChatSession
 from tui.screens.inspector import InspectorScreen
+from tui.widgets.message import ReplyMessage
 
 THINKING_REPLY = (
     "<think>\nThe user says hello.\nI should greet back briefly.\n</think>\n\nHello! How can I help?"
@@ -120,3 +121,18 @@ async def test_copy_takes_the_answer_without_the_reasoning():
         await send(pilot, "hello")
         await pilot.press("ctrl+y")
         assert app.clipboard == "Hello! How can I help?"
+
+
+async def test_a_reply_that_ends_right_after_its_reasoning_opens_finishes():
+    """The reasoning's stream is made but never written, then stopped in the same handler, with no turn of the
+    event loop between: its task was cancelled before its first step, and stopping it raised CancelledError into
+    the app's message loop (the UI froze; CI saw it under load as a pilot timeout)."""
+    app = make_app()
+    async with app.run_test(size=(100, 36)) as pilot:
+        await wait_ready(pilot)
+        reply = ReplyMessage(highlight=False)
+        await app.chat_log.mount(reply)
+        await reply.append_runs([("<think>\n", False)])
+        await reply.finish(THINKING_REPLY, None)
+        assert reply.markdown.source == "Hello! How can I help?"
+        assert reply.thinking_markdown.source == "The user says hello.\nI should greet back briefly."

@@ -13,6 +13,7 @@ that came from accepted drafts get DRAFT_STYLE on top of the block's own styles 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import re
 import weakref
@@ -151,6 +152,19 @@ class UserMessage(Vertical):
         self.query_one(".role", Static).update(self._role())
 
 
+async def stop_stream(stream: MarkdownStream) -> None:
+    """`MarkdownStream.stop()`, safe for a stream whose task has not taken its first step yet.
+
+    stop() cancels the stream's task and awaits it. A task cancelled before its first step never enters its own
+    `except CancelledError`, so the await raises CancelledError in the caller: the app's message handler, which
+    ends the app's message loop (the UI froze). It happens when a reply's last events are handled back to back
+    with no turn of the event loop between them (the reasoning opened, then the reply ended: seen under CPU
+    load). One yield lets the task start first.
+    """
+    await asyncio.sleep(0)
+    await stream.stop()
+
+
 class ReplyMessage(Vertical, can_focus=True):
     """One assistant reply. Focus it (click, alt+up/down) and press `i` for its statistics."""
 
@@ -257,7 +271,7 @@ class ReplyMessage(Vertical, can_focus=True):
         if wanted.startswith(written):
             await stream.write(wanted[len(written) :])
         else:
-            await stream.stop()
+            await stop_stream(stream)
             await markdown.update(wanted)
             if view == "answer":
                 self._stream = None
@@ -282,7 +296,7 @@ class ReplyMessage(Vertical, can_focus=True):
         self.streaming = False
         for stream in (self._stream, self._thinking_stream):
             if stream is not None:
-                await stream.stop()  # appends whatever is still queued
+                await stop_stream(stream)  # appends whatever is still queued
         self._stream = self._thinking_stream = None
         if runs and "".join(t for t, _ in runs) == text:
             self.runs, self.text = list(runs), text
