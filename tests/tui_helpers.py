@@ -38,11 +38,9 @@ async def send(pilot: Pilot, text: str, wait: bool = True) -> None:
     app = pilot.app
     app.prompt.focus()
     app.prompt.set_text(text)
-    # Not `pilot.press("enter")`: after the key it waits for every widget on the screen to run a callback, and a
-    # streaming reply that replaces its Markdown blocks meanwhile can drop those callbacks, so the wait timed out
-    # (WaitForScreenTimeout, about 1 run in 15 with a reasoning reply). The same key, then our own wait below.
-    await app._press_keys(["enter"])
-    await pilot.pause(0)
+    # A reply whose reasoning opened and that ended in the next handler once froze the app here (its message
+    # loop ended: WaitForScreenTimeout under load); tui/widgets/message.py's stop_stream is the fix.
+    await pilot.press("enter")
     if wait:
         await wait_until(pilot, lambda: app.chat_log.replies() and not app.generating)
 
