@@ -17,6 +17,7 @@ from typing import Any
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
+from textual.driver import Driver
 from textual.screen import ModalScreen
 from textual.worker import Worker, WorkerState
 
@@ -97,6 +98,15 @@ class SpecchatApp(App[None]):
         # Timestamps for the UI benchmark: when the final text of the last reply was on screen.
         self.last_reply_rendered_at: float | None = None
         self.last_reply_last_chunk_t: float | None = None
+
+    def get_driver_class(self) -> type[Driver]:
+        # A paste with escape sequences in it must arrive whole (tui/terminal.py): our parser on Linux and macOS.
+        driver = super().get_driver_class()
+        if driver.__module__ == "textual.drivers.linux_driver":
+            from tui.terminal import PasteSafeLinuxDriver
+
+            return PasteSafeLinuxDriver
+        return driver
 
     # --- layout ---------------------------------------------------------------------------------------------
 
