@@ -35,6 +35,7 @@ from engine.presets import Preset, PresetError, load_presets, with_overrides
 from engine.reasoning import split_reasoning, thinking_end
 from engine.request import GenerationRequest
 from engine.router import route
+from engine.session.editing import SessionEditing
 from engine.session.history import SessionHistory
 from engine.session.turn import Turn
 from engine.storage import metrics
@@ -115,7 +116,7 @@ class ReplyHandle:
         return self.result
 
 
-class ChatSession(SessionHistory):
+class ChatSession(SessionHistory, SessionEditing):
     def __init__(
         self,
         settings: Settings,
@@ -452,11 +453,13 @@ class ChatSession(SessionHistory):
         if turn is not None and self.recorder is not None:
             self.recorder.discard(turn.message_id)
 
-    def _undo_turn(self, replaced: list[Turn] | None) -> Turn | None:
+    def _undo_turn(self, replaced: list[Turn] | None, edited: list[Turn] | None = None) -> Turn | None:
         """A reply that produced nothing: a new message goes back to the user (returned, so its record can go too),
-        a regenerated reply comes back."""
+        a regenerated reply comes back; an edited message's old branch comes back."""
         if replaced is None:
-            return self.turns.pop()
+            turn = self.turns.pop()
+            self.turns.extend(edited or ())
+            return turn
         self.turns.extend(replaced)
         return None
 
@@ -496,8 +499,12 @@ class ChatSession(SessionHistory):
         on_event: EventCallback,
         cancel: threading.Event,
         replaced: list[Turn] | None = None,
+        edited: list[Turn] | None = None,
+        continuing: Turn | None = None,
     ) -> ReplyFinished | ReplyFailed:
-        """One reply to the conversation as it stands. `replaced`: the turns a regenerate took away."""
+        """One reply to the conversation as it stands. `replaced`: the turns a regenerate took away; `edited`:
+        the old branch an edited message replaced; `continuing`: the reply (taken off the turns) this one
+        extends."""
         if self.backend is None or self._info is None:
             raise SpecchatError("the model is not loaded yet")
         info = self._info
@@ -505,10 +512,19 @@ class ChatSession(SessionHistory):
         try:
             prompt_ids = self._fit_context(preset, on_event)
         except UserError as exc:
-            self._discard_user(self._undo_turn(replaced))
+            self._discard_user(self._undo_turn(replaced, edited))
             return self._failed(str(exc), "", on_event, undone=True)
+        prefix = continuing.content if continuing is not None else ""
+        if prompt_ids is not None and continuing is not None:
+            try:
+                prompt_ids = self._continued_prompt(prefix)
+            except SpecchatError:
+                self._undo_turn(replaced)
+                raise
+            if len(prompt_ids) + 16 > self.max_context:
+                prompt_ids = None
         if prompt_ids is None:
-            self._discard_user(self._undo_turn(replaced))
+            self._discard_user(self._undo_turn(replaced, edited))
             return self._failed(
                 f"message too long for the context ({self.max_context} tokens): shorten it or raise max_context",
                 "",
@@ -551,7 +567,12 @@ class ChatSession(SessionHistory):
         # The prefill counts from now: the status bar shows the prompt being read, not the last reply's figure.
         self.context_used = len(prompt_ids)
         on_event(started)
-        reply_id = self._record_reply_started(started, preset.temperature)
+        if continuing is not None:
+            reply_id = continuing.message_id  # the same row grows; never discarded from here
+            own_row = None
+        else:
+            reply_id = self._record_reply_started(started, preset.temperature)
+            own_row = reply_id
         token_ids: list[int] = []
         origins: list[bool] = []
         runs: list[OriginRun] = []
@@ -575,20 +596,20 @@ class ChatSession(SessionHistory):
                     self.context_used = len(prompt_ids) + accounting.live.new_tokens
                     on_event(event)
                     if self.recorder is not None:
-                        self.recorder.reply_progress(reply_id, lambda: "".join(pieces))
+                        self.recorder.reply_progress(reply_id, lambda: prefix + "".join(pieces))
                 else:
                     done = event
         except UserError as exc:
             if not pieces:
                 # Nothing arrived (a server gone before its first token): as for a reply stopped before it
                 # began, the message goes back to the user (a regenerated reply's old one stays).
-                self._discard_user(self._undo_turn(replaced))
-                return self._failed(without_partial_claim(str(exc)), "", on_event, reply_id, undone=True)
-            return self._failed(str(exc), "".join(pieces), on_event, reply_id)
+                self._discard_user(self._undo_turn(replaced, edited))
+                return self._failed(without_partial_claim(str(exc)), "", on_event, own_row, undone=True)
+            return self._failed(str(exc), prefix + "".join(pieces), on_event, reply_id)
         except MemoryError:
             return self._failed(
                 "out of memory while generating: lower max_context or max_new_tokens",
-                "".join(pieces),
+                prefix + "".join(pieces),
                 on_event,
                 reply_id,
             )
@@ -620,10 +641,16 @@ class ChatSession(SessionHistory):
         self.last_stats = stats
         if cancelled and not token_ids and not reply_text:
             # Nothing came: a new message goes back to the user untouched, a regenerated reply's old one stays.
-            self._discard_user(self._undo_turn(replaced))
+            self._discard_user(self._undo_turn(replaced, edited))
             if self.recorder is not None:
-                self.recorder.discard(reply_id)
+                self.recorder.discard(own_row)
+            reply_text = ""  # nothing new: a continued reply stays as it was
         else:
+            if continuing is not None:
+                # The continued reply is one reply: its text, origins and colouring grow by what came now.
+                runs = [*(continuing.runs or ((prefix, False),)), *runs]
+                origins = [*(continuing.origins or ()), *origins]
+                reply_text = prefix + reply_text
             self.turns.append(
                 Turn("assistant", reply_text, stats, tuple(origins), cancelled, reply_id, runs=tuple(runs))
             )

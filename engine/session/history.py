@@ -184,6 +184,46 @@ class SessionHistory:
         self._recount_context()
         return turn
 
+    # --- branches: an edited message, a regenerated reply, another window's message (siblings in the store) -----
+
+    def branches(self, index: int) -> tuple[int, int]:
+        """(position, count) of turn `index` among its alternatives (same parent and role), oldest first."""
+        if self.recorder is None or not 0 <= index < len(self.turns):
+            return (0, 0)
+        message_id = self.turns[index].message_id
+        if message_id is None:
+            return (0, 0)
+        ids = [m.id for m in self.recorder.variants(message_id)]
+        return (ids.index(message_id) + 1, len(ids)) if message_id in ids else (0, 0)
+
+    def show_branch(self, index: int, step: int) -> list[Turn] | None:
+        """Page turn `index` to an older (-1) or newer (+1) alternative: the turns from `index` on become that
+        branch as it was last continued (returned); the conversation goes on from it."""
+        position, count = self.branches(index)
+        target = position + step
+        if not count or not 1 <= target <= count or self.active is not None:
+            return None
+        assert self.recorder is not None and self.turns[index].message_id is not None
+        record = self.recorder.variants(self.turns[index].message_id)[target - 1]
+        branch = [
+            _turn(r) for r in self.recorder.newest_path_from(record.id) if r.role in ("user", "assistant")
+        ]
+        if not branch:
+            return None
+        self.turns[index:] = branch
+        self.last_stats = next((t.stats for t in reversed(self.turns) if t.stats is not None), None)
+        self._recount_context(from_start=True)  # another branch: what fits is measured afresh
+        return branch
+
+    @property
+    def memory_only(self) -> bool:
+        """True while this chat is not being saved (the disk refused a write, the folder is not writable)."""
+        return self.recorder is not None and self.recorder.memory_only
+
+    def open_elsewhere(self) -> int:
+        """How many other specchat windows have this chat open (their messages become sibling branches)."""
+        return self.recorder.others_open() if self.recorder is not None else 0
+
     # --- the metrics log, for the UI -------------------------------------------------------------------------
 
     def check_regressions(self) -> list[Regression]:

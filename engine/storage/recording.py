@@ -19,6 +19,7 @@ from typing import Any
 
 from engine.events import BackendInfo, MessageStats
 from engine.storage import metrics
+from engine.storage.presence import ChatPresence
 from engine.storage.store import MessageRecord, Store, StoreError, title_from
 
 FLUSH_INTERVAL_S = 0.5
@@ -48,6 +49,20 @@ class ChatRecorder:
         self._last_flush: dict[int, float] = {}
         self._fingerprints: dict[tuple[str, str], str] = {}
         self._versions: dict[str, str] | None = None
+        # Which other windows have this chat open (lock files beside the database).
+        self.presence = ChatPresence(self.data_dir)
+
+    @property
+    def memory_only(self) -> bool:
+        """True once nothing more reaches the disk: the store fell back to memory, or saving stopped."""
+        return self._store_broken or self.store.in_memory
+
+    def others_open(self) -> int:
+        """How many other specchat windows have this chat open (0 when it has no row yet)."""
+        if self.chat_id is None or self.memory_only:
+            return 0
+        self.presence.claim(self.chat_id)
+        return self.presence.others()
 
     def take_notices(self) -> list[str]:
         notices = self.store.take_notices() + self._notices
@@ -69,11 +84,13 @@ class ChatRecorder:
 
     def new_chat(self) -> None:
         self.chat_id = None
+        self.presence.claim(None)
 
     def open_chat(self, chat_id: int) -> list[MessageRecord]:
         """The visible conversation of a stored chat, which becomes the one new messages go to."""
         records = self.store.conversation(chat_id)  # StoreError for an unknown id
         self.chat_id = chat_id
+        self.presence.claim(chat_id)
         return records
 
     def last_chat_id(self) -> int | None:
@@ -94,6 +111,8 @@ class ChatRecorder:
                 self.chat_id = self.store.create_chat(
                     title_from(text), model=model, draft=draft, system_prompt=system_prompt, preset_mode=mode
                 )
+                if not self.store.in_memory:
+                    self.presence.claim(self.chat_id)
             return self.store.add_message(self.chat_id, "user", text, parent_id=parent_id)
 
         return self._guard(write)
@@ -159,6 +178,26 @@ class ChatRecorder:
             if message_id is not None:
                 self._last_flush.pop(message_id, None)
                 self._guard(lambda m=message_id: self.store.delete_message(m))
+        self._drop_empty_chat()
+
+    def _drop_empty_chat(self) -> None:
+        """A chat whose only message was taken back (refused as too long, stopped before its first token) is no
+        chat: its row goes too, so the history never lists an empty `0 msgs` chat."""
+        chat_id = self.chat_id
+        if chat_id is None or self._store_broken:
+            return
+
+        def drop() -> None:
+            if self.store.chat(chat_id).message_count == 0:
+                self.store.delete_chat(chat_id)
+                self.chat_id = None
+                self.presence.claim(None)
+
+        with contextlib.suppress(StoreError):
+            self._guard(drop)
+
+    def newest_path_from(self, message_id: int) -> list[MessageRecord]:
+        return self._guard(lambda: self.store.newest_path_from(message_id)) or []
 
     def variants(self, message_id: int) -> list[MessageRecord]:
         return self._guard(lambda: self.store.siblings(message_id)) or []

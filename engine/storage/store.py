@@ -607,6 +607,32 @@ class Store:
             node = by_id.get(node.parent_id) if node.parent_id is not None else None
         return path[::-1]
 
+    def newest_path_from(self, message_id: int) -> list[MessageRecord]:
+        """`message_id` and the conversation under it down to its newest descendant, oldest first: what a branch
+        shows when it is paged to (the path it was last continued on)."""
+        rows = self._query("SELECT chat_id FROM messages WHERE id = ?", (message_id,))
+        if not rows:
+            return []
+        by_id = {m.id: m for m in self.messages(rows[0]["chat_id"])}
+        children: dict[int, list[int]] = {}
+        for m in by_id.values():
+            if m.parent_id is not None:
+                children.setdefault(m.parent_id, []).append(m.id)
+        # The newest message under `message_id` (itself when it has none): its path up to it is the branch.
+        newest, stack = message_id, [message_id]
+        while stack:
+            node = stack.pop()
+            newest = max(newest, node)
+            stack.extend(children.get(node, ()))
+        path: list[MessageRecord] = []
+        node_id: int | None = newest
+        while node_id is not None:
+            path.append(by_id[node_id])
+            if node_id == message_id:
+                break
+            node_id = by_id[node_id].parent_id
+        return path[::-1]
+
     def user_messages(self, limit: int = 200) -> list[str]:
         """The text of the user's own messages, newest first, each text once (`specchat tune --from-history`)."""
         rows = self._query(
