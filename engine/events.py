@@ -134,6 +134,11 @@ class MessageStats:
     k_by_server: bool = False
     # The backend's notes on this reply (Done.notes): shown in the inspector and the stats line.
     notes: list[str] = field(default_factory=list)
+    # Whether drafting can pay on this machine as the reply ended (engine.decoding.verdict), in a few words;
+    # "" where there is no verdict (drafting off, a backend that does not measure its costs).
+    draft_verdict: str = ""
+    # The verdict's status: "pass" (some K can pay), "warn" (none can), "" (no verdict).
+    draft_verdict_status: str = ""
 
     @property
     def thinking_acceptance_rate(self) -> float | None:

@@ -109,7 +109,18 @@ def test_stats_line_shows_preset_choice_and_draft_off():
         == "100 tok · 42.0 tok/s · ttft 100 ms · draft off · T 0.20 · code · cancelled"
     )
     backed_off = make_stats(drafted_tokens=0, accepted_tokens=0, acceptance_rate=None, router_reason="")
-    assert stats_line(backed_off) == "100 tok · 42.0 tok/s · ttft 100 ms · no drafts · K 4 · T 0.20 · code"
+    # Nothing drafted says why: the machine's verdict where drafting cannot pay, else the measured acceptance.
+    assert (
+        stats_line(backed_off)
+        == "100 tok · 42.0 tok/s · ttft 100 ms · no drafts (no match paid) · K 4 · T 0.20 · code"
+    )
+    cannot_pay = make_stats(
+        drafted_tokens=0, accepted_tokens=0, acceptance_rate=None, router_reason="", draft_verdict_status="warn"
+    )
+    assert (
+        stats_line(cannot_pay)
+        == "100 tok · 42.0 tok/s · ttft 100 ms · no drafts (draft off: doesn't pay) · K 4 · T 0.20 · code"
+    )
 
 
 def test_render_status_idle_and_draft_off():

@@ -26,7 +26,9 @@ from engine.config import ConfigError, Settings, save_setting
 from engine.errors import SpecchatError
 from engine.events import Chunk, ContextTrimmed, ReplyFailed, ReplyFinished, ReplyStarted
 from engine.session import ChatSession
+from tui.chat_flows import ChatFlows
 from tui.commands import SpecchatCommands
+from tui.formatting import verdict_line
 from tui.keymap import APP_KEYS, bindings, check_keymap, key_for
 from tui.messages import LoadProgressed, ReplyEventArrived, ReplyTextArrived
 from tui.reply_header import started_header, variant_header
@@ -304,12 +306,21 @@ class SpecchatApp(App[None]):
                 else ""
             )
             self.notify(f"{info.model} on {info.backend}·{info.device}{reason}{notes}", title="Model loaded")
+        await self._say_verdict()
         self.refresh_status()
         if self._queued is not None:
             text, message = self._queued
             self._queued = None
             message.set_waiting(False)
             await self._start_reply(text)
+
+    async def _say_verdict(self, changed: bool = False) -> None:
+        """Whether drafting pays on this machine, as a line in the chat: at load, and when a reply's
+        measurements turn the verdict (the doctor's words: engine.decoding.verdict)."""
+        self.session.verdict_changed = False
+        line = verdict_line(self.session.verdict, self.session.info, changed)
+        if line:
+            await self.chat_log.add_notice(line)
 
     def _load_failed(self, message: str, title: str = "The model did not load") -> None:
         self.state = "failed"
@@ -430,6 +441,8 @@ class SpecchatApp(App[None]):
                 self.call_after_refresh(self._mark_rendered)
                 self._label_variant(reply)
             self._end_reply()
+            if self.session.verdict_changed:
+                await self._say_verdict(changed=True)
         elif isinstance(event, ReplyFailed):
             await self._drain(message.buffer)
             if event.undone:
@@ -643,6 +656,7 @@ class SpecchatApp(App[None]):
                     pending=streaming,
                     recent_for=self.session.recent_average,
                     context=context_line(self.session),
+                    backend_notes=self.session.info.notes if self.session.info is not None else (),
                 )
             )
             return
@@ -651,8 +665,17 @@ class SpecchatApp(App[None]):
             return
         stats = reply.stats
         recent = self.session.recent_average(stats.preset, model=stats.model, backend=stats.backend)
+        replies = self.chat_log.replies()
         self.push_screen(
-            InspectorScreen(reply.stats, reply.cancelled, recent, context=context_line(self.session))
+            InspectorScreen(
+                reply.stats,
+                reply.cancelled,
+                recent,
+                context=context_line(self.session),
+                backend_notes=self.session.info.notes if self.session.info is not None else (),
+                # The newest reply is in the metrics log's recent average; an older one may have left it.
+                includes_this=bool(replies) and reply is replies[-1],
+            )
         )
 
     def action_select_reply(self, step: int) -> None:

@@ -72,8 +72,8 @@ def stats_line(stats: MessageStats, cancelled: bool = False) -> str:
         parts += ["accept —", k_label(stats)]  # the server does not say (the inspector says why)
     elif stats.draft_mode == "none" or (stats.num_draft_tokens == 0 and not stats.k_by_server):
         parts.append("draft off")
-    else:  # drafting was on, but the drafter found nothing worth proposing (n-gram back-off)
-        parts += ["no drafts", k_label(stats)]
+    else:  # drafting was on, but no round drafted: say why (adaptive K found no length that pays)
+        parts += [f"no drafts ({no_drafts_reason(stats)})", k_label(stats)]
     parts.append(f"T {stats.temperature:.2f}")
     parts.append(preset_label(stats.preset, bool(stats.router_reason)))
     if cancelled:
@@ -86,6 +86,34 @@ def stats_line(stats: MessageStats, cancelled: bool = False) -> str:
     # reply is, not only in a log.
     parts.extend(note for note in stats.notes if note)
     return " · ".join(parts)
+
+
+def no_drafts_reason(stats: MessageStats) -> str:
+    """Why a reply with drafting on drafted nothing: the machine's verdict, else the measured acceptance."""
+    if stats.draft_verdict_status == "warn":
+        return "draft off: doesn't pay"
+    if stats.draft_mode == "ngram":
+        return "no match paid"
+    return "no K paid at the measured acceptance"
+
+
+def drafter_name(info) -> str:
+    """`draft qwen2.5-coder-0.5b` or `n-gram drafting`: what the verdict is about (a BackendInfo)."""
+    if info.draft_mode == "ngram":
+        return "n-gram drafting"
+    from tui.widgets.status_bar import draft_label
+
+    return f"draft {draft_label(info.draft_model)}"
+
+
+def verdict_line(verdict, info, changed: bool = False) -> str:
+    """The chat's line on whether drafting pays (engine.decoding.verdict, the doctor's words); "" for none."""
+    if verdict is None or info is None:
+        return ""
+    line = verdict.chat_line(drafter_name(info))
+    if line and changed:
+        line = "now: " + line
+    return line
 
 
 INTERRUPTED = "interrupted (specchat quit mid-reply)"

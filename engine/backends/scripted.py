@@ -12,6 +12,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from engine.backends.base import ProgressCallback
 from engine.errors import BackendError
@@ -81,11 +82,14 @@ class ScriptedBackend:
         device: str = "cpu",
         cache_mode: str = "fp16",
         draft_mode: str = "ngram",
+        costs: Any = None,
     ) -> None:
         self.replies = [replies] if isinstance(replies, str) else list(replies)
         if not self.replies:
             raise ValueError("ScriptedBackend needs at least one reply")
         self.accept_pattern = tuple(accept_pattern) or (0,)
+        # A planted VerifyCostModel (tests of the draft verdict); None: this backend measures no costs.
+        self.costs = costs
         self.tokens_per_s = tokens_per_s
         self.clock = clock
         self.gate = gate
@@ -106,7 +110,7 @@ class ScriptedBackend:
             cache_mode=cache_mode,
             draft_cache_mode=cache_mode,
             draft_mode=draft_mode,  # type: ignore[arg-type]
-            draft_model=None,
+            draft_model="scripted-draft" if draft_mode == "model" else None,
             max_context=max_context,
         )
 

@@ -558,10 +558,11 @@ def run_doctor(
     presets = load_presets()
     max_new = options.max_new_tokens
     k = presets["code"].k if info.draft_mode != "none" else 0
-    costs = getattr(getattr(backend, "target", None), "costs", None)
-    from engine.benchmarks.draft_prediction import draft_pays_verdict
+    # The chat shows this same verdict at load (engine.decoding.verdict): the same costs, the same K.
+    from engine.decoding.verdict import draft_verdict, verdict_k_max, verify_costs_of
 
-    report.add("draft_pays", *draft_pays_verdict(costs, info.draft_mode, max(k, 1)))
+    verdict = draft_verdict(verify_costs_of(backend), info.draft_mode, verdict_k_max(presets.values()))
+    report.add("draft_pays", verdict.status, verdict.doctor_line())
     try:
         say("baseline")
         ids = _fixed_prompt_ids(backend)

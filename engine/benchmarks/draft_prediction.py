@@ -189,34 +189,9 @@ def prediction_table(rows: Sequence[PredictionRow]) -> str:
 
 
 def draft_pays_verdict(costs, draft_mode: str, k_max: int) -> tuple[str, str]:
-    """Whether drafting can pay on this machine, and why, in one line: the load's measured verify cost r(1 + k)
-    and draft step c, priced at a high acceptance (`PROBE_ACCEPTANCE` per position; adaptive K then drafts when
-    the acceptance it measures pays). ("warn", ...) where no K could pay."""
-    from engine.decoding.drafting import PROBE_ACCEPTANCE
+    """Whether drafting can pay on this machine, and why, in one line (the chat shows the same verdict:
+    `engine.decoding.verdict`). ("warn", ...) where no K could pay."""
+    from engine.decoding.verdict import draft_verdict
 
-    if draft_mode == "none":
-        return "skip", "drafting is off"
-    if costs is None:
-        return "skip", "this backend does not measure its verify cost"
-    c = costs.draft_ratio() if draft_mode == "model" else 0.0
-    r2 = costs.ratio(2)
-    speedups = {
-        k: sum(PROBE_ACCEPTANCE**i for i in range(k + 1)) / (costs.ratio(1 + k) + k * c)
-        for k in range(1, k_max + 1)
-    }
-    k, best = max(speedups.items(), key=lambda item: item[1])
-    why = f"a verify pass of 2 costs r(2) {r2:.2f} plain steps" + (
-        f" and a draft step c {c:.2f} of a target step"
-        if draft_mode == "model"
-        else " (n-gram drafts are free)"
-    )
-    if best >= 1.03:
-        return "pass", (
-            f"yes: {why}; at {PROBE_ACCEPTANCE:.0%} acceptance K {k} gives {best:.2f}x, and adaptive K drafts "
-            "whenever the acceptance it measures pays"
-        )
-    hint = "; n-gram drafting (--draft ngram) costs no draft steps" if draft_mode == "model" else ""
-    return "warn", (
-        f"no: {why}, so even at {PROBE_ACCEPTANCE:.0%} acceptance the best K ({k}) gives {best:.2f}x "
-        f"(compute-bound here); adaptive K leaves drafting off{hint}"
-    )
+    verdict = draft_verdict(costs, draft_mode, k_max)
+    return verdict.status, verdict.doctor_line()

@@ -46,6 +46,7 @@ class VariantFigures:
     drafted: int = 0
     accepted: int = 0
     rounds: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) per round, first repeat
+    round_tokens: int = 0  # tokens those rounds emitted (tau's numerator)
     draft_step_s: list[float] = field(default_factory=list)
     target_step_s: list[float] = field(default_factory=list)
     verify_cost: tuple[float, ...] = ()
@@ -60,9 +61,11 @@ class VariantFigures:
 
     @property
     def tau(self) -> float | None:
+        """Emitted tokens / rounds, as engine.decoding.acceptance counts them (a round that emitted no token,
+        the stop token alone, is not a round): >= 1."""
         if not self.rounds:
             return None
-        return sum(a + 1 for _, a in self.rounds) / len(self.rounds)
+        return self.round_tokens / len(self.rounds)
 
     def per_position(self, k: int) -> list[float]:
         """r_i: rounds that accepted at least i / rounds that drafted at least i, i = 1..k."""
@@ -95,6 +98,9 @@ def _ours(backend, prompt_ids: list[int], k: int, mode: str, max_new: int):
     )
     ids: list[int] = []
     rounds: list[tuple[int, int]] = []
+    empty: list[
+        tuple[int, int]
+    ] = []  # rounds without a token: counted only where tokens follow (acceptance.py)
     first = last = None
     first_tokens = 0
     done: Done | None = None
@@ -104,7 +110,12 @@ def _ours(backend, prompt_ids: list[int], k: int, mode: str, max_new: int):
                 first, first_tokens = event.t, len(event.token_ids)
             last = event.t
             ids.extend(event.token_ids)
-            rounds.append((event.drafted, event.accepted))
+            if event.token_ids:
+                rounds.extend(empty)
+                empty = []
+                rounds.append((event.drafted, event.accepted))
+            else:
+                empty.append((event.drafted, event.accepted))
         else:
             done = event
     rate = decode_tokens_per_s(len(ids) - first_tokens, first, last)
@@ -182,6 +193,7 @@ def run_pair_bench(
                         if rep == 0:
                             fig = figures[name]
                             fig.rounds.extend(rounds)
+                            fig.round_tokens += len(ids)
                             fig.drafted += sum(d for d, _ in rounds)
                             fig.accepted += sum(a for _, a in rounds)
                             if done is not None:

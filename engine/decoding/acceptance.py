@@ -14,8 +14,11 @@ counted as tokens - accepted drafts, and at the end the server's own figures (`D
 chunks summed; whatever it does not report stays empty, with the reason in `MessageStats.unavailable`.
 
 A round that drafted nothing (drafting off, or an n-gram drafter that backed off) is still one target forward
-pass, so it counts in tau. Alpha and the speedup model look only at rounds that drafted, with K the mean number of
-drafts in such a round: that is the question they answer ("when we draft, how good is it").
+pass, so it counts in tau. A round that emitted no token (its only token was the stop token: the final round of a
+reply that ended on end-of-turn) is not a round of the reply: it counts nowhere (tau, rounds, K per round, drafted,
+acceptance), so tau >= 1 always (plain decoding's final round, the stop token alone, yields no chunk at all).
+Alpha and the speedup model look only at rounds that drafted, with K the mean number of drafts in such a round:
+that is the question they answer ("when we draft, how good is it").
 """
 
 from __future__ import annotations
@@ -86,7 +89,21 @@ class AcceptanceAccounting:
     first_chunk_tokens: int = 0
     k_per_round: list[int] = field(default_factory=list)  # Chunk.k of every round that reported one
 
+    # Rounds that emitted no token, held back: counted when a later chunk comes (their tokens' text was held
+    # back for a stop string), dropped at the end (the final round's only token was the stop token).
+    empty_rounds: list[Chunk] = field(default_factory=list)
+
     def add(self, chunk: Chunk) -> None:
+        """Fold one chunk in. A verification round counts where it emitted a token (τ ≥ 1, see the module doc)."""
+        if chunk.is_round and chunk.n_tokens == 0:
+            self.empty_rounds.append(chunk)
+            return
+        held, self.empty_rounds = self.empty_rounds, []
+        for empty in held:
+            self._fold(empty)
+        self._fold(chunk)
+
+    def _fold(self, chunk: Chunk) -> None:
         live = self.live
         n = chunk.n_tokens
         if self.t_first is None:
@@ -172,8 +189,16 @@ class AcceptanceAccounting:
     ) -> MessageStats:
         live = self.live
         alpha, k_eff = self.alpha_and_k()
-        c = done.draft_step_s / done.target_step_s if done.target_step_s > 0 else None
-        if done.round_cost and live.rounds:
+        # Nothing measured reads "–" (None), never 0: c where no draft step was timed, the speedup where no
+        # round drafted.
+        c = (
+            done.draft_step_s / done.target_step_s
+            if done.target_step_s > 0 and done.draft_step_s > 0
+            else None
+        )
+        if not self.drafting_rounds:
+            speedup = None
+        elif done.round_cost and live.rounds:
             # Over all rounds (those without a draft count): tokens per round / cost of a round in plain steps.
             speedup = (live.new_tokens / live.rounds) / done.round_cost
         else:

@@ -18,6 +18,7 @@ from typing import Any
 from engine.backends.base import Backend
 from engine.config import Settings, data_dir, env_name, presets_dir
 from engine.decoding.acceptance import AcceptanceAccounting
+from engine.decoding.verdict import DraftVerdict, draft_verdict, verdict_k_max, verify_costs_of
 from engine.errors import SpecchatError, UserError
 from engine.events import (
     BackendInfo,
@@ -158,6 +159,10 @@ class ChatSession(SessionHistory, SessionEditing):
         self.recorder = recorder
         self.regressions: list[Regression] = []  # from the metrics log; the status bar warns while non-empty
         self._acceptance_seeds: dict[str, tuple[float, ...]] = {}  # per preset, from the metrics log
+        # Whether drafting can pay on this machine (the doctor's verdict), judged at load and after every reply;
+        # `verdict_changed` is set when a reply's measurements turned it (the UI says so once, then clears it).
+        self.verdict: DraftVerdict | None = None
+        self.verdict_changed = False
 
     # --- setup ---------------------------------------------------------------------------------------------
 
@@ -188,6 +193,7 @@ class ChatSession(SessionHistory, SessionEditing):
                 self.backend, self.backend_reason = create_backend(settings, progress)
             self.backend.load(progress)
             self._info = self.backend.info
+            self.verdict, self.verdict_changed = self.judge_drafting(), False
             self.check_regressions()
             self._recount_context()  # a chat opened before the model was ready (--resume)
         except UserError as exc:
@@ -258,6 +264,7 @@ class ChatSession(SessionHistory, SessionEditing):
             raise SpecchatError(str(exc)) from exc
         old, self.backend = self.backend, backend
         self.settings, self.backend_reason, self._info = settings, reason, info
+        self.verdict, self.verdict_changed = self.judge_drafting(), False
         self.model_dir = str(loading.model)
         if old is not None:
             # The new model is in: a failure in the old one's cleanup cannot undo that.
@@ -267,6 +274,23 @@ class ChatSession(SessionHistory, SessionEditing):
         if self.recorder is not None:
             self.recorder.chat_settings_changed(model=self.model_dir, draft=draft)
         return info
+
+    def judge_drafting(self) -> DraftVerdict | None:
+        """Whether drafting can pay with the loaded backend's measured costs (as `specchat doctor` says)."""
+        if self.backend is None or self._info is None:
+            return None
+        presets = [p for n, p in self.presets.items() if n in ("code", "qa", "creative")] or list(
+            self.presets.values()
+        )
+        return draft_verdict(verify_costs_of(self.backend), self._info.draft_mode, verdict_k_max(presets))
+
+    def _rejudge_drafting(self) -> None:
+        """After a reply: the verdict from the costs as measured now; flag it when it turned."""
+        new = self.judge_drafting()
+        old = self.verdict
+        if new is not None and (old is None or old.pays != new.pays) and new.pays is not None:
+            self.verdict_changed = True
+        self.verdict = new
 
     def _where_model_came_from(self) -> str:
         """'SPECCHAT_MODEL: ' when the model folder was set through that variable, so a bad path names its source."""
@@ -637,6 +661,11 @@ class ChatSession(SessionHistory, SessionEditing):
         if info.k_by_server:
             stats = dataclasses.replace(stats, k_by_server=True)
         stats = with_thinking_counts(stats, reply_text, marks)
+        self._rejudge_drafting()
+        if self.verdict is not None and self.verdict.pays is not None:
+            stats = dataclasses.replace(
+                stats, draft_verdict=self.verdict.short(), draft_verdict_status=self.verdict.status
+            )
         cancelled = done.stop_reason == "cancelled"
         self.last_stats = stats
         if cancelled and not token_ids and not reply_text:

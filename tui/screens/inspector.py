@@ -7,7 +7,8 @@ done), it says so and fills in the moment the reply finishes; an End pressed whi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from rich.console import Group
@@ -40,15 +41,39 @@ def k_runs(k_per_round: list[int], limit: int = K_RUNS_SHOWN) -> str:
     return " ".join(parts)
 
 
+def long_match_rounds(stats: MessageStats) -> tuple[int, int]:
+    """Rounds that drafted past the preset's K (long-match mode: the reply copied its context), and the most one
+    drafted; (0, 0) where none did."""
+    if stats.k_mode != "adaptive" or stats.k_by_server:
+        return 0, 0
+    past = [k for k in stats.k_per_round if k > stats.num_draft_tokens]
+    return len(past), max(past, default=0)
+
+
 def drafting_line(stats: MessageStats) -> str:
     if stats.k_by_server:
         return f"{stats.draft_mode}  K server (the server fixes K)"
     if stats.k_mode == "adaptive":
-        return f"{stats.draft_mode}  K adaptive, up to {stats.num_draft_tokens}"
+        line = f"{stats.draft_mode}  K adaptive, up to {stats.num_draft_tokens}"
+        rounds, longest = long_match_rounds(stats)
+        if rounds:
+            line += (
+                f"; long-match mode drafted up to {longest} in {rounds} "
+                f"round{'s' if rounds != 1 else ''} (the reply copied its context)"
+            )
+        return line
     return f"{stats.draft_mode}  K {stats.num_draft_tokens}"
 
 
-def stats_table(stats: MessageStats, cancelled: bool = False) -> Table:
+CAP_NOTE = re.compile(r"drafts (?:are )?capped at (\d+)")
+
+
+def drafts_cap_note(backend_notes: Sequence[str]) -> str:
+    """The backend's note on a cap on drafts per round (llama.cpp: the widest pass proven exact), or ""."""
+    return next((note for note in backend_notes if CAP_NOTE.search(note)), "")
+
+
+def stats_table(stats: MessageStats, cancelled: bool = False, backend_notes: Sequence[str] = ()) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="dim", justify="right")
     table.add_column()
@@ -91,8 +116,16 @@ def stats_table(stats: MessageStats, cancelled: bool = False) -> Table:
         at = rows.index(("cost ratio c", shown("cost_ratio", number(stats.cost_ratio, 3)))) + 1
         costs = "  ".join(f"{ratio:.2f}" for ratio in stats.verify_cost)
         rows.insert(at, ("verify cost r(1+k)", f"{costs}  (k = 1..{len(stats.verify_cost)})"))
+    at = rows.index(("drafting", drafting_line(stats))) + 1
+    if stats.draft_verdict:
+        # Whether drafting can pay on this machine at all, as the reply ended (the doctor's verdict).
+        rows.insert(at, ("draft verdict", stats.draft_verdict))
+        at += 1
+    cap = drafts_cap_note(backend_notes) if stats.draft_mode in ("ngram", "model") else ""
+    if cap:
+        rows.insert(at, ("drafts cap", cap))
+        at += 1
     if stats.k_per_round:
-        at = rows.index(("drafting", drafting_line(stats))) + 1
         rows.insert(at, ("K per round", k_runs(stats.k_per_round)))
     if stats.thinking_tokens:
         at = rows.index(("new tokens", str(stats.new_tokens))) + 1
@@ -138,15 +171,17 @@ def histogram_bars(stats: MessageStats) -> Text:
     return text
 
 
-def recent_comparison(stats: MessageStats, recent) -> Table | Text:
-    """This reply beside the preset's recent average (a metrics `Summary` of its last logged replies)."""
-    if recent is None or recent.replies < 2:
-        # The average includes this reply (it is logged when it ends): one reply would be compared with itself.
+def recent_comparison(stats: MessageStats, recent, includes_this: bool = True) -> Table | Text:
+    """This reply beside the preset's recent average (a metrics `Summary` of its last logged replies).
+    `includes_this`: the newest reply is logged when it ends, so the average counts it (and says so)."""
+    if recent is None or recent.replies < (2 if includes_this else 1):
+        # One reply would be compared with itself.
         return Text(f"no earlier {stats.preset} replies to compare with yet", style="dim")
     table = Table(box=None, padding=(0, 2), show_edge=False)
     table.add_column("", style="dim", justify="right")
     table.add_column("this reply", justify="right")
-    table.add_column(f"{stats.preset} average of {recent.replies}", justify="right")
+    label = f"last {recent.replies} {stats.preset}" + (" (with this)" if includes_this else "")
+    table.add_column(label, justify="right")
     table.add_row("acceptance", percent(stats.acceptance_rate), percent(recent.acceptance))
     table.add_row("τ", number(stats.mean_accepted_length, 2), number(recent.tau, 2))
     table.add_row("tok/s", number(stats.decode_tokens_per_s), number(recent.tokens_per_s))
@@ -188,6 +223,8 @@ class InspectorScreen(ModalScreen[None]):
         pending: Any = None,
         recent_for: Callable[[str], Any] | None = None,
         context: str = "",
+        backend_notes: Sequence[str] = (),
+        includes_this: bool = True,
     ) -> None:
         """`stats` of a finished reply; or `pending`, a reply widget still streaming (its `stats`, `cancelled`,
         `failed` and `streaming` are read until it ends) and `recent_for(preset)` for the recent average."""
@@ -198,6 +235,8 @@ class InspectorScreen(ModalScreen[None]):
         self.pending = pending if stats is None else None
         self.recent_for = recent_for
         self.context = context  # what the model sees of this chat now ("the model sees 6 of 10 turns ...")
+        self.backend_notes = tuple(backend_notes)  # the loaded backend's notes (a cap on drafts per round)
+        self.includes_this = includes_this  # the recent average counts this reply (the newest one)
         self._end_wanted = False
         self._settling = 0
 
@@ -216,10 +255,11 @@ class InspectorScreen(ModalScreen[None]):
         yield FittingFooter()
 
     def _sections(self, stats: MessageStats) -> Iterator[Static]:
-        yield Static(stats_table(stats, self.cancelled), id="inspector-fields")
+        yield Static(stats_table(stats, self.cancelled, self.backend_notes), id="inspector-fields")
         if self.recent is not None:
+            comparison = recent_comparison(stats, self.recent, self.includes_this)
             yield Static(
-                Group(Text("\nbeside recent replies", style="bold"), recent_comparison(stats, self.recent)),
+                Group(Text("\nbeside recent replies", style="bold"), comparison),
                 id="inspector-recent",
             )
         yield Static(

@@ -38,6 +38,12 @@ class ChatLog(VerticalScroll, can_focus=False):
         if text is not None:
             banner.update(text)
 
+    async def add_notice(self, text: str) -> ChatNotice:
+        """A line from specchat at the end of the chat (kept when the messages change: it is about the model)."""
+        notice = ChatNotice(text)
+        await self.mount(notice)
+        return notice
+
     def replies(self) -> list[ReplyMessage]:
         return list(self.query(ReplyMessage))
 
@@ -95,11 +101,12 @@ class ChatLog(VerticalScroll, can_focus=False):
         return replies[-1] if replies else None
 
     def select_reply(self, step: int, focused: Widget | None) -> None:
-        """Move the selection `step` replies from the focused one (from either end when none has focus)."""
-        replies = self.replies()
+        """Move the selection `step` messages (replies and the user's own: to edit or page them) from the focused
+        one (from either end when none has focus)."""
+        replies = [m for m in self.messages() if m.display and not getattr(m, "waiting", False)]
         if not replies:
             return
-        if isinstance(focused, ReplyMessage) and focused in replies:
+        if isinstance(focused, ReplyMessage | UserMessage) and focused in replies:
             index = max(0, min(len(replies) - 1, replies.index(focused) + step))
         else:
             index = len(replies) - 1 if step < 0 else 0
@@ -140,6 +147,14 @@ class ChatLog(VerticalScroll, can_focus=False):
             children = list(self.children)
             if children.index(rule) + 1 != children.index(first_seen):
                 self.move_child(rule, before=first_seen)
+
+
+class ChatNotice(Static):
+    """A line from specchat itself between the messages (whether the draft pays, said at load): not a turn."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(Text(text, style="dim italic"), classes="chat-notice")
+        self.plain = text
 
 
 class ContextRule(Static):

@@ -40,6 +40,8 @@ class StatusFigures:
     device: str = ""
     warning: str = ""  # a regression found in the metrics log (click the bar for the trend)
     draft_model: str = ""  # the draft model, where one drafts (n-gram and none show nothing here)
+    # `draft off: doesn't pay (c 0.42, r(2) 2.00)`: the machine's verdict, while it keeps drafting off
+    verdict: str = ""
 
 
 def collect_status(session: Any, state: str, message: str = "") -> StatusFigures:
@@ -59,6 +61,8 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
     live = session.live
     active = session.active
     by_server = bool(getattr(info, "k_by_server", False))
+    verdict = getattr(session, "verdict", None)
+    off_text = verdict.status_text() if verdict is not None else ""
     if by_server:
         base["k_by_server"] = True
     if active is not None:
@@ -76,6 +80,7 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
             tau=live.mean_accepted_length,
             tokens_per_s=live.tokens_per_s,
             ttft_s=live.ttft_s,
+            verdict=off_text if drafting_now and not live.drafted else "",
             **base,
         )
     # Between replies: the settings the next reply will use, the figures of the last one.
@@ -113,6 +118,8 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
         tau=last.mean_accepted_length if last is not None else None,
         tokens_per_s=last.decode_tokens_per_s if last is not None else None,
         ttft_s=last.ttft_s if last is not None else None,
+        # Said until a reply drafts after all (n-gram lookup beside the draft model, a probe).
+        verdict=off_text if drafting and (last is None or not last.drafted_tokens) else "",
         **base,
     )
 
@@ -181,6 +188,8 @@ def status_fields(fig: StatusFigures) -> list[tuple[str, list[Any]]]:
     fields.append(("temperature", [("T ", "dim"), number(fig.temperature, 2)]))
     if fig.measured_drafting is False:
         fields.append(("accept", [("draft off", "dim")]))
+    elif fig.verdict:
+        fields.append(("accept", [(fig.verdict, "yellow")]))
     else:
         fields.append(("accept", [("accept ", "dim"), (percent(fig.acceptance), "bold")]))
         if fig.spark:

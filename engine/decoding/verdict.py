@@ -1,0 +1,138 @@
+"""Whether drafting can pay on this machine, and why: one verdict for `specchat doctor` and the chat alike.
+
+Pure: it reads the backend's `VerifyCostModel` (the verify cost r(1 + k) of a pass of 1 + k tokens in plain steps,
+and c, a draft-model step in target steps) and prices every K up to the presets' largest at a high acceptance
+(`PROBE_ACCEPTANCE` per position): a round of k drafts emits 1 + a + ... + a^k tokens for r(1 + k) + k c plain
+steps. Where no K beats a plain step by `MIN_GAIN` even then, no acceptance can make drafting pay and adaptive K
+leaves it off; where some K does, adaptive K drafts whenever the acceptance it measures pays. n-gram drafts take
+no draft-model steps (c = 0), so only r decides for them.
+
+A figure not measured yet (no pass wider than one token timed, or a draft model whose step was never timed) makes
+no verdict: it reads "–", never a guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from engine.decoding.drafting import MIN_GAIN, PROBE_ACCEPTANCE
+
+VerdictStatus = Literal["pass", "warn", "skip"]
+
+
+@dataclass(frozen=True, slots=True)
+class DraftVerdict:
+    """`status`: "pass" (some K can pay), "warn" (none can), "skip" (no verdict: `why` says why)."""
+
+    status: VerdictStatus
+    draft_mode: str
+    why: str  # the reason, one clause (the figures, or why there is no verdict)
+    c: float | None = None  # the draft step in target steps (0.0 for n-gram; None where not measured)
+    r2: float | None = None  # r(2): a verify pass of 2 tokens in plain steps (None where not measured)
+    k: int = 0  # the best K at PROBE_ACCEPTANCE
+    speedup: float | None = None  # what that K gives at PROBE_ACCEPTANCE
+
+    @property
+    def pays(self) -> bool | None:
+        """True / False, or None where there is no verdict."""
+        return None if self.status == "skip" else self.status == "pass"
+
+    def body(self) -> str:
+        """The reason with its figures, as doctor and the chat both say it."""
+        if self.status == "pass":
+            return (
+                f"{self.why}; at {PROBE_ACCEPTANCE:.0%} acceptance K {self.k} gives {self.speedup:.2f}x, "
+                "and adaptive K drafts whenever the acceptance it measures pays"
+            )
+        if self.status == "warn":
+            hint = (
+                "; n-gram drafting (--draft ngram) costs no draft steps" if self.draft_mode == "model" else ""
+            )
+            return (
+                f"{self.why}, so even at {PROBE_ACCEPTANCE:.0%} acceptance the best K ({self.k}) gives "
+                f"{self.speedup:.2f}x (compute-bound here); adaptive K leaves drafting off{hint}"
+            )
+        return self.why
+
+    def doctor_line(self) -> str:
+        """`specchat doctor`'s draft_pays line."""
+        prefix = {"pass": "yes: ", "warn": "no: "}.get(self.status, "")
+        return prefix + self.body()
+
+    def figures(self) -> str:
+        """`c 0.42, r(2) 2.00` (n-gram: `r(2) 1.10`); "–" for a figure not measured."""
+        r2 = "–" if self.r2 is None else f"{self.r2:.2f}"
+        if self.draft_mode != "model":
+            return f"r(2) {r2}"
+        c = "–" if self.c is None else f"{self.c:.2f}"
+        return f"c {c}, r(2) {r2}"
+
+    def status_text(self) -> str:
+        """The status bar's words while drafting is off because it cannot pay; "" otherwise."""
+        return f"draft off: doesn't pay ({self.figures()})" if self.status == "warn" else ""
+
+    def short(self) -> str:
+        """A few words for the stats line and the inspector's drafting row."""
+        if self.status == "pass":
+            return (
+                f"can pay ({self.figures()}: K {self.k} gives {self.speedup:.2f}x at {PROBE_ACCEPTANCE:.0%})"
+            )
+        if self.status == "warn":
+            return f"doesn't pay ({self.figures()}: the best K gives {self.speedup:.2f}x even at {PROBE_ACCEPTANCE:.0%})"
+        return ""
+
+    def chat_line(self, drafter: str) -> str:
+        """The line the chat shows at load and when the verdict changes (`drafter`: "draft qwen2.5-coder-0.5b",
+        "n-gram drafting"); "" where there is no verdict."""
+        if self.status == "skip":
+            return ""
+        verb = "can pay" if self.status == "pass" else "doesn't pay"
+        return f"{drafter} {verb} on this machine: {self.body()}"
+
+
+def draft_verdict(costs: Any, draft_mode: str, k_max: int) -> DraftVerdict:
+    """The verdict from a backend's measured costs (`VerifyCostModel` or anything with `ratio(width)`,
+    `draft_ratio()` and, optionally, `as_dict()`), for K up to `k_max`."""
+    k_max = max(int(k_max), 1)
+    if draft_mode == "none":
+        return DraftVerdict("skip", draft_mode, "drafting is off")
+    if draft_mode not in ("model", "ngram"):
+        return DraftVerdict("skip", draft_mode, "the server drafts by its own settings")
+    if costs is None:
+        return DraftVerdict("skip", draft_mode, "this backend does not measure its verify cost")
+    measured = getattr(costs, "as_dict", None)
+    if measured is not None and not any(width > 1 for width in measured()):
+        return DraftVerdict("skip", draft_mode, "the verify cost has not been measured yet")
+    c = costs.draft_ratio() if draft_mode == "model" else 0.0
+    r2 = costs.ratio(2)
+    if draft_mode == "model" and c <= 0:
+        return DraftVerdict(
+            "skip", draft_mode, "the draft model's step has not been timed yet", c=None, r2=r2
+        )
+    speedups = {
+        k: sum(PROBE_ACCEPTANCE**i for i in range(k + 1)) / (costs.ratio(1 + k) + k * c)
+        for k in range(1, k_max + 1)
+    }
+    k, best = max(speedups.items(), key=lambda item: item[1])
+    why = f"a verify pass of 2 costs r(2) {r2:.2f} plain steps" + (
+        f" and a draft step c {c:.2f} of a target step"
+        if draft_mode == "model"
+        else " (n-gram drafts are free)"
+    )
+    status: VerdictStatus = "pass" if best >= 1.0 + MIN_GAIN else "warn"
+    return DraftVerdict(status, draft_mode, why, c=c, r2=r2, k=k, speedup=best)
+
+
+def verdict_k_max(presets: Iterable[Any]) -> int:
+    """The K the verdict prices up to: the largest K of the presets that draft (1 where none does)."""
+    return max((p.k for p in presets if getattr(p, "drafting", True) and p.k > 0), default=1)
+
+
+def verify_costs_of(backend: Any) -> Any:
+    """The backend's verify-cost model, where it keeps one (`costs`, or its target's), else None."""
+    costs = getattr(backend, "costs", None)
+    if costs is None:
+        costs = getattr(getattr(backend, "target", None), "costs", None)
+    return costs
