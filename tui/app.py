@@ -26,7 +26,6 @@ from engine.config import ConfigError, Settings, save_setting
 from engine.errors import SpecchatError
 from engine.events import Chunk, ContextTrimmed, ReplyFailed, ReplyFinished, ReplyStarted
 from engine.session import ChatSession
-from tui.chat_flows import ChatFlows
 from tui.commands import SpecchatCommands
 from tui.formatting import verdict_line
 from tui.keymap import APP_KEYS, bindings, check_keymap, key_for
