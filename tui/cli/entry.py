@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from types import ModuleType
 
 from tui.cli.common import EXIT_USAGE, CliError, OneLineParser, add_model_flags
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away
 
 KEYS_HELP = """\
 keys in the chat (binding id in brackets; remap under [keymap] in config.toml, e.g. "reply.cancel" = "ctrl+g"):
@@ -91,12 +94,44 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def apply_leading_flags(
+    parser: argparse.ArgumentParser, leading: argparse.Namespace, args: argparse.Namespace
+) -> None:
+    """Flags given before the subcommand (`specchat --model X generate`) apply to it: argparse would let the
+    subcommand's defaults overwrite them. A flag after the subcommand wins over the same one before it; a flag the
+    subcommand does not take is a usage error (one line, exit 2), not silently ignored."""
+    command = args.command
+    subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    own = {action.dest: action for action in subcommands.choices[command]._actions}
+    for action in parser._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        value = getattr(leading, action.dest, action.default)
+        if value == action.default:
+            continue
+        flag = max(action.option_strings, key=len)
+        if action.dest not in own:
+            parser.exit(
+                EXIT_USAGE,
+                f"specchat: error: {command} does not take {flag} (see specchat {command} --help)\n",
+            )
+        if getattr(args, action.dest) == own[action.dest].default:
+            setattr(args, action.dest, value)
+
+
+def parse_command_line(argv: list[str]) -> argparse.Namespace:
     # Two passes, so that only the chosen subcommand's module is imported: the first finds which one the command
     # line names (the subcommands' own arguments are left over), the second parses with that one's arguments.
     chosen, _ = build_parser().parse_known_args(argv)
-    args = build_parser(chosen.command).parse_args(argv)
+    parser = build_parser(chosen.command)
+    args = parser.parse_args(argv)
+    if args.command is not None:
+        apply_leading_flags(parser, chosen, args)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_command_line(sys.argv[1:] if argv is None else argv)
     command = command_module(args.command)
     from engine.errors import UserError
 
@@ -104,7 +139,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:  # the chat: take Enter as Enter from the first moment
             with command.TypeAheadEnter():
                 return command.run(args)
-        return command.run(args)
+        status = command.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return status
+    except BrokenPipeError:
+        # `specchat history list | head -1`: the reader has what it wanted. Quiet, as a tool killed by SIGPIPE;
+        # stdout goes to /dev/null so the interpreter's last flush does not complain either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except (CliError, UserError) as exc:
         message = " ".join(str(exc).split())
         print(f"specchat: error: {message}", file=sys.stderr)
