@@ -113,7 +113,7 @@ def run_bench(
     from transformers import AutoModelForCausalLM
 
     from engine.backends.hf import TransformersBackend
-    from engine.models import ensure_embedded_model, print_progress
+    from engine.models import ensure_embedded_model, print_progress, progress_printer
 
     model_dir = settings.model or ensure_embedded_model(print_progress)
     max_new = max_new_tokens or (96 if quick else 192)
@@ -124,7 +124,7 @@ def run_bench(
         cache_mode=settings.cache_mode,
         max_context=settings.max_context,
     )
-    backend.load(print_progress)
+    backend.load(progress_printer(settings.model))
     # stock kernels
     peer = AutoModelForCausalLM.from_pretrained(model_dir, dtype=backend.dtype).eval() if peers else None
     stop_ids = sorted(backend.stop_token_ids)

@@ -127,6 +127,19 @@ def print_progress(stage: str, fraction: float | None) -> None:
 _default_printer = ProgressPrinter()
 
 
+def model_label(model: str | Path | None) -> str:
+    """What a progress line calls a model: the embedded model's name where none is set, else the name as given
+    (qwen2.5-coder-1.5b) or the file or folder name without .gguf."""
+    if model is None or str(model) == "":
+        return EMBEDDED_MODEL_NAME
+    return Path(str(model)).name.removesuffix(".gguf") or str(model)
+
+
+def progress_printer(model: str | Path | None, stream: IO[str] | None = None) -> ProgressPrinter:
+    """A progress callback whose lines name the model being loaded (`print_progress` names the embedded one)."""
+    return ProgressPrinter(stream, label=model_label(model))
+
+
 def _no_progress(stage: str, fraction: float | None) -> None:
     pass
 

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     import orjson
 
     from engine.events import ReplyFailed
-    from engine.models import print_progress
+    from engine.models import progress_printer
     from engine.session import ChatSession
 
     _validate_generate(args)
@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     settings = cli_settings(args)
     session = ChatSession(settings, save=args.save)
     session.set_overrides(k=args.k, temperature=args.temperature, max_new_tokens=args.max_new_tokens)
-    session.load(print_progress)
+    # Progress lines name the model being loaded, not the embedded one.
+    session.load(progress_printer(settings.model))
     info = session.info
     assert info is not None
     # Which backend and why, and any notice (q4 mapped to q8 ...): stderr, so --json output stays clean.

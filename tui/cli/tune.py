@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from engine.benchmarks.tune_apply import apply_results
     from engine.config import data_dir, presets_dir
-    from engine.models import print_progress
+    from engine.models import progress_printer
 
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
     unknown = [t for t in tasks if t not in TASKS]
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         prompts = prompts_from_history(data_dir(settings))
     else:
         prompts = builtin_prompts()
-    result = run_tune(settings, prompts, plan, load_progress=print_progress)
+    result = run_tune(settings, prompts, plan, load_progress=progress_printer(settings.model))
     for note in result.notes:
         print(f"specchat: {note}", file=sys.stderr)
     csv_path, json_path = write_outputs(result, args.output or data_dir(settings) / "tune")
