@@ -26,7 +26,7 @@ from engine.origins import OriginRun, merge_runs, split_chunk_by_origin
 __all__ = ["OriginRun", "ReplyBuffer", "merge_runs", "split_chunk_by_origin"]
 
 RENDER_INTERVAL_S = 0.1
-MAX_RENDER_INTERVAL_S = 1.0  # a long chat at 160x48 (each redraw re-lays out every message) needs ~0.8 s
+MAX_RENDER_INTERVAL_S = 1.0  # a long chat at 160x48 needs nearly this much (docs/performance.md)
 UI_BUDGET = 0.15  # of a core, for the UI thread while a reply streams (the target: under 0.25)
 
 

@@ -3,15 +3,15 @@
 Speculative decoding is exact only if a token's logits do not depend on how many tokens share its forward pass:
 a verify pass computes rows 1 + k at once, plain decoding one row at a time. Stock kernels break that twice:
 - `F.linear` calls MKL's gemv for one row and its gemm for more, and the two sum in different orders (about 1e-6
-  apart per layer). MKL's small-M gemm also re-packs the whole weight on every call, so a pass of 2 rows cost
-  1.6-2x one row here, which made every failed draft expensive.
+  apart per layer). MKL's small-M gemm also re-packs the whole weight on every call, so a pass of 2 rows costs
+  well over one row, which made every failed draft expensive (figures: docs/performance.md).
 - SDPA runs a multi-row causal pass through other code (a mask, copies of K/V per query head) than a single row.
 Under the full-precision cache those differences only flip a near-tie now and then; under an int8 cache they
 move a value across a rounding boundary and the text diverges (issue: 1 prompt in 12).
 
 So the target's linear layers run a row-invariant kernel: our own (rowlin.c, compiled once per machine: as
 fast as MKL's gemv for one row, and a pass of 1 + K rows streams the weight once), or where it cannot be built,
-oneDNN with weights packed once at load (row-invariant too, ~1.3x slower for one row). Attention for a short pass
+oneDNN with weights packed once at load (row-invariant too, slower for one row). Attention for a short pass
 runs each query row exactly as a one-row decode step would: SDPA over its own causal prefix of the keys, with
 grouped-query heads, no mask. Long passes (prefill) keep SDPA's causal kernel. `install()` checks the first
 property on the loaded model and leaves the stock kernels in place where it does not hold.
@@ -29,7 +29,7 @@ class KernelSwitch:
     """Which linear kernels a model's next forward pass uses: packed (row-invariant) or stock (MKL gemv/gemm).
 
     `kind` says which row-invariant kernel "packed" means: "rowlin" (rowlin.c: as fast as MKL's gemv for one
-    row, so every pass runs it and speculation is bit-exact) or "onednn" (~1.2x MKL's time for one row, so the
+    row, so every pass runs it and speculation is bit-exact) or "onednn" (slower than MKL for one row, so the
     backend may run one-row passes stock and only multi-row verify passes packed ("hybrid"), or everything
     packed ("invariant": needed where an int8 cache would amplify a last-bit difference)).
     """
@@ -66,7 +66,8 @@ class PackedLinear(nn.Module):
         keep_stock: bool = True,
     ) -> None:
         """With `kernel` and not `keep_stock`, the stock weight is let go (half the memory): every pass, prefill
-        included, runs the kernel (~1.25x PyTorch's gemm time for hundreds of rows)."""
+        included, runs the kernel (a little slower than PyTorch's gemm for hundreds of rows; figures:
+        docs/performance.md)."""
         super().__init__()
         self.switch = switch or KernelSwitch()
         # The stock weight stays for stock passes (the same tensor: no copy).

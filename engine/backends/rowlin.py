@@ -1,10 +1,11 @@
 """The row-invariant linear kernel (rowlin.c): compiled once per machine on first use, loaded with ctypes.
 
 Why a kernel of our own: PyTorch's CPU linears are either fast for one row (MKL's gemv) or row-invariant
-(oneDNN with prepacked weights, ~1.3x slower for one row), never both, and MKL's small-M gemm re-packs the
-weight on every call (a pass of 4+ rows costs ~2x one row). rowlin.c sums every output over k in order, one
-fused multiply-add per step, whatever the number of rows: speculative decoding is bit-exact, a one-token step is
-as fast as MKL's gemv, and a verify pass of 1 + K tokens streams the weights once.
+(oneDNN with prepacked weights, slower for one row), never both, and MKL's small-M gemm re-packs the
+weight on every call (a pass of 4+ rows costs far more than one row; figures: docs/performance.md). rowlin.c
+sums every output over k in order, one fused multiply-add per step, whatever the number of rows: speculative
+decoding is bit-exact, a one-token step is as fast as MKL's gemv, and a verify pass of 1 + K tokens streams the
+weights once.
 
 It is built with the machine's C compiler (`$CC`, else `cc`/`gcc`/`clang`) for the machine's own vector
 instructions into specchat's cache folder (under a second, once); the shared library's name carries a hash of

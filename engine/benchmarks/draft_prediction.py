@@ -6,7 +6,7 @@ Contract: pure functions over plain numbers, no I/O. A forward pass of `width` t
 
 a fixed part per layer (kernel launches, thread syncs), the weights read once per pass (memory-bound), and the
 matrix work of every token in the pass (compute). The parts are added, not overlapped: conservative, and what a
-2-core CPU shows (Qwen2.5-Coder 1.5B Q4_K_M: each extra token in a pass costs ~0.3 of a one-token pass). From it,
+2-core CPU shows (every extra token in a pass adds a fixed share of a one-token pass; docs/performance.md). From it,
 r(1 + k) = t(1 + k) / t(1) and c = t_draft(1) / t(1); with the measured per-position acceptance r_i (rounds that
 accepted at least i / rounds that drafted at least i), a draft model's round of k drafts emits E(k) = 1 + r_1 +
 ... + r_k tokens for r(1 + k) + k c plain steps, so its speedup is E(k) / (r(1 + k) + k c). n-gram rounds are

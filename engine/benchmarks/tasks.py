@@ -351,8 +351,8 @@ def _context_rows(ours, server, lengths, context, max_new, repeats, out) -> list
         text = ours.decode(ids)
         ours_runs: list[Run] = []
         server_runs: list[Run] = []
-        # Best of at least 4 each, in alternating order: a 64-token run is 1-2 s, and the host's speed moves by
-        # 10-20% from one minute to the next (2 each read 0.90x and 1.15x for the same build at 100 tokens).
+        # Best of at least 4 each, in alternating order: a 64-token run is 1-2 s, and the host's speed moves from
+        # one minute to the next, so 2 runs each misread a build (docs/performance.md, the code's constants).
         for rep in range(max(2 * repeats, 4)):
             order = ("ours", "server") if rep % 2 == 0 else ("server", "ours")
             for who in order:
