@@ -17,7 +17,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import (
@@ -34,10 +34,11 @@ ENV_PREFIX = "SPECCHAT_"
 CONFIG_FILE_ENV = "SPECCHAT_CONFIG_FILE"
 
 CacheMode = Literal["auto", "fp16", "q8", "q6", "q4"]
-BackendName = Literal["auto", "exllamav2", "transformers", "llamacpp", "remote"]
+BackendName = Literal["auto", "exllamav2", "exllamav3", "transformers", "llamacpp", "remote"]
+BACKEND_NAMES: tuple[str, ...] = get_args(BackendName)  # every list of engine names (CLI choices) reads this
 
 # The draft setting takes these words or a model folder path.
-DRAFT_KEYWORDS = ("ngram", "none")
+DRAFT_KEYWORDS = ("ngram", "none", "mtp")  # mtp: the model's own MTP head (exllamav3)
 # Models known by name (engine/models/named.py fetches them): the name stands for this file in the model cache.
 MODEL_NAMES = {
     "qwen2.5-coder-1.5b": "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf",
@@ -316,7 +317,7 @@ class Settings(BaseSettings):
     def _check_draft(cls, value: str) -> str:
         value = value.strip()
         if not value:
-            raise ValueError("must be 'ngram', 'none' or a draft model folder")
+            raise ValueError("must be 'ngram', 'none', 'mtp' or a draft model folder")
         if value.lower() in DRAFT_KEYWORDS:
             return value.lower()
         return str(named_model_path(value) or Path(value).expanduser())

@@ -43,8 +43,9 @@ class Preset(BaseModel):
     description: str = ""
     k: int = Field(4, ge=0, le=16)
     # "adaptive": k is the ceiling and each round drafts the length that pays most (0 included);
-    # "fixed": k drafts every round.
-    k_mode: Literal["fixed", "adaptive"] = "adaptive"
+    # "fixed": k drafts every round; "dynamic": exllamav3's own dynamic draft length (draft model or MTP head; k is
+    # the ceiling), "fixed" on the other engines.
+    k_mode: Literal["fixed", "adaptive", "dynamic"] = "adaptive"
     temperature: float = Field(0.7, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=0)

@@ -13,7 +13,7 @@ CACHE_MODES = ("fp16", "q8", "q6", "q4")
 # "auto" (the default) means each backend's own default: ExLlamaV2 keeps Q8 (a quarter of FP16's memory at a
 # small cost in acceptance); on the CPU the transformers backend keeps full precision, because only that
 # cache gives the model's own full-precision greedy text (an int8 cache changed it on 6 prompts in 12).
-DEFAULT_CACHE_MODES = {"exllamav2": "q8", "transformers": "fp16"}
+DEFAULT_CACHE_MODES = {"exllamav2": "q8", "exllamav3": "q8", "transformers": "fp16"}
 
 
 def resolve_cache_mode(mode: str | None, backend: str) -> str:
@@ -53,6 +53,8 @@ class GenerationRequest:
     seed: int | None = None
     # "fixed": K drafts every round (n-gram: K wherever a match is found). "adaptive": K is the ceiling and the
     # backend picks each round's (exllamav2: each reply's) K from measured acceptance and cost.
+    # "dynamic" (exllamav3 with a draft model or MTP head): the library's own dynamic draft length cuts each round's
+    # draft by the drafter's confidence; elsewhere it drafts like "fixed".
     k_mode: str = "fixed"
     # Whose acceptance estimates an adaptive K learns from and adds to (the preset's name), and the
     # per-position acceptance r_i to start them from (from the metrics log) the first time that key is seen.

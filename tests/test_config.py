@@ -217,7 +217,7 @@ def test_command_line_error_names_command_line(config_home: Path, monkeypatch) -
     with pytest.raises(ConfigError) as error:
         load_settings(backend="vllm")
     assert assert_one_line(error) == (
-        "command line: backend: must be one of auto, exllamav2, transformers, llamacpp, remote (got 'vllm')"
+        "command line: backend: must be one of auto, exllamav2, exllamav3, transformers, llamacpp, remote (got 'vllm')"
     )
 
 
@@ -259,7 +259,7 @@ def test_several_problems_stay_on_one_line(config_home: Path, monkeypatch) -> No
     message = assert_one_line(error)
     assert "command line: max_context: must be at least 256 (got 10)" in message
     assert (
-        "environment: SPECCHAT_BACKEND: must be one of auto, exllamav2, transformers, llamacpp, remote (got 'cuda')"
+        "environment: SPECCHAT_BACKEND: must be one of auto, exllamav2, exllamav3, transformers, llamacpp, remote (got 'cuda')"
         in message
     )
     assert f"{path}: draft_cache_mode: must be one of auto, fp16, q8, q6, q4 (got 'fp8')" in message
@@ -282,7 +282,7 @@ def test_config_path_that_is_a_folder(config_home: Path) -> None:
 def test_blank_draft_and_preset_are_rejected(config_home: Path) -> None:
     with pytest.raises(ConfigError) as error:
         load_settings(draft="  ")
-    assert assert_one_line(error) == "command line: draft: must be 'ngram', 'none' or a draft model folder"
+    assert assert_one_line(error) == "command line: draft: must be 'ngram', 'none', 'mtp' or a draft model folder"
     with pytest.raises(ConfigError) as error:
         load_settings(preset="")
     assert assert_one_line(error) == "command line: preset: must not be empty (use 'auto')"

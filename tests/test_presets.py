@@ -163,8 +163,8 @@ def test_integer_temperature_is_accepted(user_dir: Path) -> None:
     ("text", "expected"),
     [
         ("k = 40\n", "k: must be between 0 and 16 (got 40)"),
-        ('k_mode = "sometimes"\n', "k_mode: must be one of fixed, adaptive (got 'sometimes')"),
-        ("k_mode = 1\n", "k_mode: must be one of fixed, adaptive (got 1)"),
+        ('k_mode = "sometimes"\n', "k_mode: must be one of fixed, adaptive, dynamic (got 'sometimes')"),
+        ("k_mode = 1\n", "k_mode: must be one of fixed, adaptive, dynamic (got 1)"),
         ("temperature = -0.5\n", "temperature: must be at least 0.0 (got -0.5)"),
         ("top_p = 0.0\n", "top_p: must be greater than 0.0 and at most 1.0 (got 0.0)"),
         ("min_p = 1.0\n", "min_p: must be at least 0.0 and less than 1.0 (got 1.0)"),

@@ -8,6 +8,9 @@ through the load's progress callback (the CLI's stderr line, the chat's loading 
 every core (torch's ninja build reads it) unless the user set it, and turns a failed build into one line naming a
 log file with the compiler's output.
 
+exllamav3 (engine/backends/exllamav3/) builds its `exllamav3_ext` through the same loader: every function takes
+the package and extension names, with exllamav2's as the defaults.
+
 A leaf module: only the standard library at import time; torch is imported inside the functions.
 """
 
@@ -34,11 +37,13 @@ def use_all_cores() -> str:
     return os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
 
 
-def build_directory() -> Path:
-    """Where torch's JIT loader builds exllamav2_ext (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions/pyXY_cuZZ)."""
+def build_directory(extension: str = EXTENSION) -> Path:
+    """Where torch's JIT loader builds `extension` (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions/pyXY_cuZZ).
+
+    exllamav3 builds `exllamav3_ext` the same way (its `ext.py`), so the ExLlamaV3 backend passes that name."""
     root = os.environ.get("TORCH_EXTENSIONS_DIR")
     if root:
-        return Path(root) / EXTENSION
+        return Path(root) / extension
     import torch
 
     accelerator = (
@@ -55,16 +60,16 @@ def build_directory() -> Path:
         base = Path(get_default_build_root())
     except ImportError:  # pragma: no cover - present in every torch this project supports
         base = Path.home() / ".cache" / "torch_extensions"
-    return base / folder / EXTENSION
+    return base / folder / extension
 
 
-def build_coming() -> Path | None:
+def build_coming(package: str = "exllamav2", extension: str = EXTENSION) -> Path | None:
     """The build folder when importing exllamav2 is about to compile its extension, else None.
 
     None where a prebuilt `exllamav2_ext` is installed, where a JIT build already left the library, and where no
     build can start at all (no CUDA GPU for torch, no CUDA toolkit): then the import is quick, or fails quickly.
     """
-    if "exllamav2" in sys.modules or importlib.util.find_spec(EXTENSION) is not None:
+    if package in sys.modules or importlib.util.find_spec(extension) is not None:
         return None
     try:
         import torch
@@ -72,10 +77,10 @@ def build_coming() -> Path | None:
 
         if not torch.cuda.is_available() or getattr(cpp_extension, "CUDA_HOME", None) is None:
             return None
-        folder = build_directory()
+        folder = build_directory(extension)
     except Exception:  # a broken torch: the import will say so itself
         return None
-    if (folder / f"{EXTENSION}.so").is_file() or (folder / f"{EXTENSION}.pyd").is_file():
+    if (folder / f"{extension}.so").is_file() or (folder / f"{extension}.pyd").is_file():
         return None
     return folder
 
@@ -126,20 +131,28 @@ def format_elapsed(seconds: float) -> str:
 class BuildWatcher:
     """A thread that reports the build's progress: on every finished file, and every `heartbeat_s` regardless."""
 
-    def __init__(self, folder: Path, report: Report, poll_s: float = 1.0, heartbeat_s: float = 15.0) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        report: Report,
+        poll_s: float = 1.0,
+        heartbeat_s: float = 15.0,
+        stage: str = BUILD_STAGE,
+    ) -> None:
         self.folder = folder
+        self.stage = stage
         self.report = report
         self.poll_s = poll_s
         self.heartbeat_s = heartbeat_s
         self.started = time.monotonic()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="exllamav2-build-progress", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"{folder.name}-build-progress", daemon=True)
         self._last: tuple[int, int | None] | None = None
         self._last_report = 0.0
 
     def __enter__(self) -> BuildWatcher:
         jobs = os.environ.get("MAX_JOBS", "?")
-        self.report(f"{BUILD_STAGE}: {jobs} parallel jobs", 0.0)
+        self.report(f"{self.stage}: {jobs} parallel jobs", 0.0)
         self._last_report = time.monotonic()
         self._thread.start()
         return self
@@ -157,18 +170,18 @@ class BuildWatcher:
         self._last, self._last_report = (compiled, total), now
         elapsed = format_elapsed(now - self.started)
         if total:
-            self.report(f"{BUILD_STAGE}: {compiled}/{total} files, {elapsed}", compiled / total)
+            self.report(f"{self.stage}: {compiled}/{total} files, {elapsed}", compiled / total)
         else:
-            self.report(f"{BUILD_STAGE}: preparing, {elapsed}", None)
+            self.report(f"{self.stage}: preparing, {elapsed}", None)
 
     def _run(self) -> None:
         while not self._stop.wait(self.poll_s):
             self.poll()
 
 
-def is_build_failure(exc: BaseException) -> bool:
+def is_build_failure(exc: BaseException, extension: str = EXTENSION) -> bool:
     """torch's JIT loader says "Error building extension 'NAME'" (with ninja's output) when compiling fails."""
-    return isinstance(exc, RuntimeError) and f"Error building extension '{EXTENSION}'" in str(exc)
+    return isinstance(exc, RuntimeError) and f"Error building extension '{extension}'" in str(exc)
 
 
 def write_build_log(folder: Path | None, exc: BaseException) -> Path:

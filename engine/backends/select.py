@@ -1,5 +1,8 @@
 """Backend selection: "auto" takes exllamav2 where it can run (a CUDA GPU, a built extension), llama.cpp for GGUF
 models (a .gguf file, or the embedded model, whose GGUF is kept) where its bindings import, else transformers.
+On a GPU, "auto" picks the engine the folder's format needs: EXL3 folders (and `--draft mtp`) run on exllamav3,
+EXL2/GPTQ on exllamav2, FP16 folders on exllamav2 where it runs, else exllamav3. Without a GPU it stays on the CPU
+backends (an EXL3 folder, which only exllamav3 loads, is then a one-line error).
 
 `create_backend(settings)` returns the backend (not yet loaded) and one line saying which one and why, for the
 loading screen and `specchat doctor`.
@@ -89,6 +92,28 @@ def _exllamav2(settings: Any, model_dir: Path) -> Backend:
     )
 
 
+def _exllamav3(settings: Any, model_dir: Path) -> Backend:
+    from engine.backends.exllamav3 import ExLlamaV3Backend
+
+    return ExLlamaV3Backend(
+        model_dir,
+        draft=settings.draft,
+        cache_mode=resolve_cache_mode(settings.cache_mode, "exllamav3"),
+        draft_cache_mode=resolve_cache_mode(settings.draft_cache_mode, "exllamav3"),
+        max_context=settings.max_context,
+        gpu_split=settings.gpu_split,
+    )
+
+
+def _folder_format(settings: Any) -> str:
+    """The model folder's format ("exl3", "exl2", "gptq", "fp16"); the embedded model is FP16."""
+    if settings.model is None:
+        return "fp16"
+    from engine.backends.exllamav3.folder import folder_format
+
+    return folder_format(Path(settings.model)) or "fp16"
+
+
 def _transformers(settings: Any, model_dir: Path) -> Backend:
     from engine.backends.hf import TransformersBackend
 
@@ -107,16 +132,25 @@ def _transformers(settings: Any, model_dir: Path) -> Backend:
 
 
 def create_backend(settings: Any, progress: ProgressCallback | None = None) -> tuple[Backend, str]:
-    """The backend `settings.backend` asks for ("auto", "exllamav2", "transformers", "llamacpp"), and why.
+    """The backend `settings.backend` asks for ("auto", "exllamav2", "exllamav3", "transformers", "llamacpp"), and why.
 
     `settings` needs: model (Path | None: the embedded model), draft, backend, cache_mode, draft_cache_mode,
     max_context, gpu_split. BackendError (one line) where a backend is asked for by name and cannot run here.
     `progress` hears about the first start's build of exllamav2's CUDA extension, which the probe may trigger.
     """
     choice = settings.backend
-    if choice not in ("auto", "exllamav2", "transformers", "llamacpp", "remote"):
+    if choice not in ("auto", "exllamav2", "exllamav3", "transformers", "llamacpp", "remote"):
         raise BackendError(
-            f"unknown backend {choice!r}: use auto, exllamav2, transformers, llamacpp or remote"
+            f"unknown backend {choice!r}: use auto, exllamav2, exllamav3, transformers, llamacpp or remote"
+        )
+    mtp = getattr(settings, "draft", None) == "mtp"
+    if mtp and (
+        choice not in ("auto", "exllamav3")
+        or (settings.model is not None and is_gguf_path(Path(settings.model)))
+    ):
+        raise BackendError(
+            "--draft mtp drafts with the model's own MTP head, which only exllamav3 runs: "
+            "use --backend exllamav3 (or auto on a GPU)"
         )
     endpoint = getattr(settings, "endpoint", None)
     if choice == "remote" or (choice == "auto" and endpoint):
@@ -152,6 +186,25 @@ def create_backend(settings: Any, progress: ProgressCallback | None = None) -> t
         return _llamacpp(settings), f"auto: a GGUF model and {reason} -> llama.cpp"
     if choice == "transformers":
         return _transformers(settings, _model_dir(settings)), "transformers: chosen in settings"
+    from engine.backends.exllamav3 import probe_exllamav3
+
+    if choice == "exllamav3":
+        usable3, reason3 = probe_exllamav3(progress)
+        if not usable3:
+            raise BackendError(
+                f"exllamav3 is unusable here: {reason3}; use --backend auto for the CPU backends"
+            )
+        return _exllamav3(settings, _model_dir(settings)), f"exllamav3: chosen in settings ({reason3})"
+    fmt = _folder_format(settings)
+    if choice == "auto" and (fmt == "exl3" or mtp):
+        usable3, reason3 = probe_exllamav3(progress)
+        what = "an EXL3 folder" if fmt == "exl3" else "--draft mtp"
+        if not usable3:
+            raise BackendError(
+                f"{what} needs exllamav3 (only it runs {'EXL3 weights' if fmt == 'exl3' else 'an MTP head'}), "
+                f"but it is unusable here: {reason3}"
+            )
+        return _exllamav3(settings, _model_dir(settings)), f"auto: {what} and {reason3} -> exllamav3"
     usable, reason = probe_exllamav2(progress)
     if choice == "exllamav2":
         if not usable:
@@ -159,6 +212,12 @@ def create_backend(settings: Any, progress: ProgressCallback | None = None) -> t
         return _exllamav2(settings, _model_dir(settings)), f"exllamav2: chosen in settings ({reason})"
     if usable:
         return _exllamav2(settings, _model_dir(settings)), f"auto: {reason} -> exllamav2"
+    if fmt == "fp16":
+        usable3, reason3 = probe_exllamav3(progress)
+        if usable3:  # a GPU without exllamav2: its successor loads FP16 folders too
+            return _exllamav3(settings, _model_dir(settings)), (
+                f"auto: exllamav2 unusable ({reason}); {reason3} -> exllamav3"
+            )
     if uses_embedded_model(settings):
         llama_usable, llama_reason = probe_llamacpp()
         if llama_usable:

@@ -25,6 +25,8 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
+    from engine.config import BACKEND_NAMES
+
     p.add_argument(
         "--model",
         type=Path,
@@ -32,12 +34,12 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--draft",
-        help="drafting: ngram, none, or a draft model folder, .gguf file or name (qwen2.5-coder-0.5b; same "
-        "tokenizer family)",
+        help="drafting: ngram, none, mtp (the model's own MTP head, exllamav3), or a draft model folder, .gguf "
+        "file or name (qwen2.5-coder-0.5b; same tokenizer family)",
     )
     p.add_argument(
         "--backend",
-        choices=["auto", "exllamav2", "transformers", "llamacpp", "remote"],
+        choices=list(BACKEND_NAMES),
         help="inference engine (remote: an OpenAI-compatible server at --endpoint)",
     )
     p.add_argument(
@@ -51,7 +53,7 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cache-mode",
         choices=["auto", "fp16", "q8", "q6", "q4"],
-        help="KV cache precision (default auto: q8 on exllamav2, full precision on transformers)",
+        help="KV cache precision (default auto: q8 on exllamav2/exllamav3, full precision on transformers)",
     )
     p.add_argument(
         "--draft-cache-mode", choices=["auto", "fp16", "q8", "q6", "q4"], help="draft model's KV cache"

@@ -1,0 +1,1 @@
+PAGE_SIZE = 256  # exllamav3/constants.py

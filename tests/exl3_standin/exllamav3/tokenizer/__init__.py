@@ -1,0 +1,3 @@
+from exllamav3.tokenizer.tokenizer import Tokenizer
+
+__all__ = ["Tokenizer"]
