@@ -20,7 +20,7 @@ second programming cue is not enough for code. "explain what a closure is" goes 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 ROUTED_PRESETS = ("code", "qa", "creative")
@@ -336,8 +336,70 @@ def _join_evidence(evidence: list[tuple[float, str]], limit: int = 2) -> str:
     return " and ".join(names[:limit])
 
 
-def route(text: str, available: Iterable[str] = ROUTED_PRESETS) -> RouteDecision:
-    """Choose code / qa / creative for `text` (restricted to `available`), with a short reason and the scores."""
+# ------------------------------------------------------------------------------------------- follow-ups
+
+# A message that points back at what the conversation was about: "that function", "the code above", "show it
+# again", "make it rhyme". Such a message keeps the conversation's preset unless it asks for something else.
+_THING = (
+    r"function|method|class|code|script|snippet|program|query|regex|test|tests|module|file|loop|example|"
+    r"implementation|version|one|poem|story|verse|verses|stanza|song|lyrics|haiku|limerick|tale|chapter|scene|"
+    r"answer|reply|text|list|table|line|lines|part|bit"
+)
+_FOLLOW_UP = re.compile(
+    rf"\b(?:that|this|your|these|those|same|previous|last|above|earlier)\s+(?:{_THING})\b"
+    r"|\b(?:above|again|instead)\b"
+    r"|^\s*(?:now|also|and|then|ok(?:ay)?|great|thanks|next|but|what about|how about|can you(?: also| now)?|"
+    r"could you(?: also| now)?|please)\b[^.?!]{0,80}\b(?:it|them|that|this)\b",
+    re.IGNORECASE,
+)
+# How far back the conversation counts: the last few turns (a follow-up refers to what was just said).
+RECENT_TURNS = 4
+
+
+def _follow_up(text: str) -> str | None:
+    """The words that make `text` refer back to the conversation ("that function"), if any."""
+    match = _FOLLOW_UP.search(text)
+    return " ".join(match.group(0).split())[:40] if match is not None else None
+
+
+def conversation_preset(recent: Sequence[tuple[str, str]], choices: Sequence[str]) -> str | None:
+    """What the recent turns ((role, text), oldest first) were about: code where a turn holds code or the last
+    user message routed to code on its own, creative likewise; None for qa or nothing."""
+    turns = list(recent)[-RECENT_TURNS:]
+    for role, content in reversed(turns):
+        if role == "user":
+            decided = route(content, choices)
+            if decided.preset in ("code", "creative"):
+                return decided.preset
+            return None
+        if role == "assistant" and "code" in choices and re.search(r"```|~~~", content):
+            return "code"
+    return None
+
+
+def route(
+    text: str, available: Iterable[str] = ROUTED_PRESETS, recent: Sequence[tuple[str, str]] = ()
+) -> RouteDecision:
+    """Choose code / qa / creative for `text` (restricted to `available`), with a short reason and the scores.
+
+    `recent`: the conversation's last turns as (role, text), oldest first. A message that would go to qa on its
+    own but refers back to them ("show that function again") stays with what they were about."""
+    decision = _route_alone(text, available)
+    if not recent or decision.preset != _fallback("qa", [n for n in available if n in ROUTED_PRESETS]):
+        return decision
+    reference = _follow_up(text[:SCAN_LIMIT])
+    if reference is None:
+        return decision
+    choices = [name for name in available if name in ROUTED_PRESETS]
+    topic = conversation_preset(recent, choices)
+    if topic is None or topic == decision.preset:
+        return decision
+    what = "the code" if topic == "code" else "the creative piece"
+    return RouteDecision(topic, f'a follow-up on {what} above ("{reference}")', decision.scores)
+
+
+def _route_alone(text: str, available: Iterable[str] = ROUTED_PRESETS) -> RouteDecision:
+    """The decision from the message alone."""
     choices = [name for name in available if name in ROUTED_PRESETS]
     if not choices:
         raise ValueError("route: none of code, qa, creative is available")

@@ -171,3 +171,53 @@ def test_deterministic_and_long_input_is_fine() -> None:
     text = "```python\n" + "x = compute(x)\n" * 50_000 + "```"
     first, second = route(text), route(text)
     assert first == second and first.preset == "code"
+
+
+# --- the conversation counts: a follow-up stays with what it refers back to -----------------------------------
+
+CODE_CHAT = [
+    ("user", "Write a Python function that parses ISO 8601 dates."),
+    ("assistant", "Here it is:\n```python\ndef parse(text):\n    return datetime.fromisoformat(text)\n```"),
+]
+POEM_CHAT = [("user", "Write a poem about the sea."), ("assistant", "The sea is wide, the sea is deep ...")]
+
+
+def test_a_follow_up_mid_code_chat_stays_code() -> None:
+    text = "Add a docstring example section to that function and show the complete function again."
+    assert route(text).preset == "qa"  # alone, "function" is one weak cue
+    decision = route(text, recent=CODE_CHAT)
+    assert decision.preset == "code"
+    assert decision.reason == 'a follow-up on the code above ("that function")'
+    assert route("Can you also make it handle time zones?", recent=CODE_CHAT).preset == "code"
+
+
+def test_a_follow_up_mid_creative_chat_stays_creative() -> None:
+    decision = route("Make it shorter and show that poem again.", recent=POEM_CHAT)
+    assert decision.preset == "creative" and decision.reason.startswith("a follow-up on the creative piece")
+
+
+def test_a_new_question_or_request_is_not_a_follow_up() -> None:
+    assert route("What is the capital of France?", recent=CODE_CHAT).preset == "qa"
+    assert route("Why is the sky blue?", recent=CODE_CHAT).preset == "qa"
+    assert route("Now write a poem about it.", recent=CODE_CHAT).preset == "creative"  # its own request wins
+    assert route("Show that function again.", recent=[("user", "What is a closure?")]).preset == "qa"
+    assert route("Show that function again.", recent=CODE_CHAT, available=("qa", "creative")).preset == "qa"
+
+
+def test_the_session_routes_with_the_conversation() -> None:
+    import threading
+
+    from engine.backends.scripted import ScriptedBackend
+    from engine.config import Settings
+    from engine.session import ChatSession
+
+    session = ChatSession(Settings(), backend=ScriptedBackend("```python\ndef parse(s):\n    pass\n```"))
+    session.load()
+    first = session.send("Write a Python function that parses dates.", lambda event: None, threading.Event())
+    assert first.stats.preset == "code"
+    follow = session.send(
+        "Add a docstring example section to that function and show the complete function again.",
+        lambda event: None,
+        threading.Event(),
+    )
+    assert follow.stats.preset == "code" and follow.stats.router_reason.startswith("a follow-up on the code")

@@ -35,7 +35,7 @@ from engine.origins import OriginRun, encode_runs, merge_runs, split_chunk_by_or
 from engine.presets import Preset, PresetError, load_presets, with_overrides
 from engine.reasoning import split_reasoning, thinking_end
 from engine.request import GenerationRequest
-from engine.router import route
+from engine.router import RECENT_TURNS, route
 from engine.session.editing import SessionEditing
 from engine.session.history import SessionHistory
 from engine.session.turn import Turn
@@ -353,7 +353,13 @@ class ChatSession(SessionHistory, SessionEditing):
     def choose_preset(self, text: str) -> tuple[Preset, bool, str]:
         """The preset for a message: (preset, chosen automatically, why)."""
         if self.mode == "auto":
-            decision = route(text, available=[n for n in ("code", "qa", "creative") if n in self.presets])
+            # The conversation counts: a follow-up ("show that function again") stays with the code before it.
+            earlier = self.turns[:-1] if self.turns and self.turns[-1].role == "user" else self.turns
+            decision = route(
+                text,
+                available=[n for n in ("code", "qa", "creative") if n in self.presets],
+                recent=[(turn.role, turn.content) for turn in earlier[-RECENT_TURNS:]],
+            )
             preset, auto, reason = self.presets[decision.preset], True, decision.reason
         else:
             preset, auto, reason = self.presets[self.mode], False, "chosen by hand"
