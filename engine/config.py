@@ -253,7 +253,7 @@ def read_toml_file(path: Path, error_type: type[ValueError]) -> dict[str, Any]:
 
 
 class Settings(BaseSettings):
-    """Everything a user can configure. See README "Configuration" for the table of fields."""
+    """Everything a user can configure. See docs/usage.md, "Configuration", for the table of fields."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True)
 

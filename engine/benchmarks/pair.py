@@ -386,7 +386,7 @@ def _print_summary(out, figures, s: dict) -> None:
     if s.get("prediction_rows"):
         print(
             "\nprediction (per-position acceptance measured here; pass cost = per-layer overhead + weights / "
-            "bandwidth + tokens x compute; see README):",
+            "bandwidth + tokens x compute; see docs/performance.md):",
             file=out,
         )
         print(prediction_table(s["prediction_rows"]), file=out)
