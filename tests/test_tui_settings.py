@@ -202,3 +202,38 @@ async def test_applying_the_same_model_and_draft_does_not_reload(tmp_path):
             await wait_until(pilot, lambda: not isinstance(app.screen, SettingsScreen))
             assert app.state == "ready" and app.session.backend is backend
             assert not [w for w in app.workers if w.group == "reload"]
+
+
+async def test_a_model_that_does_not_load_brings_the_dialog_back_with_the_typed_values_and_the_reason():
+    from engine.errors import SpecchatError
+
+    app = make_app(ScriptedBackend(replies=["ok"]), preset="qa")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_ready(pilot)
+        tried: list[tuple] = []
+
+        def reload(model, draft, progress=None):
+            tried.append((model, draft))
+            raise SpecchatError("draft 'none' failed: the vocabulary size differs from the target's")
+
+        app.session.reload = reload
+        screen = await open_settings(pilot)
+        fill(screen, "draft", "none")
+        fill(screen, "temperature", "0.4")
+        screen.query_one("#settings-system-prompt", TextArea).text = "Be brief."
+        await pilot.press("ctrl+s")
+        await wait_until(
+            pilot, lambda: tried and isinstance(app.screen, SettingsScreen) and app.screen is not screen
+        )
+        again = app.screen
+        await pilot.pause(0.1)
+        assert tried == [(None, "none")]
+        assert again.query_one("#settings-draft", Input).value == "none"
+        assert again.query_one("#settings-temperature", Input).value == "0.4"
+        assert again.query_one("#settings-system-prompt", TextArea).text == "Be brief."
+        error = plain(again.query_one("#settings-error"))
+        assert "not loaded: draft 'none' failed: the vocabulary size differs" in error
+        assert "still on scripted-model" in error
+        assert app.focused is again.query_one("#settings-draft", Input)
+        assert not [n for n in app._notifications if n.severity == "error"]  # said in the dialog, not a toast
+        assert app.state == "ready"

@@ -35,7 +35,7 @@ from tui.screens.error import ErrorScreen
 from tui.screens.help import HelpScreen
 from tui.screens.inspector import InspectorScreen, context_line
 from tui.screens.presets import PresetPickerScreen
-from tui.screens.settings import open_chat_settings
+from tui.screens.settings import open_chat_settings, reopen_after_failed_load
 from tui.streaming import RenderPace, ReplyBuffer
 from tui.widgets.chat_log import ChatLog
 from tui.widgets.footer import FittingFooter
@@ -260,7 +260,9 @@ class SpecchatApp(App[None]):
             self.chat_log.set_banner(self._startup_banner(), error=self._startup_banner() is not None)
         loaded = self.session.info.model if self.session.info is not None else None
         still = f" · still on {loaded}" if loaded and self.state != "failed" else ""
-        self.notify(f"{message}{still}", title="The model was not changed", severity="error", timeout=15)
+        # The settings dialog comes back with the typed path and the reason in it; a toast where none applied it.
+        if not reopen_after_failed_load(self, f"{message}{still}"):
+            self.notify(f"{message}{still}", title="The model was not changed", severity="error", timeout=15)
         self.refresh_status()
         if self._queued is not None:  # a message typed meanwhile goes back to the prompt: nothing is lost
             text, waiting = self._queued

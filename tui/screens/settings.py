@@ -88,8 +88,11 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
         draft: str = "ngram",
         check_model: Callable[[str], None] | None = None,
         check_draft: Callable[[str], None] | None = None,
+        error: str = "",
     ) -> None:
+        """`error`: shown in the dialog as it opens (why the model or draft last applied did not load)."""
         super().__init__()
+        self.opening_error = error
         self.system_prompt = system_prompt or ""
         self.values = values
         self.check = check  # raises SpecchatError with a one-line message
@@ -159,7 +162,13 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
 
     def on_mount(self) -> None:
         self._fit_height()
-        self.query_one("#settings-system-prompt", TextArea).focus()
+        if self.opening_error:
+            self.show_error(self.opening_error)
+            # The field that did not load has the focus, its typed path as it was: fix it and apply again.
+            field = "draft" if "draft" in self.opening_error.lower() else "model"
+            self.query_one(f"#settings-{field}", Input).focus()
+        else:
+            self.query_one("#settings-system-prompt", TextArea).focus()
 
     def on_resize(self) -> None:
         self._fit_height()
@@ -199,6 +208,12 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
         result = event.validation_result
         if result is not None and not result.is_valid:
             self.show_error(result.failure_descriptions[0])
+        elif self.opening_error and event.value == (
+            self.model if event.input.id == "settings-model" else self.draft
+        ):
+            self.show_error(
+                self.opening_error
+            )  # as it opened (the fields' first Changed): why it did not load
         else:
             self.hide_error()
 
@@ -237,9 +252,11 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
         self.app.push_screen(PathPickerScreen(title, start_folder(target.value)), picked)
 
 
-def open_chat_settings(app: Any) -> None:
+def open_chat_settings(app: Any, typed: dict[str, Any] | None = None, error: str = "") -> None:
     """Open this dialog for the app's chat (its F12 action): the values shown are the preset's or the chat's,
-    and what is applied goes to the session; another model or draft is loaded by the app once the dialog is gone."""
+    and what is applied goes to the session; another model or draft is loaded by the app once the dialog is gone.
+    `typed` (a result this dialog returned) and `error`: reopened after that model or draft failed to load, with
+    what was typed and why (`reopen_after_failed_load`)."""
     session = app.session
     values: dict[str, Any] = dict(session.overrides)
     if session.mode != "auto":
@@ -250,6 +267,11 @@ def open_chat_settings(app: Any) -> None:
     title = f"Settings for this chat · preset {session.mode}"
 
     model, draft = session.model_dir or "", session.settings.draft
+    shown_model, shown_draft, system_prompt = model, draft, session.settings.system_prompt
+    if typed is not None:
+        values.update({k: v for k, v in typed["overrides"].items() if v is not None})
+        shown_model, shown_draft = typed["model"], typed["draft"]
+        system_prompt = typed["system_prompt"]
 
     def same_choice(text: str, current: str) -> bool:
         """'NGRAM' is ngram, '~/m/' is /home/me/m: only a real change reloads the model."""
@@ -277,6 +299,8 @@ def open_chat_settings(app: Any) -> None:
         if app.generating:
             app.notify("The settings apply from the next reply.", timeout=2)
         if model_changed(result):
+            # Kept until the load ends: where it fails, the dialog comes back with what was typed.
+            app.settings_typed = result
             # After the dialog is gone from the screen: a load thread busy from the start keeps the app
             # from repainting what the dialog covered (its border and keys stayed until the load ended).
             app.call_after_refresh(app.start_reload, result["model"] or None, result["draft"])
@@ -284,14 +308,26 @@ def open_chat_settings(app: Any) -> None:
 
     app.push_screen(
         SettingsScreen(
-            session.settings.system_prompt,
+            system_prompt,
             values,
             check,
             title,
-            model=model,
-            draft=draft,
+            model=shown_model,
+            draft=shown_draft,
             check_model=lambda text: session.check_model_choice(model=text or None),
             check_draft=lambda text: session.check_model_choice(draft=text),
+            error=error,
         ),
         applied,
     )
+
+
+def reopen_after_failed_load(app: Any, reason: str) -> bool:
+    """The model or draft applied in this dialog did not load: open it again with what was typed and `reason`
+    in its error line (a toast would vanish, and the typed path with it). False where no dialog applied it."""
+    typed = getattr(app, "settings_typed", None)
+    app.settings_typed = None
+    if typed is None:
+        return False
+    open_chat_settings(app, typed, f"not loaded: {reason}")
+    return True
