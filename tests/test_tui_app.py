@@ -182,11 +182,12 @@ async def test_edit_and_resend_last_message():
         await send(pilot, "first try")
         await pilot.press("ctrl+e")
         assert app.prompt.text == "first try"
-        assert not app.chat_log.messages() and app.session.turns == []
+        # Editing hides nothing: the exchange stays until the edit is sent (esc would cancel it).
+        assert len(app.chat_log.messages()) == 2 and len(app.session.turns) == 2
         await pilot.press("end", *" again", "enter")
-        await wait_until(pilot, lambda: not app.generating and len(app.session.turns) == 2)
+        await wait_until(pilot, lambda: not app.generating and app.session.turns[-1].content == "two")
         assert [t.content for t in app.session.turns] == ["first try again", "two"]
-        assert len(app.chat_log.messages()) == 2
+        await wait_until(pilot, lambda: len(app.chat_log.messages()) == 2)
 
 
 async def test_copy_reply_and_its_last_code_block():
@@ -209,6 +210,8 @@ async def test_select_reply_with_keys_and_mouse_then_inspect():
         first, second = app.chat_log.replies()
         await pilot.press("alt+up")
         assert app.focused is second
+        await pilot.press("alt+up")  # the message "two": alt+up steps through every message
+        assert isinstance(app.focused, UserMessage) and app.focused.text == "two"
         await pilot.press("alt+up")
         assert app.focused is first
         await pilot.press("ctrl+y")

@@ -357,7 +357,8 @@ async def test_12_ctrl_e_and_ctrl_y_edit_the_prompt_while_it_holds_text():
         await pilot.press("ctrl+y")
         assert app.clipboard == "an answer"
         await pilot.press("ctrl+e")
-        assert app.prompt.text == "question" and app.session.turns == []
+        # The message is being edited; the conversation stays as it was until the edit is sent (esc cancels).
+        assert app.prompt.text == "question" and app.editing == 0 and len(app.session.turns) == 2
 
 
 # 13 --------------------------------------------------------------------------------------------------------
@@ -431,5 +432,9 @@ async def test_14_ctx_is_updated_after_edit_last():
         await wait_ready(pilot)
         await send(pilot, "hello")
         assert not re.search(r"ctx 0/", status(app))
-        await pilot.press("ctrl+e")
-        assert re.search(r"ctx 0/2048", status(app))
+        used = re.search(r"ctx (\d+)/2048", status(app)).group(1)
+        # The edited message replaces the old exchange: resent as it was, the context counts it once.
+        await pilot.press("ctrl+e", "enter")
+        await wait_until(pilot, lambda: not app.generating and app.editing is None)
+        await wait_until(pilot, lambda: len(app.chat_log.messages()) == 2)
+        assert re.search(r"ctx (\d+)/2048", status(app)).group(1) == used

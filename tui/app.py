@@ -26,6 +26,7 @@ from engine.config import ConfigError, Settings, save_setting
 from engine.errors import SpecchatError
 from engine.events import Chunk, ContextTrimmed, ReplyFailed, ReplyFinished, ReplyStarted
 from engine.session import ChatSession
+from tui.chat_flows import ChatFlows
 from tui.commands import SpecchatCommands
 from tui.formatting import verdict_line
 from tui.keymap import APP_KEYS, bindings, check_keymap, key_for
@@ -52,7 +53,7 @@ STATUS_INTERVAL_S = 0.25
 # --- the app ----------------------------------------------------------------------------------------------
 
 
-class SpecchatApp(App[None]):
+class SpecchatApp(ChatFlows, App[None]):
     TITLE = "specchat"
     CSS_PATH = Path(__file__).with_name("app.tcss")
     BINDINGS = bindings(APP_KEYS)
@@ -177,6 +178,7 @@ class SpecchatApp(App[None]):
             await self._drain(self._buffer)
         for notice in self.session.take_notices():  # storage trouble (damaged db, full disk): told once
             self.notify(notice, title="History", severity="warning", timeout=12)
+        self.check_open_elsewhere()
         self.refresh_status()
 
     def refresh_status(self) -> None:
@@ -347,10 +349,15 @@ class SpecchatApp(App[None]):
     @on(PromptInput.Submitted)
     async def _prompt_submitted(self, event: PromptInput.Submitted) -> None:
         text = event.text.strip()
-        if not text:
+        if text and self.attach_command(text):
             return
         if self.generating:
-            self.notify("A reply is still streaming: esc stops it.", severity="warning")
+            # Said even for an empty prompt: enter seemed to do nothing. What was typed stays in the prompt.
+            self.notify(
+                f"A reply is being generated: {self._keys('reply.cancel')} stops it.", severity="warning"
+            )
+            return
+        if not text:
             return
         if self.state == "loading":
             if self._queued is not None:
@@ -366,14 +373,20 @@ class SpecchatApp(App[None]):
             why = self.load_error or "it is still loading"
             self.notify(f"The model is not ready: {why}", severity="error")
             return
+        if self.editing is not None and await self.send_edit(text):
+            return
         self.prompt.clear()
         await self.chat_log.mount(UserMessage(text))
         await self._start_reply(text)
 
-    async def _start_reply(self, text: str | None) -> None:
-        """Mount an empty reply and run the session in a thread. `text` None regenerates the last reply."""
+    async def _start_reply(self, text: str | None, flow: Any = None, prefix: Any = None) -> None:
+        """Mount an empty reply and run the session in a thread. `text` None regenerates the last reply; `flow`
+        (a session call taking on_event and cancel: an edit, a continue) runs instead; `prefix` is the text
+        (origin runs) a continued reply starts with."""
         reply = ReplyMessage(highlight=self.highlight_drafts)
         await self.chat_log.mount(reply)
+        if prefix:
+            await reply.append_runs(prefix)
         self.chat_log.anchor()
         backend = self.session.backend
         self._buffer = ReplyBuffer(decode=backend.decode if backend is not None else None)
@@ -383,11 +396,13 @@ class SpecchatApp(App[None]):
         self._pending_prompt = text or ""
         # A blinking cursor repaints the prompt twice a second: while a reply streams it stays lit instead.
         self.prompt.cursor_blink = False
-        self.generate(text, self._buffer, self._cancel)
+        self.generate(text, self._buffer, self._cancel, flow)
         self.refresh_status()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="generate")
-    def generate(self, text: str | None, buffer: ReplyBuffer, cancel: threading.Event) -> None:
+    def generate(
+        self, text: str | None, buffer: ReplyBuffer, cancel: threading.Event, flow: Any = None
+    ) -> None:
         def on_event(event: object) -> None:
             if isinstance(event, Chunk):
                 if buffer.add(event):
@@ -397,7 +412,9 @@ class SpecchatApp(App[None]):
                     buffer.finished = True
                 self.post_message(ReplyEventArrived(event, buffer))
 
-        if text is None:
+        if flow is not None:
+            result = flow(on_event, cancel)
+        elif text is None:
             result = self.session.regenerate(on_event, cancel)
         else:
             result = self.session.send(text, on_event, cancel)
@@ -471,11 +488,13 @@ class SpecchatApp(App[None]):
         if self._replaced is not None:
             self._replaced.display = True
             self._replaced = None
+        self.show_hidden_branch()
         if self._pending_prompt:
             self._give_back(self._pending_prompt)
         self.prompt.focus()
 
     async def _drop_replaced(self) -> None:
+        await self.drop_hidden_branch()
         if self._replaced is not None:
             replaced, self._replaced = self._replaced, None
             await replaced.remove()
@@ -491,6 +510,7 @@ class SpecchatApp(App[None]):
         """Dim the turns the model no longer sees (trimmed to fit the context), under one rule that says so."""
         session = self.session
         self.chat_log.mark_context(sum(1 for t in session.turns[: session.context_start] if t.role == "user"))
+        self.label_branches()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """Failures nobody caught become a modal with the message; the app stays open."""
@@ -523,7 +543,7 @@ class SpecchatApp(App[None]):
         # The footer shows what a key does now: stop while a reply streams (or a message waits), regenerate
         # once there is a reply and none is streaming.
         if action == "cancel_reply":
-            return self.generating or self._queued is not None
+            return self.generating or self._queued is not None or self.editing is not None
         if action == "regenerate":
             return not self.generating and any(t.role == "assistant" for t in self.session.turns)
         # On a selected reply its own ^b takes the key, and shows in the footer where it has a code block (this
@@ -579,6 +599,9 @@ class SpecchatApp(App[None]):
     def action_cancel_reply(self) -> None:
         if self._cancel is not None:
             self._cancel.set()
+            self.show_stopping()
+        elif self.cancel_edit():
+            pass
         elif self._queued is not None:  # a message waiting for the model: back to the prompt
             text, waiting = self._queued
             self._queued = None
@@ -600,20 +623,6 @@ class SpecchatApp(App[None]):
             self._replaced = messages[-1]
             self._replaced.display = False
         await self._start_reply(None)
-
-    async def action_edit_last(self) -> None:
-        if self.generating:
-            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
-            return
-        text = self.session.pop_last_exchange()
-        if text is None:
-            self.notify("No message to edit yet.", severity="warning")
-            return
-        await self.chat_log.remove_last_exchange()
-        self._mark_context()
-        self.prompt.set_text(text)
-        self.prompt.focus()
-        self.refresh_status()
 
     def action_copy_reply(self) -> None:
         self._copy(self.chat_log.selected_reply(self.focused), code_only=False)
@@ -742,31 +751,6 @@ class SpecchatApp(App[None]):
                 key_for("reply.newer_variant", self.keymap),
             )
             reply.set_header(variant_header(reply.header, position, count, older, newer))
-
-    async def action_page_variant(self, step: int) -> None:
-        if self.generating:
-            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
-            return
-        turn = self.session.show_variant(step)
-        if turn is None:
-            _, count = self.session.variants()
-            why = (
-                "no other variant of this reply"
-                if count < 2
-                else "no older variant"
-                if step < 0
-                else "no newer variant"
-            )
-            self.notify(why.capitalize() + ".", severity="warning", timeout=2)
-            return
-        replies = self.chat_log.replies()
-        if replies:
-            await replies[-1].remove()
-        reply = await self.chat_log.mount_stored_reply(turn, self.highlight_drafts)
-        self._label_variant(reply)
-        self._mark_context()
-        self.chat_log.anchor()
-        self.refresh_status()
 
     def action_show_trend(self) -> None:
         from tui.screens.trend import TrendScreen

@@ -29,8 +29,23 @@ class SpecchatCommands(Provider):
             )
         commands += [
             ("preset: pick…", app.action_pick_preset, "choose from every preset"),
-            ("reply: regenerate", app.action_regenerate, "drop the last reply and generate it again"),
-            ("reply: edit last message", app.action_edit_last, "put the last message back in the prompt"),
+            (
+                "reply: regenerate",
+                app.action_regenerate,
+                "generate the last reply again (the old one is kept as a variant)",
+            ),
+            (
+                "reply: edit message",
+                app.action_edit_last,
+                "edit the selected (or last) message and resend it as a new branch; esc cancels",
+            ),
+            (
+                "reply: continue",
+                app.action_continue_reply,
+                "extend the last reply where its token limit cut it",
+            ),
+            ("chat: find", app.action_find, "find text in the conversation and jump to it"),
+            ("prompt: attach file", app.action_attach_file, "add a text file's contents to the message"),
             ("reply: copy", app.action_copy_reply, "copy the selected or last reply"),
             ("reply: copy code block", app.action_copy_code, "copy the last code block of the reply"),
             ("reply: statistics", app.action_inspect_reply, "open the statistics inspector"),
@@ -42,8 +57,16 @@ class SpecchatCommands(Provider):
             ("chat: new", app.action_new_chat, "start a new conversation"),
             ("chat: history", app.action_show_history, "saved chats: search, open, rename, delete, export"),
             ("metrics: trend", app.action_show_trend, "acceptance and speed over the last 7 days"),
-            ("reply: older variant", lambda: app.action_page_variant(-1), "page regenerated replies"),
-            ("reply: newer variant", lambda: app.action_page_variant(1), "page regenerated replies"),
+            (
+                "reply: older variant / branch",
+                lambda: app.action_page_variant(-1),
+                "page regenerated replies, or edited messages' branches (select one first)",
+            ),
+            (
+                "reply: newer variant / branch",
+                lambda: app.action_page_variant(1),
+                "page regenerated replies, or edited messages' branches (select one first)",
+            ),
             (
                 "settings: edit",
                 app.action_show_settings,

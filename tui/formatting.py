@@ -116,7 +116,9 @@ def verdict_line(verdict, info, changed: bool = False) -> str:
     return line
 
 
-INTERRUPTED = "interrupted (specchat quit mid-reply)"
+# A reply row that never got its end: specchat quit mid-reply, or the history could no longer be written (a full
+# disk: the reply finished in memory only). The file cannot tell which.
+INTERRUPTED = "interrupted mid-reply (specchat quit, or saving stopped: a full disk)"
 
 
 def interrupted_line(preset: str | None, k: int | None, temperature: float | None, text: str = "") -> str:

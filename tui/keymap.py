@@ -43,7 +43,7 @@ APP_KEYS: tuple[KeySpec, ...] = (
     KeySpec("reply.cancel", "escape", "cancel_reply", "stop"),
     KeySpec("reply.regenerate", "ctrl+r", "regenerate", "regenerate", priority=True),
     # Not priority: while the prompt holds text, ctrl+e / ctrl+y are its end-of-line and redo (see PromptInput).
-    KeySpec("reply.edit_last", "ctrl+e", "edit_last", "edit last", show=False),
+    KeySpec("reply.edit_last", "ctrl+e", "edit_last", "edit", show=False),
     KeySpec("reply.copy", "ctrl+y", "copy_reply", "copy", show=False),
     KeySpec("reply.copy_code", "ctrl+b", "copy_code", "copy code", show=False, priority=True),
     KeySpec("reply.inspect", "ctrl+s", "inspect_reply", "stats", priority=True),
@@ -53,8 +53,11 @@ APP_KEYS: tuple[KeySpec, ...] = (
     KeySpec(
         "reply.newer_variant", "alt+right", "page_variant(1)", "newer variant", show=False, priority=True
     ),
-    KeySpec("reply.previous", "alt+up", "select_reply(-1)", "previous reply", show=False, priority=True),
-    KeySpec("reply.next", "alt+down", "select_reply(1)", "next reply", show=False, priority=True),
+    KeySpec("reply.previous", "alt+up", "select_reply(-1)", "previous message", show=False, priority=True),
+    KeySpec("reply.next", "alt+down", "select_reply(1)", "next message", show=False, priority=True),
+    KeySpec("reply.continue", "alt+c", "continue_reply", "continue", show=False, priority=True),
+    KeySpec("chat.find", "ctrl+f", "find", "find", show=False, priority=True),
+    KeySpec("prompt.attach", "ctrl+t", "attach_file", "attach file", show=False, priority=True),
     KeySpec("prompt.focus", "ctrl+l", "focus_prompt", "prompt", show=False, priority=True),
     # Priority: the prompt (a TextArea) would page its own few lines; these page the conversation above it.
     KeySpec("chat.page_up", "pageup,shift+pageup", "scroll_chat(-1)", "scroll up", show=False, priority=True),

@@ -165,6 +165,7 @@ class HistoryScreen(ModalScreen[int | None]):
         self.mode, self._target = "rename", chat_id
         title = next(c.title for c in self.chats if c.id == chat_id)
         self.search.value = title
+        self.search.cursor_position = len(title)  # typing goes on from the end of the old title
         self.search.placeholder = "new title"
         self.say("type the new title, enter saves, esc cancels")
 

@@ -101,11 +101,12 @@ class ChatLog(VerticalScroll, can_focus=False):
         return replies[-1] if replies else None
 
     def select_reply(self, step: int, focused: Widget | None) -> None:
-        """Move the selection `step` replies from the focused one (from either end when none has focus)."""
-        replies = self.replies()
+        """Move the selection `step` messages (replies and the user's own: to edit or page them) from the focused
+        one (from either end when none has focus)."""
+        replies = [m for m in self.messages() if m.display and not getattr(m, "waiting", False)]
         if not replies:
             return
-        if isinstance(focused, ReplyMessage) and focused in replies:
+        if isinstance(focused, ReplyMessage | UserMessage) and focused in replies:
             index = max(0, min(len(replies) - 1, replies.index(focused) + step))
         else:
             index = len(replies) - 1 if step < 0 else 0

@@ -132,18 +132,36 @@ def draft_spans(rendered: str, source: str, mask: list[bool], offset: int) -> li
     return spans
 
 
-class UserMessage(Vertical):
+class UserMessage(Vertical, can_focus=True):
+    """One message of the user's. Selectable (alt+up/down) to edit it (a new branch) or page its branches."""
+
     def __init__(self, text: str, waiting: bool = False) -> None:
         super().__init__(classes="message user")
         self.text = text
         self.waiting = waiting
+        self.header = ""  # "branch 2/3 (alt+left / alt+right)", "editing …"
 
     def compose(self):
         yield Static(self._role(), classes="role")
         yield Markdown(self.text, classes="body", parser_factory=chat_markdown_parser)
 
     def _role(self) -> Text:
-        return Text.assemble("you", ("  ◌ waiting for the model to load" if self.waiting else "", "dim"))
+        note = (
+            "  ◌ waiting for the model to load" if self.waiting else f"  {self.header}" if self.header else ""
+        )
+        return Text.assemble("you", (note, "dim"))
+
+    def set_header(self, header: str) -> None:
+        self.header = header
+        if self.is_mounted:
+            self.query_one(".role", Static).update(self._role())
+
+    def on_key(self, event: events.Key) -> None:
+        # As on a selected reply: typing is for the prompt.
+        if event.is_printable and event.character:
+            event.stop()
+            event.prevent_default()
+            self.post_message(ReplyMessage.TypedAhead(self, event.character))  # type: ignore[arg-type]
 
     def set_waiting(self, waiting: bool) -> None:
         """A message sent while the model loads is shown as waiting until it is sent."""
@@ -238,6 +256,11 @@ class ReplyMessage(Vertical, can_focus=True):
     def set_header(self, header: str) -> None:
         self.header = header
         self.query_one(".role", Static).update(Text.assemble("assistant", ("  " + header, "dim")))
+
+    def set_stopping(self) -> None:
+        """Esc was pressed: said at once, however long the model takes to notice (a long prefill slice)."""
+        if self.streaming:
+            self.query_one(".stats", Static).update(Text("■ stopping…", style="bold yellow"))
 
     async def append_runs(self, runs: list[OriginRun]) -> None:
         """Add streamed text (UI thread, once per drained batch)."""

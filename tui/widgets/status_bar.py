@@ -39,6 +39,7 @@ class StatusFigures:
     backend: str = ""
     device: str = ""
     warning: str = ""  # a regression found in the metrics log (click the bar for the trend)
+    unsaved: bool = False  # the history went to memory (full disk, unwritable folder): shown while it lasts
     draft_model: str = ""  # the draft model, where one drafts (n-gram and none show nothing here)
     # `draft off: doesn't pay (c 0.42, r(2) 2.00)`: the machine's verdict, while it keeps drafting off
     verdict: str = ""
@@ -51,6 +52,7 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
     info = session.info
     base: dict[str, Any] = {
         "warning": regression_warning(getattr(session, "regressions", ())),
+        "unsaved": bool(getattr(session, "memory_only", False)),
         "context_used": int(getattr(session, "context_used", 0) or 0),
         "max_context": int(getattr(session, "max_context", 0) or 0),
         "cache_mode": info.cache_mode if info else "",
@@ -165,12 +167,15 @@ PRIORITY = {
     "draft": 9,
     "accept": 10,
     "speed": 11,
+    "unsaved": 12,  # the last to go: a chat that is not being saved must say so
 }
 
 
 def status_fields(fig: StatusFigures) -> list[tuple[str, list[Any]]]:
     """(name, Text.assemble parts) per field of a ready bar, in display order."""
     fields: list[tuple[str, list[Any]]] = []
+    if fig.unsaved:
+        fields.append(("unsaved", [("⚠ not saved (memory only)", "bold red")]))
     k_text = (
         "off" if not fig.drafting else "server" if fig.k_by_server else "–" if fig.k is None else str(fig.k)
     )
