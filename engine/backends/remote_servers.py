@@ -242,6 +242,13 @@ def build_profile(
         params = params if isinstance(params, dict) else {}
         max_len = _context(params.get("max_seq_len"), "max_seq_len", notes)
         speculating = bool(params.get("draft")) if "draft" in params else None
+        # TabbyAPI on exllamav3 drafts by a draft model, the model's MTP head or n-gram ("model" | "mtp" | "ngram");
+        # where /v1/model reports its draft_mode (in parameters, or in the draft card), say which.
+        draft_mode = params.get("draft_mode") or _dig(params, "draft", "draft_mode")
+        if isinstance(draft_mode, str) and draft_mode.strip():
+            draft_mode = draft_mode.strip()[:40]
+            notes.append(f"TabbyAPI draft mode: {draft_mode}")
+            speculating = draft_mode.lower() not in ("none", "off", "false")
         notes.append("prompt length estimated (TabbyAPI's tokenizer endpoint is not used)")
         tabby_id = _dig(tabby_model, "id")
         return ServerProfile(

@@ -1,7 +1,7 @@
 """`specchat doctor`: the validation routine to run after every change, each check pass / warn / fail in one line.
 
 The checks, in order (a check that cannot run because an earlier one failed is "skip"):
-  environment    torch, CUDA, the exllamav2 build, flash-attn, the llama.cpp bindings
+  environment    torch, CUDA, the exllamav2 and exllamav3 builds, flash-attn, the llama.cpp bindings
   memory         free GPU memory and the memory plan, with advice for 24 / 16 / 12 / 8 GB cards
   compatibility  draft vs target: vocabulary sizes, differing token strings, special tokens, tokenizer file
                  hashes, chat templates (the rule that fails is named)
@@ -46,6 +46,7 @@ CHECK_NAMES = (
     "torch",
     "cuda",
     "exllamav2",
+    "exllamav3",
     "flash_attn",
     "llama_cpp",
     "cpu_kernels",
@@ -193,7 +194,7 @@ def _version(package: str) -> str | None:
 
 
 def check_environment(report: DoctorReport) -> bool:
-    """torch, CUDA, exllamav2, flash-attn, llama.cpp; returns whether a CUDA GPU is visible."""
+    """torch, CUDA, exllamav2, exllamav3, flash-attn, llama.cpp; returns whether a CUDA GPU is visible."""
     try:
         import torch
     except Exception as exc:  # a broken install: everything after this needs torch
@@ -225,6 +226,24 @@ def check_environment(report: DoctorReport) -> bool:
     else:
         report.add(
             "exllamav2", "warn", f"not usable without CUDA ({version or 'not installed'})", version=version
+        )
+    from engine.backends.exllamav3 import PINNED_VERSION, probe_exllamav3
+
+    usable3, reason3 = probe_exllamav3() if cuda else (False, "no CUDA GPU")
+    version3 = _version("exllamav3")
+    if usable3:
+        report.add("exllamav3", "pass", reason3, version=version3)
+    elif cuda and version3:
+        report.add("exllamav3", "fail", f"exllamav3 cannot run on this GPU: {reason3}", version=version3)
+    elif cuda:
+        report.add(
+            "exllamav3",
+            "warn",
+            f"not installed: pip install exllamav3=={PINNED_VERSION} for EXL3 folders and MTP",
+        )
+    else:
+        report.add(
+            "exllamav3", "warn", f"not usable without CUDA ({version3 or 'not installed'})", version=version3
         )
     flash = _version("flash-attn") or _version("flash_attn")
     if flash:
