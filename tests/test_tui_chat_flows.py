@@ -273,6 +273,8 @@ async def test_rename_starts_with_the_cursor_after_the_old_title(tmp_path: Path)
         await pilot.press("f7")
         await wait_until(pilot, lambda: isinstance(app.screen, HistoryScreen))
         screen = app.screen
+        await pilot.press(*"old")  # a search typed first: the field's cursor is not at the start nor the end
+        await wait_until(pilot, lambda: len(screen.chats) == 1)
         await pilot.press("ctrl+t")
         await pilot.press(*" v2", "enter")
         await wait_until(pilot, lambda: screen.mode == "search")
@@ -331,3 +333,25 @@ async def test_a_chat_open_in_another_window_is_said_once(tmp_path: Path):
         await send(pilot, "from the second window")
         await pilot.pause(2.5)
         assert len(told(app, "open in another specchat window")) == 1
+
+
+async def test_a_resumed_reply_cut_by_a_full_disk_is_not_said_to_be_a_quit(tmp_path: Path):
+    gate = threading.Event()
+    backend = ScriptedBackend(["word " * 3000], gate=gate, gate_after_rounds=1, tokens_per_s=0)
+    app = saving_app(tmp_path, backend)
+    async with app.run_test(size=SMALL) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "write a lot", wait=False)
+        await wait_until(pilot, lambda: app.generating and app.session.active is not None)
+        store = app.session.recorder.store
+        pages = store._con.execute("PRAGMA page_count").fetchone()[0]
+        store._con.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full from here on
+        gate.set()
+        await wait_until(pilot, lambda: not app.generating)
+        await wait_until(pilot, lambda: app.session.memory_only)
+    resumed = saving_app(tmp_path, ScriptedBackend(["x"]), open_chat=Store.open(tmp_path).last_chat_id())
+    async with resumed.run_test(size=SMALL) as pilot:
+        await wait_ready(pilot)
+        await wait_until(pilot, lambda: bool(resumed.chat_log.replies()))
+        line = plain(resumed.chat_log.replies()[-1].query_one(".stats"))
+        assert "full disk" in line and "interrupted" in line
