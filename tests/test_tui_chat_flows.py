@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from tui_helpers import SIZE, make_app, plain, send, status, wait_ready, wait_until
+from tui_helpers import make_app, plain, send, status, wait_ready, wait_until
 
 from engine.backends.scripted import ScriptedBackend
 from engine.config import Settings
@@ -65,6 +65,21 @@ async def test_esc_cancels_an_edit_and_the_old_exchange_stays(tmp_path: Path):
         assert texts(app) == ["one", "A1", "two", "A2"]
         assert [t.content for t in app.session.turns] == ["one", "A1", "two", "A2"]
         assert not any(m.has_class("editing") for m in app.chat_log.messages())
+        await pilot.press("ctrl+z")  # the edited text is not lost
+        assert app.prompt.text == "two more"
+
+
+async def test_esc_after_the_chat_changed_under_an_edit_keeps_what_was_typed(tmp_path: Path):
+    app = saving_app(tmp_path, ScriptedBackend(["A1"]))
+    async with app.run_test(size=SMALL) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "one")
+        await pilot.press("ctrl+e")
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: not app.chat_log.messages())
+        app.prompt.set_text("a new question")
+        await pilot.press("escape")
+        assert app.prompt.text == "a new question" and app.editing is None
 
 
 async def test_esc_on_an_edit_gives_back_what_the_prompt_held(tmp_path: Path):
@@ -151,8 +166,11 @@ async def test_continue_extends_a_reply_cut_at_its_token_limit(tmp_path: Path):
         await send(pilot, "count")
         first = app.chat_log.replies()[-1].text
         assert first == "w0 w1 w2 w3 w4 w5"
+        assert told(app, "alt+c continues it")
         await pilot.press("alt+c")
-        await wait_until(pilot, lambda: not app.generating and len(app.chat_log.replies()[-1].text) > len(first))
+        await wait_until(
+            pilot, lambda: not app.generating and len(app.chat_log.replies()[-1].text) > len(first)
+        )
         replies = [r for r in app.chat_log.replies() if r.display]
         assert len(replies) == 1 and replies[0].text == first + "more words here"
         assert app.session.turns[-1].content == replies[0].text

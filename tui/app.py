@@ -458,6 +458,7 @@ class SpecchatApp(ChatFlows, App[None]):
                 await self._drop_replaced()
                 self.call_after_refresh(self._mark_rendered)
                 self._label_variant(reply)
+                self.offer_continue()
             self._end_reply()
             if self.session.verdict_changed:
                 await self._say_verdict(changed=True)

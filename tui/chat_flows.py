@@ -128,6 +128,9 @@ class ChatFlows:
         if self.generating:
             self.notify("Wait for the reply to finish, or press esc.", severity="warning")
             return
+        if self.state != "ready":
+            self.notify("The model is not ready yet: edit once it has loaded.", severity="warning")
+            return
         index = self._edit_target()
         widget = self._widget_for(index) if index is not None else None
         if index is None or not isinstance(widget, UserMessage):
@@ -151,13 +154,19 @@ class ChatFlows:
         self.editing = None
 
     def cancel_edit(self) -> bool:
-        """Esc while editing: the message stays as it was and the prompt gets back what it held before."""
-        if self.editing is None:
+        """Esc while editing: the message stays as it was and the prompt gets back what it held before (the
+        edited text is one ctrl+z away: nothing typed is lost). False when no edit is under way."""
+        index = self.editing
+        widget = self._widget_for(index) if index is not None else None
+        if not isinstance(widget, UserMessage) or not widget.has_class("editing"):
+            self._end_edit_mark()  # the chat changed under the edit (another chat opened): nothing to undo
             return False
         self._end_edit_mark()
-        self.prompt.set_text(self._edit_saved_prompt)
+        prompt = self.prompt
+        prompt.replace(self._edit_saved_prompt, (0, 0), prompt.document.end)  # an edit: ctrl+z undoes it
+        prompt.move_cursor(prompt.document.end)
         self._edit_saved_prompt = ""
-        self.prompt.focus()
+        prompt.focus()
         self.label_branches()
         return True
 
@@ -274,6 +283,13 @@ class ChatFlows:
             turn = self.session.turns[-1]
             prefix = list(turn.runs or ((turn.content, False),))
         await self._start_reply(None, flow=self.session.continue_reply, prefix=prefix)
+
+    def offer_continue(self) -> None:
+        """A reply that ran into its token limit says how to go on."""
+        if self.session.can_continue():
+            self.notify(
+                f"The reply reached its token limit: {self._keys('reply.continue')} continues it.", timeout=6
+            )
 
     # --- find in the conversation --------------------------------------------------------------------------
 
