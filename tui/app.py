@@ -70,6 +70,7 @@ class SpecchatApp(ChatFlows, App[None]):
     ) -> None:
         super().__init__()
         self.open_chat_id = open_chat  # a stored chat to continue (--resume, --chat ID)
+        self._action_targets.add("prompt")  # "prompt.clear_prompt" in the key table: the prompt's action
         self.settings = settings
         if session is None:
             # A bad preset file is skipped (the session says which), the others load.

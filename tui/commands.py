@@ -74,6 +74,12 @@ class SpecchatCommands(Provider):
             ),
             ("help: keys", app.action_show_help, "list every key"),
         ]
+        prompt = app.prompt
+        commands += [
+            ("prompt: edit in $EDITOR", prompt.action_edit_in_editor, "compose the message in your editor"),
+            ("prompt: clear", prompt.action_clear_prompt, "empty the prompt (ctrl+z brings it back)"),
+            ("prompt: select all", prompt.action_select_everything, "select the whole prompt"),
+        ]
         return commands
 
     async def discover(self) -> Hits:

@@ -69,6 +69,13 @@ APP_KEYS: tuple[KeySpec, ...] = (
         show=False,
         priority=True,
     ),
+    # The prompt as a whole (actions of PromptInput, wherever focus is): a long message in $EDITOR, and clear /
+    # select all (TextArea's f7 is the history's; ctrl+u clears every line, not only one: ctrl+z brings it back).
+    KeySpec("prompt.editor", "f10", "prompt.edit_in_editor", "editor", show=False, priority=True),
+    KeySpec("prompt.clear", "ctrl+u", "prompt.clear_prompt", "clear prompt", show=False, priority=True),
+    KeySpec(
+        "prompt.select_all", "alt+a", "prompt.select_everything", "select all", show=False, priority=True
+    ),
     KeySpec("chat.new", "ctrl+n", "new_chat", "new chat", show=False, priority=True),
     KeySpec("chat.history", "ctrl+h,f7", "show_history", "history", show=False, priority=True),
     KeySpec("settings.open", "f12", "show_settings", "settings", show=False, priority=True),

@@ -36,6 +36,9 @@ keys in the chat (binding id in brackets; remap under [keymap] in config.toml, e
   pageup/pagedown   scroll the chat from the prompt (shift+pageup/pagedown too) [chat.page_up] [chat.page_down]
   f6                colour text the draft got right [view.draft_highlight]
   f5                help [help.show]     ctrl+l  back to the prompt [prompt.focus]
+  f10               compose the message in $VISUAL / $EDITOR (vi if unset) [prompt.editor]
+  ctrl+u / alt+a    clear the prompt (ctrl+z brings it back) / select all of it [prompt.clear] [prompt.select_all]
+                    an unsent prompt is kept across ctrl+q and comes back at the next start
   ctrl+n            new chat; the last one stays in the history [chat.new]  ctrl+q  quit [app.quit]
   ctrl+h or f7      saved chats: search, open, rename, delete, export [chat.history]
                     (f7 where the terminal sends ctrl+h as backspace)

@@ -13,7 +13,11 @@ from tui.cli.common import CliError, add_model_flags, cli_settings
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_flags(parser)
     src = parser.add_mutually_exclusive_group()
-    src.add_argument("--prompt", help="the prompt text")
+    src.add_argument(
+        "--prompt",
+        help="the prompt text; - reads it from stdin (so does no --prompt with stdin a pipe or file: "
+        "echo hi | specchat generate)",
+    )
     src.add_argument(
         "--prompt-file", type=Path, help="JSON Lines file, one object with a 'prompt' field per line"
     )
@@ -32,7 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _read_prompts(args: argparse.Namespace) -> list[str]:
     from engine.prompt_file import PromptFileError, read_prompt_file
 
-    if args.prompt is not None:
+    piped = sys.stdin is not None and not sys.stdin.isatty()
+    from_stdin = args.prompt == "-" or (args.prompt is None and args.prompt_file is None and piped)
+    if from_stdin:
+        prompts = [_read_stdin()]
+    elif args.prompt is not None:
         prompts = [args.prompt]
     elif args.prompt_file is not None:
         try:
@@ -40,11 +48,26 @@ def _read_prompts(args: argparse.Namespace) -> list[str]:
         except PromptFileError as exc:
             raise CliError(str(exc)) from None
     else:
-        raise CliError("generate needs --prompt TEXT or --prompt-file FILE")
+        raise CliError(
+            "generate needs --prompt TEXT, --prompt-file FILE or text piped in (echo hi | specchat generate)"
+        )
     for i, prompt in enumerate(prompts, start=1):
+        if not prompt.strip() and from_stdin:
+            raise CliError(
+                "empty prompt on stdin (generate takes --prompt TEXT, --prompt-file FILE or text piped in)"
+            )
         if not prompt.strip():
             raise CliError("empty prompt" + (f" (line {i} of the file)" if len(prompts) > 1 else ""))
     return prompts
+
+
+def _read_stdin() -> str:
+    """The prompt piped in (`echo hi | specchat generate`, `--prompt - < file`), without its final line break."""
+    try:
+        text = sys.stdin.buffer.read().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CliError(f"stdin is not UTF-8 text (byte {exc.start}): pipe a text file") from None
+    return text.removesuffix("\n").removesuffix("\r")
 
 
 def _validate_generate(args: argparse.Namespace) -> None:
