@@ -26,11 +26,16 @@ keys in the chat (binding id in brackets; remap under [keymap] in config.toml, e
   ctrl+o            preset picker, user presets too [preset.pick]; ctrl+p: command palette
   escape            stop the reply: partial text kept, the prompt comes back if nothing arrived [reply.cancel]
   ctrl+r            regenerate the last reply (the old one stays as a variant) [reply.regenerate]
-  alt+left/right    page the last reply's older / newer variants [reply.older_variant] [reply.newer_variant]
-  ctrl+e            edit and resend the last message [reply.edit_last]
+  alt+left/right    page the older / newer variants of the last reply, or the branches of a selected message
+                    [reply.older_variant] [reply.newer_variant]
+  ctrl+e            edit the selected (or last) message; enter resends it as a new branch, esc cancels
+                    [reply.edit_last]
+  alt+c             continue the last reply where its token limit cut it [reply.continue]
+  ctrl+f            find text in the chat; again: the match before [chat.find]
+  ctrl+t            attach a text file (a picker); or type /attach PATH ... in the prompt [prompt.attach]
   ctrl+y / ctrl+b   copy the reply / its last code block [reply.copy] [reply.copy_code]
   ctrl+s            statistics inspector of the selected reply [reply.inspect]
-  alt+up / alt+down select a reply, or click it [reply.previous] [reply.next]
+  alt+up / alt+down select a message (yours or a reply), or click a reply [reply.previous] [reply.next]
   on a reply        enter: stats, ctrl+y: copy, ctrl+b: copy code, f5: help; typing goes to the prompt
                     [message.inspect] [message.copy] [message.copy_code] [message.help]
   pageup/pagedown   scroll the chat from the prompt (shift+pageup/pagedown too) [chat.page_up] [chat.page_down]
