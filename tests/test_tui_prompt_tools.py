@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_tui_input import parse
 from tests.tui_helpers import SIZE, make_app, wait_until
 from tui.commands import SpecchatCommands
 from tui.prompt_draft import draft_path
@@ -28,8 +29,9 @@ async def test_f10_composes_the_message_in_the_editor_and_ctrl_z_takes_it_back(t
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state == "ready")
-        app.prompt.insert("first line")
-        await pilot.press("f10")
+        # Typed, then f10 at once, as one read from the terminal: the editor must get what was typed.
+        for message in parse(b"first line\x1b[21~"):
+            app.post_message(message)
         await wait_until(pilot, lambda: app.prompt.text == "first line\nsecond line from the editor")
         assert not app.chat_log.messages()
         await pilot.press("ctrl+z")

@@ -96,17 +96,24 @@ class PromptInput(TextArea):
                 timeout=4,
             )
 
-    # The key table's "prompt.*" actions (tui/keymap.py): the app runs them on this widget wherever focus is.
+    # The key table's "prompt.*" actions (tui/keymap.py): the app runs them on this widget wherever focus is. They
+    # wait their turn behind the keys already forwarded here (typed, then f10 at once: the editor gets the text).
     def action_edit_in_editor(self) -> None:
         from tui.external_editor import edit_prompt_in_editor
 
-        edit_prompt_in_editor(self.app)
+        self.call_later(edit_prompt_in_editor, self.app)
 
     def action_clear_prompt(self) -> None:
+        self.call_later(self._clear_all)
+
+    def action_select_everything(self) -> None:
+        self.call_later(self._select_everything)
+
+    def _clear_all(self) -> None:
         self.clear()  # one edit: ctrl+z brings the text back
         self.focus()
 
-    def action_select_everything(self) -> None:
+    def _select_everything(self) -> None:
         self.focus()
         self.select_all()
 
