@@ -63,8 +63,11 @@ gpu-check:
 	bash scripts/gpu_check.sh
 
 # An offline GPU check's bundle (<= 64 MiB): run `scripts/gpu_check.sh --offline gpu-bundle` on the CUDA machine.
+# GPU_BUNDLE_ARGS="--prebuilt-ext DIR" adds exllamav2_ext / exllamav3_ext built ahead for sm_90 ("--build-ext" builds
+# them here first: hours on 2 cores); `bash scripts/gpu_check.sh --dry-run` prints the check's steps and times.
+GPU_BUNDLE_ARGS ?=
 gpu-bundle: install
-	$(BIN)/python scripts/gpu_bundle.py gpu-bundle
+	$(BIN)/python scripts/gpu_bundle.py gpu-bundle $(GPU_BUNDLE_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info gpu-bundle

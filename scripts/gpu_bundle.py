@@ -1,6 +1,8 @@
 """Build the offline GPU-check bundle (`make gpu-bundle`): what a locked-down CUDA machine lacks, in one folder.
 
-    python scripts/gpu_bundle.py [OUT]      # default OUT: gpu-bundle
+    python scripts/gpu_bundle.py [OUT]                       # default OUT: gpu-bundle
+    python scripts/gpu_bundle.py [OUT] --prebuilt-ext DIR    # add exllamav2_ext / exllamav3_ext .so files from DIR
+    python scripts/gpu_bundle.py [OUT] --build-ext           # build both extensions here for sm_90, then add them
 
 The machine it is for has no network, Python 3.12 on Linux x86_64, and already a CUDA torch, transformers,
 tokenizers, safetensors and ninja (the BOX_ROOTS, with everything they depend on). The bundle carries:
@@ -12,6 +14,13 @@ tokenizers, safetensors and ninja (the BOX_ROOTS, with everything they depend on
   model/             the embedded SmolLM2-135M-Instruct's config, tokenizer and chat template (no weights: the
                      check builds a random-weight model of the same shape)
   gpu_check.py, gpu_check.sh   the check itself
+  ext/               optional: exllamav2_ext and exllamav3_ext compiled ahead for the device (sm_90), which the
+                     check puts first on PYTHONPATH; both libraries import a prebuilt module instead of compiling
+                     (exllamav3's ~194 CUDA sources take longer than the device budget on a cold machine)
+
+`--build-ext` compiles them on this machine, with no GPU: torch's JIT loader (the same build each library runs on
+first import) with TORCH_CUDA_ARCH_LIST=9.0, nvcc from CUDA_HOME and a CUDA build of torch (`--torch-site DIR`
+puts one first on the build's PYTHONPATH). It uses every core for a long time (hours on 2 cores).
 
 and must stay at most 64 MiB. Resolution and downloads use pip with PyPI as configured here.
 """
@@ -31,6 +40,13 @@ PYTHON_VERSION = "3.12"
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
 BOX_ROOTS = ("torch", "transformers", "tokenizers", "safetensors", "ninja")
 EXTRA = ("exllamav2==0.3.2",)
+# exllamav3 (engine/backends/exllamav3/library.PINNED_VERSION) goes into exl3/ as its wheel, installed with --no-deps:
+# its llguidance>=1.7 requirement only serves LLGuidanceFilter (imported in a try: generator/filter/llguidance.py)
+# and may be missing from an index. Its other imports are resolved with the rest.
+EXL3_WHEEL = "exllamav3==1.6.5"
+EXL3_IMPORTS = ("marisa-trie", "pyyaml", "pillow", "rich", "numpy", "typing-extensions")
+EXTENSIONS = {"exllamav2": "exllamav2_ext", "exllamav3": "exllamav3_ext"}
+DEVICE_ARCH = "9.0"  # the device's H200 (sm_90)
 MODEL_FILES = (
     "config.json",
     "generation_config.json",
@@ -129,8 +145,69 @@ def build_wheel(wheels: Path, out: Path) -> Path:
     return next(wheels.glob("specchat-*.whl"))
 
 
+def prebuilt_files(folder: Path) -> list[Path]:
+    """The extension modules in `folder` (exllamav2_ext*.so, exllamav3_ext*.so), searched recursively."""
+    found = []
+    for ext in EXTENSIONS.values():
+        found += sorted(p for p in folder.rglob(f"{ext}*.so") if p.is_file())
+    return found
+
+
+def build_extensions(target: Path, torch_site: Path | None) -> Path:
+    """Compile both extensions for DEVICE_ARCH into `target` (one folder per extension); the folder.
+
+    Each library's own first-import build runs in a subprocess with TORCH_EXTENSIONS_DIR=target; an import that
+    fails after the .so exists (no GPU here) is fine, a build that leaves no .so is an error naming its log.
+    """
+    import os
+
+    target.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(target), "TORCH_CUDA_ARCH_LIST": DEVICE_ARCH}
+    env.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
+    if torch_site is not None:
+        env["PYTHONPATH"] = f"{torch_site}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    for package, ext in EXTENSIONS.items():
+        print(f"gpu-bundle: building {ext} for sm_{DEVICE_ARCH.replace('.', '')} (MAX_JOBS={env['MAX_JOBS']})",
+              flush=True)  # fmt: skip
+        log = target / f"{ext}.build.log"
+        with log.open("w", encoding="utf-8") as f:
+            subprocess.run(
+                [sys.executable, "-c", f"import {package}"], env=env, stdout=f, stderr=f, check=False
+            )
+        if not list((target / ext).glob(f"{ext}*.so")):
+            raise SystemExit(f"gpu-bundle: {ext} did not build (log: {log})")
+    return target
+
+
+def parse(argv: list[str]) -> tuple[Path, Path | None, bool, Path | None]:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="gpu_bundle.py")
+    parser.add_argument("out", nargs="?", default="gpu-bundle")
+    parser.add_argument(
+        "--prebuilt-ext", type=Path, help="a folder holding exllamav2_ext / exllamav3_ext .so files"
+    )
+    parser.add_argument(
+        "--build-ext", action="store_true", help="compile both extensions here for sm_90 first"
+    )
+    parser.add_argument("--torch-site", type=Path, help="a site-packages folder with a CUDA build of torch")
+    args = parser.parse_args(argv)
+    return Path(args.out).resolve(), args.prebuilt_ext, args.build_ext, args.torch_site
+
+
+def add_extensions(out: Path, source: Path) -> list[Path]:
+    files = prebuilt_files(source)
+    if not files:
+        raise SystemExit(f"gpu-bundle: no exllamav2_ext / exllamav3_ext .so files in {source}")
+    ext_dir = out / "ext"
+    ext_dir.mkdir(exist_ok=True)
+    for path in files:
+        shutil.copy(path, ext_dir / path.name)
+    return files
+
+
 def main(argv: list[str]) -> int:
-    out = Path(argv[0] if argv else "gpu-bundle").resolve()
+    out, prebuilt, build_ext, torch_site = parse(argv)
     if out.exists():
         shutil.rmtree(out)
     wheels = out / "wheels"
@@ -143,7 +220,7 @@ def main(argv: list[str]) -> int:
         report_path = Path(tmp) / "report.json"
         pip(
             "install", "--quiet", "--dry-run", "--ignore-installed", "--report", str(report_path),
-            "--target", str(Path(tmp) / "target"), *target_args(), str(project), *EXTRA,
+            "--target", str(Path(tmp) / "target"), *target_args(), str(project), *EXTRA, *EXL3_IMPORTS,
         )  # fmt: skip
         report = json.loads(report_path.read_text(encoding="utf-8"))
     packages = {canonical(item["metadata"]["name"]): item for item in report["install"]}
@@ -155,6 +232,8 @@ def main(argv: list[str]) -> int:
 
     print(f"gpu-bundle: downloading {len(pins)} wheels", flush=True)
     pip("download", "--quiet", "--no-deps", "--dest", str(wheels), *target_args(), *pins)
+    (out / "exl3").mkdir()
+    pip("download", "--quiet", "--no-deps", "--dest", str(out / "exl3"), *target_args(), EXL3_WHEEL)
     (out / "requirements.txt").write_text(
         "\n".join([*pins, f"specchat=={packages['specchat']['metadata']['version']}"]) + "\n",
         encoding="utf-8",
@@ -175,11 +254,22 @@ def main(argv: list[str]) -> int:
             shutil.copy(source / name, model / name)
     for name in ("gpu_check.py", "gpu_check.sh"):
         shutil.copy(ROOT / "scripts" / name, out / name)
+    if build_ext:
+        prebuilt = build_extensions(Path(tempfile.mkdtemp(prefix="specchat-ext-")), torch_site)
+    if prebuilt is not None:
+        files = add_extensions(out, prebuilt)
+        print(f"gpu-bundle: prebuilt extensions: {', '.join(p.name for p in files)}", flush=True)
 
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"gpu-bundle: {out} holds {len(pins) + 1} wheels, {size / 2**20:.1f} MiB", flush=True)
     if size > LIMIT_BYTES:
-        print(f"gpu-bundle: error: {size / 2**20:.1f} MiB is over the 64 MiB limit", file=sys.stderr)
+        largest = max((p for p in out.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+        print(
+            f"gpu-bundle: error: {size / 2**20:.1f} MiB is over the 64 MiB limit (largest: {largest.name}, "
+            f"{largest.stat().st_size / 2**20:.1f} MiB); carry the extensions in a second bundle and run the check "
+            "twice on one warm machine",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -282,7 +282,10 @@ def test_config_path_that_is_a_folder(config_home: Path) -> None:
 def test_blank_draft_and_preset_are_rejected(config_home: Path) -> None:
     with pytest.raises(ConfigError) as error:
         load_settings(draft="  ")
-    assert assert_one_line(error) == "command line: draft: must be 'ngram', 'none', 'mtp' or a draft model folder"
+    assert (
+        assert_one_line(error)
+        == "command line: draft: must be 'ngram', 'none', 'mtp' or a draft model folder"
+    )
     with pytest.raises(ConfigError) as error:
         load_settings(preset="")
     assert assert_one_line(error) == "command line: preset: must not be empty (use 'auto')"

@@ -156,6 +156,7 @@ class ExLlamaV3Backend:
         self.num_draft_tokens = self._clamp_k(num_draft_tokens)
         self.notes: list[str] = []
         self.reply_notes: tuple[str, ...] = ()  # the last reply's Done.notes
+        self.last_job_counters: tuple[int, int] = (0, 0)  # the last reply's job: accepted, rejected drafts
         self._ex: SimpleNamespace | None = None
         self._m: _Models | None = None
         self._template: ChatTemplate | None = None
@@ -587,6 +588,7 @@ class ExLlamaV3Backend:
             first, start = job.time_first_token, job.time_first_prefill
             prefill_s = first - start if first is not None and start is not None else 0.0
         self.reply_notes = tuple(notes)
+        self.last_job_counters = (int(job.accepted_draft_tokens), int(job.rejected_draft_tokens))
         return Done(
             stop_reason=reason,
             prompt_tokens=prompt_tokens,
