@@ -35,6 +35,8 @@ and target passes are not timed apart, so the cost ratio is not measured (Done.d
 
 from __future__ import annotations
 
+import contextlib
+import io
 import threading
 import time
 from collections.abc import Iterator
@@ -274,18 +276,22 @@ class ExLlamaV3Backend:
             )
 
             loading = "generator"
-            generator = ex.Generator(
-                model=model,
-                cache=cache,
-                tokenizer=tokenizer,
-                max_batch_size=1,
-                draft_model=draft_model,
-                draft_cache=draft_cache,
-                num_draft_tokens=k_max if self.drafter != "none" else None,
-                ngram_match_min=NGRAM_MATCH_MIN if self.drafter == "ngram" else 0,
-                dynamic_draft_tokens=self.uses_draft_model,
-                record_draft_stats=True,
-            )
+            printed = (
+                io.StringIO()
+            )  # exllamav3 prints its warnings (an MTP head's depth): into notes, not the TUI
+            with contextlib.redirect_stdout(printed):
+                generator = ex.Generator(
+                    model=model,
+                    cache=cache,
+                    tokenizer=tokenizer,
+                    max_batch_size=1,
+                    draft_model=draft_model,
+                    draft_cache=draft_cache,
+                    num_draft_tokens=k_max if self.drafter != "none" else None,
+                    ngram_match_min=NGRAM_MATCH_MIN if self.drafter == "ngram" else 0,
+                    dynamic_draft_tokens=self.uses_draft_model,
+                    record_draft_stats=True,
+                )
         except BackendError:
             raise
         except Exception as exc:
@@ -294,6 +300,9 @@ class ExLlamaV3Backend:
             cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise BackendError(f"exllamav3 could not load {loading}: {cause}") from exc
 
+        self.notes += [
+            f"exllamav3: {line.strip(' !-')}" for line in printed.getvalue().splitlines() if line.strip()
+        ]
         eot = self._template.end_of_turn if self._template else None
         calibrator = getattr(generator, "draft_calibrator", None)
         generator.draft_calibrator = None  # lent per reply (k_mode "dynamic")

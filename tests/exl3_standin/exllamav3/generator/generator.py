@@ -3,7 +3,8 @@
 Follows the real file where the backend can observe it:
 - the constructor's signature (lines 41-75, ending in `**kwargs`: unknown keywords are swallowed, as here) and its
   checks: a draft model and n-gram drafting together assert, the draft cache must be as large as the cache
-  (lines 252-260); `num_draft_tokens` defaults to 4 with a drafter and is 0 without one (lines 265-277);
+  (lines 252-260); `num_draft_tokens` defaults to 4 with a drafter and is 0 without one (lines 265-277), and an MTP
+  head shallower than it prints a warning (lines 269-273);
   `max_draft_tokens` (line 288) sizes `draft_ids_pinned` (lines 334-344); the dynamic-draft calibrator exists only
   with `dynamic_draft_tokens` and a draft model (lines 289, 433-436); a new generator over the same cache takes it
   over (`owner_serial`, lines 243-245) and the old one refuses to iterate (lines 741-751);
@@ -85,6 +86,13 @@ class Generator:
                 self.num_draft_tokens = num_draft_tokens
             else:
                 self.num_draft_tokens = 4
+            depths = draft_model.caps.get("mtp_depths")
+            if depths is not None and self.num_draft_tokens > depths:
+                print(
+                    f" !! Warning: the MTP head has {depths} depth-specialized layers; draft positions past "
+                    f"{depths} reuse the last one, with decreasing acceptance (num_draft_tokens = "
+                    f"{self.num_draft_tokens})"
+                )
         elif ngram_match_min:
             self.num_draft_tokens = num_draft_tokens if num_draft_tokens is not None else 4
         else:
