@@ -69,7 +69,8 @@ class ChatFlows:
     # --- messages on screen <-> turns ----------------------------------------------------------------------
 
     def _on_screen(self) -> list[UserMessage | ReplyMessage]:
-        return [m for m in self.chat_log.messages() if not getattr(m, "waiting", False)]
+        """The messages shown, in order: not a waiting one, nor one hidden while its replacement streams."""
+        return [m for m in self.chat_log.messages() if m.display and not getattr(m, "waiting", False)]
 
     def turn_index(self, widget: Any) -> int | None:
         """The session turn a message on screen shows (None: none, e.g. a failed reply that kept nothing)."""
