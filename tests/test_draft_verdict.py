@@ -190,3 +190,66 @@ async def test_the_chat_says_so_when_a_reply_turns_the_verdict():
             )
         )
         assert "doesn't pay" not in status(app)
+
+
+# --- the inspector: the verdict, long-match mode, the drafts cap, the recent average -------------------------
+
+
+def inspector_text(stats, notes=()) -> str:
+    from textual.widgets import Static
+
+    from tests.tui_helpers import plain
+    from tui.screens.inspector import stats_table
+
+    return plain(Static(stats_table(stats, backend_notes=notes)))
+
+
+def adaptive_stats(**changes):
+    import dataclasses
+
+    acc = AcceptanceAccounting(t_start=0.0)
+    for k, tokens, accepted in ((3, 2, 1), (8, 9, 8), (8, 9, 8), (3, 1, 0)):
+        acc.add(chunk(tokens, drafted=k, accepted=accepted))
+    stats = acc.finish(
+        Done("eos", prompt_tokens=5), 2.0, preset="code", num_draft_tokens=3, temperature=0.0, draft_mode="ngram",
+        backend="llama.cpp", model="m", k_mode="adaptive",
+    )  # fmt: skip
+    return dataclasses.replace(stats, **changes)
+
+
+def test_the_inspector_names_long_match_mode_where_rounds_drafted_past_k():
+    text = inspector_text(adaptive_stats())
+    assert "ngram  K adaptive, up to 3; long-match mode drafted up to 8 in 2 rounds" in text
+    from tui.screens.inspector import drafting_line
+
+    plain_k = adaptive_stats(k_per_round=[3, 2, 0])
+    assert drafting_line(plain_k) == "ngram  K adaptive, up to 3"
+
+
+def test_the_inspector_shows_the_backends_drafts_cap_and_the_verdict():
+    note = "drafts capped at 3: width 5 rounds differently on this build"
+    text = inspector_text(
+        adaptive_stats(draft_verdict="doesn't pay (r(2) 2.00: …)", draft_verdict_status="warn"),
+        notes=("cache: q8_0", note),
+    )
+    assert "drafts cap  " + note in text
+    assert "draft verdict  doesn't pay (r(2) 2.00: …)" in text
+    assert "drafts cap" not in inspector_text(adaptive_stats(), notes=("cache: q8_0",))
+    # The wording before the lead's change is recognised too.
+    assert "drafts cap" in inspector_text(adaptive_stats(), notes=("drafts are capped at 2 per round",))
+
+
+def test_the_recent_average_says_whether_it_counts_this_reply():
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from tui.screens.inspector import recent_comparison
+
+    recent = SimpleNamespace(replies=2, acceptance=0.5, tau=1.5, tokens_per_s=10.0, ttft_s=0.2)
+    console = Console(width=120, record=True, color_system=None, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(recent_comparison(adaptive_stats(), recent))
+    console.print(recent_comparison(adaptive_stats(), recent, includes_this=False))
+    out = console.export_text()
+    assert "last 2 code (with this)" in out
+    assert out.count("last 2 code") == 2
