@@ -188,7 +188,7 @@ def bench_llamacpp_if_usable(
     from engine.backends.llamacpp import probe_llamacpp
     from engine.backends.select import is_gguf_path, uses_embedded_model
 
-    if settings.backend in ("transformers", "exllamav2"):
+    if settings.backend in ("transformers", "exllamav2", "exllamav3"):
         return None
     usable, reason = probe_llamacpp()
     if not usable:
