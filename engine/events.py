@@ -40,6 +40,9 @@ class Chunk:
     # server's counters), and such a chunk is not one verification round (`is_round` False).
     count: int | None = None
     is_round: bool = True
+    # Who proposed this round's drafts: "ngram" (lookup, alone or beside a draft model) or "model" (a draft
+    # model); None where the backend does not say or nothing was drafted.
+    drafter: str | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -118,6 +121,10 @@ class MessageStats:
     cost_ratio: float | None = None
     # The target's verify pass of 1 + k tokens in plain steps, r(1 + k), k = 1..K (Done.verify_cost).
     verify_cost: list[float] = field(default_factory=list)
+    # r_i over the draft model's own rounds, where n-gram lookup drafted some rounds beside it (None: every
+    # drafting round was one drafter's, so per_position_acceptance is the draft model's or the lookup's alone).
+    # Adaptive K of the next run starts from it: the lookup's long copies would seed the draft model too high.
+    model_per_position_acceptance: list[float] | None = None
     router_reason: str = ""
     cache_mode: str = ""
     # A thinking reply's reasoning (<think>…</think>), counted apart: acceptance there is usually different.

@@ -88,6 +88,10 @@ class AcceptanceAccounting:
     # The first chunk's tokens arrive with the prefill; decode speed counts the tokens after it.
     first_chunk_tokens: int = 0
     k_per_round: list[int] = field(default_factory=list)  # Chunk.k of every round that reported one
+    # The same per-position counts over the rounds a draft model drafted, where lookup drafted others beside it.
+    model_drafted_at_least: list[int] = field(default_factory=list)
+    model_accepted_at_least: list[int] = field(default_factory=list)
+    lookup_rounds: int = 0  # drafting rounds whose drafts came from n-gram lookup (Chunk.drafter "ngram")
 
     # Rounds that emitted no token, held back: counted when a later chunk comes (their tokens' text was held
     # back for a stop string), dropped at the end (the final round's only token was the stop token).
@@ -135,6 +139,13 @@ class AcceptanceAccounting:
                 _bump(self.drafted_at_least, i)
             for i in range(chunk.accepted):
                 _bump(self.accepted_at_least, i)
+            if chunk.drafter == "ngram":
+                self.lookup_rounds += 1
+            else:
+                for i in range(chunk.drafted):
+                    _bump(self.model_drafted_at_least, i)
+                for i in range(chunk.accepted):
+                    _bump(self.model_accepted_at_least, i)
             self._follow_rate(chunk.accepted / chunk.drafted)
         self._update_rates()
 
@@ -156,14 +167,13 @@ class AcceptanceAccounting:
         )
 
     def per_position_acceptance(self) -> list[float]:
-        return [
-            a / d
-            for a, d in zip(
-                self.accepted_at_least + [0] * (len(self.drafted_at_least) - len(self.accepted_at_least)),
-                self.drafted_at_least,
-                strict=True,
-            )
-        ]
+        return _rates(self.accepted_at_least, self.drafted_at_least)
+
+    def model_per_position_acceptance(self) -> list[float] | None:
+        """r_i over the draft model's rounds alone, where lookup drafted other rounds beside it; else None."""
+        if not self.lookup_rounds or self.lookup_rounds == self.drafting_rounds:
+            return None
+        return _rates(self.model_accepted_at_least, self.model_drafted_at_least)
 
     def alpha_and_k(self) -> tuple[float | None, int]:
         if not self.drafting_rounds:
@@ -217,6 +227,7 @@ class AcceptanceAccounting:
             "acceptance_rate": live.acceptance_rate,
             "mean_accepted_length": live.mean_accepted_length,
             "per_position_acceptance": self.per_position_acceptance(),
+            "model_per_position_acceptance": self.model_per_position_acceptance(),
             "acceptance_histogram": list(self.accepted_counts),
             "alpha": alpha,
             "predicted_speedup": speedup,
@@ -301,6 +312,11 @@ def server_figures(server: ServerStats, counted_tokens: int) -> dict:
         unavailable.setdefault("per_position_acceptance", "the server does not report drafts per position")
     figures["unavailable"] = unavailable
     return figures
+
+
+def _rates(accepted_at_least: list[int], drafted_at_least: list[int]) -> list[float]:
+    accepted = accepted_at_least + [0] * (len(drafted_at_least) - len(accepted_at_least))
+    return [a / d for a, d in zip(accepted, drafted_at_least, strict=True)]
 
 
 def _bump(counts: list[int], index: int) -> None:

@@ -111,6 +111,9 @@ class VerifyCostModel:
             if width > 1:
                 self._ratios[width] = min(max(ratio, 1.0), float(width))
         self._one = one_token_s
+        self._one_context = (
+            0  # cached tokens under the one-token passes `_one` follows (with a context shape)
+        )
         # A draft-model step: measured seconds (EMA), or a given ratio to a plain step (tests, fixed peers).
         self._draft_s: float | None = None
         self._fixed_draft_ratio = draft_ratio
@@ -123,6 +126,7 @@ class VerifyCostModel:
         `reference_context` (where the load calibration ran)."""
         self._shape = seconds
         self._shape_context = reference_context
+        self._one_context = reference_context  # the one-token time held is the calibration's
 
     def _context_factor(self, width: int) -> float:
         """How much more (or less) a pass of `width` costs in plain steps at `context` than at the reference."""
@@ -151,7 +155,8 @@ class VerifyCostModel:
 
     @property
     def one_token_s(self) -> float | None:
-        return self._one
+        """A one-token pass's recent time, at the latest pass's context."""
+        return self._one_here()
 
     def observe_draft(self, seconds: float) -> None:
         """One draft-model step (a one-token forward of the draft) took `seconds`."""
@@ -172,14 +177,26 @@ class VerifyCostModel:
         if width < 1 or seconds <= 0:
             return
         if width == 1:
-            self._one = seconds if self._one is None else self._one + self.ONE_WEIGHT * (seconds - self._one)
+            one = self._one_here()
+            self._one = seconds if one is None else one + self.ONE_WEIGHT * (seconds - one)
+            self._one_context = self.context
             return
-        if self._one is None:
+        one = self._one_here()
+        if one is None:
             return
         factor = self._context_factor(width)
-        sample = min(max(seconds / self._one / factor, 1.0), float(width))
+        sample = min(max(seconds / one / factor, 1.0), float(width))
         old = self._ratios.get(width)
         self._ratios[width] = sample if old is None else old + self.EMA_WEIGHT * (sample - old)
+
+    def _one_here(self) -> float | None:
+        """The recent one-token time, read at `context`: where every round drafts (a long copy), the last one-token
+        pass ran over a shorter cache, and a wide pass compared with it would look dearer than it is."""
+        shape, one = self._shape, self._one
+        if shape is None or one is None or self._one_context == self.context:
+            return one
+        then, now = shape(1, self._one_context), shape(1, self.context)
+        return one * now / then if then > 0 and now > 0 else one
 
     def ratio(self, width: int) -> float:
         """t(width) / t(1) at `context`, between 1 and width; 1 + 0.1 per extra token where no width above 1 was
@@ -545,6 +562,8 @@ class NgramDrafter:
         # Long-match mode's own ceiling: twice the last round's drafts where it took them all, else nothing
         # (a copy has to prove itself round by round: a wrong 48-token draft costs a dozen plain steps).
         self.long_room = 0
+        # The last proposal's long match would have drafted further than `k_long` allowed.
+        self.wanted_longer = False
 
     @property
     def tokens(self) -> list[int]:
@@ -576,6 +595,7 @@ class NgramDrafter:
         self._pending_bucket = None
         self.last_match_length = 0
         self.last_rate = 1.0
+        self.wanted_longer = False
         if k_max <= 0:
             return []
         length, end = self.index.longest_match()
@@ -588,6 +608,7 @@ class NgramDrafter:
             ceiling = min(k_max, MAX_DRAFT_LENGTH)
             if length >= LONG_MATCH and min(k_long, self.long_room) > ceiling:
                 ceiling = min(k_long, self.long_room, LONG_DRAFT_MAX)
+            self.wanted_longer = length >= LONG_MATCH and min(self.long_room, LONG_DRAFT_MAX) > max(k_long, 0)
             k, self.last_rate = best_draft_length(self.acceptance, self.costs, bucket, ceiling)
             if k == 0 and self.tuner is not None and self.tuner.probe_due(k_max, self.costs):
                 k = min(PROBE_LENGTH, k_max)

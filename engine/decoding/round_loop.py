@@ -44,6 +44,9 @@ MAX_PERIOD = 64
 MIN_REPEATED_TOKENS = 96
 REPEATS = 3
 REPETITION_NOTE = "stopped: the reply kept repeating the same {period}-token span"
+# A draft model that missed more tokens than this catches up by prefill (in slices) before its first step; fewer
+# go in with that step, in one pass (the usual case: the last accepted draft and the target's own token).
+CATCH_UP_PASS = 64
 NO_CROP_NOTE = "drafting off: this model's cache cannot drop rejected drafts (each would cost a re-prefill)"
 
 
@@ -91,8 +94,11 @@ class LoopSetup:
     tuner: AdaptiveK
     # Text that ends a reply where no single token does (a plain fallback template's "\nUser:").
     stop_strings: tuple[str, ...] = ()
-    # The most drafts one verify pass may carry (a backend's batch size).
+    # The most drafts one verify pass may carry (a backend's batch size, or the widest pass proven exact).
     max_draft: int = 16
+    # Why `max_draft` is what it is, where it caps drafts below what the loop could send (the kernel probe's
+    # "drafts capped at N: ..."); said on a reply that the cap shaped.
+    cap_note: str | None = None
     # Notes for this reply's stats (e.g. a backend that switched threads mid-reply appends here).
     notes: list[str] = field(default_factory=list)
     # Called after every round with the round's verify time and width (a backend watching for stalls).
@@ -196,8 +202,12 @@ def draft_greedy(
     one-token steps are timed into `costs` (the target's cost model) and appended to `step_times`.
 
     Only one-token steps are draft steps: the first call of a round also feeds the draft what it missed (the
-    tokens of rounds that did not draft, or the last accepted draft), a wider pass that would inflate c."""
+    tokens of rounds that did not draft, or the last accepted draft), a wider pass that would inflate c. What it
+    missed can be hundreds of tokens (n-gram rounds of a long copy never step it): past CATCH_UP_PASS tokens, all
+    but the last go in by `prefill`, in the model's own slices, so no catch-up pass is wider than its batch."""
     model.crop(common_prefix(model.ids, seq))
+    if len(seq) - len(model.ids) > CATCH_UP_PASS:
+        model.prefill(seq[:-1])
     pending = list(seq[len(model.ids) :])
     drafts: list[int] = []
     for _ in range(k):
@@ -245,6 +255,7 @@ def _run_reply(
     settings = request.sampler
     max_new = max(0, request.max_new_tokens)
     k_requested = max(0, min(request.effective_k, setup.max_draft))
+    capped = request.effective_k > setup.max_draft  # the cap shaped this reply (said in its notes)
     if draft is None and not setup.ngram:
         k_requested = 0
     if k_requested and not target.can_crop:
@@ -299,6 +310,7 @@ def _run_reply(
     watch = StopStringWatch(setup.stop_strings)
     guard = RepetitionGuard()
     stop: StopReason | None = None
+    long_rounds = longest = 0  # long-match rounds (drafts past the preset's K) and the longest draft
     try:
         while stop is None:
             stop, k = round_limit(
@@ -343,6 +355,12 @@ def _run_reply(
                 draft_times.append(time.perf_counter() - t0)
             elif k > 0 and draft is not None and not looked_up:
                 drafts = draft_greedy(draft, seq, k, setup.vocab_size, target.costs, draft_step_times)
+            lookup = ngram if ngram is not None else combined if looked_up else None
+            if lookup is not None and lookup.wanted_longer and k_long >= setup.max_draft:
+                capped = True  # a long match would have drafted past the widest proven pass
+            if len(drafts) > k_requested:
+                long_rounds += 1
+                longest = max(longest, len(drafts))
             if looked_up:
                 round_costs.append(round_cost(FreeDraftCosts(target.costs), len(drafts)))
             elif target.costs is not None:
@@ -361,12 +379,6 @@ def _run_reply(
             target.crop(len(seq) + accepted)
             if setup.on_round is not None:
                 setup.on_round(time.perf_counter() - t0, 1 + len(drafts))
-            if ngram is not None:
-                ngram.feedback(len(drafts), accepted)
-            if combined is not None:
-                combined.feedback(len(drafts), accepted)  # learns only from its own proposals
-            if not looked_up:
-                tuner.record(len(drafts), accepted)  # the draft model's per-position acceptance
 
             emitted: list[int] = []
             cut: int | None = None
@@ -401,6 +413,14 @@ def _run_reply(
                 watch.add(text.push([], final=True))  # bytes held back for a half character
             delta = watch.release(final=stop is not None, end=cut)
             kept_drafts = min(accepted, len(emitted))
+            # One figure for what users see and what the drafters learn: drafts past a stop (a stop token or
+            # string among the accepted ones) are not counted as accepted by either.
+            if ngram is not None:
+                ngram.feedback(len(drafts), kept_drafts)
+            if combined is not None:
+                combined.feedback(len(drafts), kept_drafts)  # learns only from its own proposals
+            if not looked_up:
+                tuner.record(len(drafts), kept_drafts)  # the draft model's per-position acceptance
             origins = [True] * kept_drafts + [False] * (len(emitted) - kept_drafts)
             reply.extend(emitted)
             seq.extend(emitted)
@@ -423,6 +443,7 @@ def _run_reply(
                 t=time.perf_counter(),
                 temperature=settings.temperature_at(max(0, len(reply) - 1)),
                 k=len(drafts),
+                drafter=None if not drafts else "ngram" if ngram is not None or looked_up else "model",
             )
     finally:
         # Whatever stopped the reply: no stop token, nothing past a stop string, no rejected draft stays cached.
@@ -433,6 +454,13 @@ def _run_reply(
 
     if stop is None:
         stop = "eos"
+    if long_rounds:
+        setup.notes.append(
+            f"long-match mode: {long_rounds} round{'s' if long_rounds != 1 else ''} copied from the context "
+            f"past K {k_requested} (drafts up to {longest})"
+        )
+    if capped and setup.cap_note:
+        setup.notes.append(setup.cap_note)
     draft_step_s = _mean(draft_step_times if draft is not None else draft_times)
     # A plain step: this reply's one-token passes, else (every round drafted) the one measured at load.
     one_token_s = target.costs.one_token_s if target.costs is not None else None

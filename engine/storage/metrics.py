@@ -272,7 +272,10 @@ def acceptance_seed(
     weights: list[float] = []
     for row in mine:
         weight = float(row["drafted_tokens"])
-        for i, rate in enumerate(row["per_position_acceptance"]):
+        # A draft model's reply with n-gram rounds beside it: the draft model's own rounds (lookup's long copies
+        # would seed its K too high).
+        rates = row.get("model_per_position_acceptance")
+        for i, rate in enumerate(rates if isinstance(rates, list) else row["per_position_acceptance"]):
             if not isinstance(rate, int | float):
                 break
             if i >= len(sums):
@@ -359,7 +362,7 @@ def find_regressions(rows: Sequence[dict[str, Any]]) -> list[Regression]:
 
 # --- output ----------------------------------------------------------------------------------------------
 
-CSV_SKIP = ("per_position_acceptance", "acceptance_histogram", "versions")
+CSV_SKIP = ("per_position_acceptance", "model_per_position_acceptance", "acceptance_histogram", "versions")
 
 
 def to_csv(rows: Sequence[dict[str, Any]]) -> str:
