@@ -21,6 +21,7 @@ from engine.backends.base import Backend
 from engine.backends.llamacpp import (  # noqa: E402
     LONG_PROBE_POSITION,
     LlamaCppBackend,
+    LlamaCppModel,
     ggml_cpu_library,
     patched_build,
     physical_cores,
@@ -212,17 +213,31 @@ def test_seeded_sampling_speculative_equals_plain(smol: LlamaCppBackend) -> None
 
 
 @pytest.mark.slow
-def test_padded_plain_steps_equal_speculation_too(gguf: Path, smol: LlamaCppBackend) -> None:
-    # Where the kernel probe finds single-token and batched kernels differ, plain steps decode a throw-away
-    # second position. Forced here (no probe): the output must still equal the speculative one.
+def test_padded_plain_steps_equal_speculation_too(gguf: Path, smol: LlamaCppBackend, monkeypatch) -> None:
+    # Where one-token decodes round otherwise than the rows of a batch, the probe pads plain steps (a throw-away
+    # second position) and judges every wider pass against those padded steps. Planted: an unpadded one-token
+    # decode pushes one token's logit far up, so a plain step that was not padded would pick that token every
+    # time, and the probe (run by load) must see it.
     ids = chat(smol, PALINDROME_PROMPT)
-    ngram = generate(smol, ids, k=5, max_new=120)
-    padded = LlamaCppBackend(gguf, draft="ngram", cache_mode="fp16", max_context=2048, probe_kernels=False)
+    reference = generate(smol, ids, k=0, max_new=120)
+    real = LlamaCppModel._decode
+    pushed = 1234
+
+    def single_rounds_otherwise(self, tokens, outputs):
+        logits = real(self, tokens, outputs)
+        if len(tokens) == 1 and logits is not None:
+            logits[:, pushed] += 100.0
+        return logits
+
+    monkeypatch.setattr(LlamaCppModel, "_decode", single_rounds_otherwise)
+    padded = LlamaCppBackend(gguf, draft="ngram", cache_mode="fp16", max_context=2048)
     padded.load()
     try:
-        assert padded.pad_plain_steps
-        assert generate(padded, ids, k=0, max_new=120).tokens == ngram.tokens
-        assert generate(padded, ids, k=5, max_new=120).tokens == ngram.tokens
+        assert padded.pad_plain_steps and padded.probe.pad and padded.target.pad_single
+        assert padded.probe.widest == padded.probe.checked  # every wider pass agrees with the padded steps
+        plain = generate(padded, ids, k=0, max_new=120)
+        assert plain.tokens == reference.tokens and pushed not in plain.tokens
+        assert generate(padded, ids, k=5, max_new=120).tokens == reference.tokens
     finally:
         padded.close()
 
@@ -386,7 +401,9 @@ def test_the_verify_cost_model_reads_its_ratios_at_the_pass_context(smol: LlamaC
         (shape.predict(9, 1800) / shape.predict(1, 1800)) / (shape.predict(9, 64) / shape.predict(1, 64)),
         rel=1e-6,
     )
-    assert long != pytest.approx(short, rel=0.02)
+    assert (
+        costs._shape == shape.predict
+    )  # wired at load; the arithmetic itself: tests/test_verify_cost_context.py
     ids = chat(smol, "Tell me about the sea.")
     generate(smol, ids, k=3, max_new=8)
     assert costs.context >= len(ids)  # set by the timed passes of the reply

@@ -167,7 +167,6 @@ def test_the_q4_1_gguf_has_repackable_weights_and_the_f16_none(q4_1: Path) -> No
     assert native.repacked_types(ensure_embedded_gguf()) == []  # F16: no extra buffer type takes it, no trial
 
 
-@pytest.mark.slow
 def safe_repack() -> bool:
     """Repacking where this CPU survives it, as llama.cpp's own peers get it (`choose_repack`, no override): off on
     AMX CPUs, where llama.cpp's repack of Q4 weights really crashes (llama.cpp#20824; seen on this project's AMX
@@ -175,6 +174,7 @@ def safe_repack() -> bool:
     return native.choose_repack(environ={}, exact=False).enabled
 
 
+@pytest.mark.slow
 def test_a_trial_passes_once_and_is_remembered(q4_1: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv(native.PLANT_ENV, raising=False)
     store = tmp_path / "trials.json"
@@ -250,7 +250,12 @@ def test_on_an_amx_cpu_the_backend_loads_without_repacking_and_answers(
     session.load()
     try:
         assert backend.repack_by_file[q4_1] is False and backend.target.repack is False
-        assert any("AMX" in note for note in backend.info.notes)
+        # Off for AMX, said as such (specchat's exact backend runs unpacked anyway: the AMX reason is what must
+        # show), and off for llama.cpp's own peers too, which repack everywhere else.
+        assert backend.repack.for_amx and any("AMX" in note for note in backend.info.notes)
+        assert native.choose_repack(exact=False).server_args() == ["--no-repack"]
+        monkeypatch.setattr(native, "CPUINFO", str(cpuinfo(tmp_path, AVX2_DESKTOP_FLAGS)))
+        assert native.choose_repack(exact=False).server_args() == []
         # Greedy, with and without drafting, over two turns (the Q4_1 model answers this phrasing right).
         session.set_mode("qa")
         session.set_overrides(temperature=0.0, max_new_tokens=24)

@@ -80,6 +80,18 @@ def reply(backend: LlamaCppBackend, max_new: int = 40) -> tuple[list[Chunk], Don
     return chunks, done[0]
 
 
+def plant_normal_speed(backend: LlamaCppBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every real pass counts as one at normal speed from here on: a second process busy on the test machine must
+    not make a reply that should run undisturbed look stalled (a fresh clone's suite failed so beside one)."""
+
+    def generous(width: int, context: int = 0) -> float:
+        return 3600.0
+
+    monkeypatch.setattr(backend, "_predicted_cost", lambda: generous)
+    if backend._stall_watch is not None:
+        backend._stall_watch = StallWatch(generous)
+
+
 def plant_stall(backend: LlamaCppBackend, at_threads: int) -> list[int]:
     """Every verify pass at `at_threads` threads seems a second slower (what a descheduled thread does); the
     thread count of each pass is recorded."""
@@ -108,6 +120,7 @@ def test_the_faster_count_measured_at_load_is_the_one_llama_cpp_runs(
         assert set(seen) == {1, 2}, "both counts were really set on the context and timed"
         assert backend.threads == 2 and backend.context_threads() == 2
         assert any(n.startswith("2 threads: measured at load") for n in backend.info.notes)
+        plant_normal_speed(backend, monkeypatch)
         chunks, done = reply(backend)
         assert chunks and backend.context_threads() == 2 and done.notes == ()
     finally:
@@ -149,7 +162,12 @@ def test_a_stall_mid_reply_drops_to_one_thread_for_the_session_with_a_note(
         assert stats.notes == list(done.notes)
         assert stats_line(stats).endswith(" · " + done.notes[0])
         assert backend.threads == 1 and backend.context_threads() == 1
+        # From now on a reply is judged against what a pass costs at one thread (the load-time medians: one
+        # thread planted 6x slower), not at the load-time count.
+        measured = backend.pass_cost.predict(1, 64)
+        assert backend._predicted_cost()(1, 64) == pytest.approx(6 * measured)
         # The rest of the session stays at one thread, and the note is the first reply's alone.
+        plant_normal_speed(backend, monkeypatch)
         _, later = reply(backend)
         assert later.notes == () and backend.context_threads() == 1
     finally:
@@ -173,6 +191,7 @@ def test_an_explicit_count_is_neither_measured_nor_switched_and_a_stall_is_said(
         assert "at 2 threads (another process busy on the CPU?)" in done.notes[0]
         # A reply at normal speed says nothing.
         del backend.target.score  # the planted stall ends
+        plant_normal_speed(backend, monkeypatch)
         assert reply(backend)[1].notes == ()
     finally:
         backend.close()

@@ -35,10 +35,11 @@ from pathlib import Path
 
 import torch
 
+from engine.backends import llamacpp_probe
 from engine.backends.base import ProgressCallback
 from engine.backends.llamacpp_native import RepackChoice, choose_repack, plan_load
 from engine.backends.llamacpp_pool import ThreadPool
-from engine.backends.llamacpp_probe import LONG_PROBE_POSITION, PROBE_WIDTHS, exact_width  # noqa: F401 (re-exported)
+from engine.backends.llamacpp_probe import LONG_PROBE_POSITION, ProbeVerdict, probe_widths  # noqa: F401 (re-exported)
 from engine.backends.llamacpp_text import ByteDetokenizer, GgufTokenizer, resolve_gguf
 from engine.backends.llamacpp_threads import (
     PassCost,
@@ -66,8 +67,9 @@ BACKEND_NAME = "llama.cpp"
 CACHE_TYPE_NAMES = {"fp16": "f16", "q8": "q8_0", "q6": "q8_0", "q4": "q4_0"}
 # Prompt tokens per decode call while prefilling; the cancel event is checked between slices.
 PREFILL_SLICE = 256
-# Widest verify pass timed at load for the n-gram drafter's cost model (later passes refine it).
-CALIBRATION_WIDTH = 9
+# Verify-pass widths timed at load for the cost model (later passes refine it), those up to the widest pass the
+# loop may send: wide ones too, so that a long-match draft is priced by a measured pass, not by extrapolation.
+CALIBRATION_WIDTHS = (1, 2, 3, 5, 9, 17, 33, 49)
 # Exported by specchat's patched llama.cpp build (scripts/patch_llama_cpp.py).
 PATCH_SYMBOL = "ggml_vec_dot_f16_f32"
 
@@ -376,6 +378,10 @@ class LlamaCppModel:
         self.model.close()
 
 
+# The kernel probe's verdict is remembered only for llama.cpp's own decodes (not a test's planted kernel).
+_REAL_DECODES = (LlamaCppModel.decode, LlamaCppModel._decode)
+
+
 class LlamaCppBackend(ThreadControl, RoundLoopBackend):
     """The llama.cpp engine. Construct, `load()`, then `generate()` one reply at a time."""
 
@@ -417,8 +423,9 @@ class LlamaCppBackend(ThreadControl, RoundLoopBackend):
         self.probe_kernels = probe_kernels
         # Whether plain steps (and one-token prefill slices) need the throw-away position; set at load.
         self.pad_plain_steps = not fast_plain
-        # The widest verify pass computed with the one-token kernels (None: any width); set at load.
+        # The widest verify pass proven to compute its rows as plain steps do (None: not probed); set at load.
         self.max_verify_width: int | None = None
+        self.probe: ProbeVerdict | None = None  # the kernel probe's verdict (None: not probed)
         self.draft_mode: DraftMode = (
             "ngram" if self.draft == "ngram" else "none" if self.draft == "none" else "model"
         )
@@ -537,16 +544,15 @@ class LlamaCppBackend(ThreadControl, RoundLoopBackend):
                 raise
         if not self.fast_plain and self.probe_kernels:
             report("probing kernels", 0.9)
-            width = self._exact_width()
-            self.pad_plain_steps = width < 2
-            self.target.pad_single = self.pad_plain_steps
-            if 2 <= width < max(PROBE_WIDTHS):
-                # Plain steps and passes of up to `width` tokens share their kernels: drafts stay within that.
-                self.max_verify_width = width
-                self.notes.append(
-                    f"llama.cpp computes passes of more than {width} tokens with other kernels for this model: "
-                    f"drafts are capped at {width - 1} per round so that speculation stays exact"
-                )
+            verdict = self._probe_once()
+            self.probe = verdict
+            self.pad_plain_steps = verdict.pad
+            self.target.pad_single = verdict.pad
+            # Verify passes stay within the widest width proven exact (1: none proven, so no drafts at all).
+            self.max_verify_width = max(1, verdict.widest)
+            cap = verdict.cap_note()
+            if cap is not None and self.draft_mode in ("ngram", "model"):
+                self.notes.append(cap)
             if self.pad_plain_steps:
                 hint = "" if patched_build() else " (make install builds a llama.cpp where they agree)"
                 self.notes.append(
@@ -596,10 +602,12 @@ class LlamaCppBackend(ThreadControl, RoundLoopBackend):
             self.notes.extend(plan.notes)
 
     def _calibrate(self) -> VerifyCostModel:
-        """Time rounds of 1..CALIBRATION_WIDTH tokens on a short context: the prior of the cost model."""
+        """Time rounds of CALIBRATION_WIDTHS tokens (those the loop may send) on a short context: the prior of
+        the cost model."""
         target = self.target
-        widths = sorted({1, 2, 3, 5, CALIBRATION_WIDTH})
-        filler = [(7 + 13 * i) % max(target.n_vocab - 1, 1) + 1 for i in range(64 + CALIBRATION_WIDTH)]
+        widest = self._loop_options()["max_draft"] + 1
+        widths = [w for w in CALIBRATION_WIDTHS if w <= widest]
+        filler = [(7 + 13 * i) % max(target.n_vocab - 1, 1) + 1 for i in range(64 + max(widths))]
         best: dict[int, float] = {}
         try:
             target.clear()
@@ -633,12 +641,33 @@ class LlamaCppBackend(ThreadControl, RoundLoopBackend):
         costs.observe_draft(best)
 
     def _kernels_agree(self) -> bool:
-        """Do one-token decodes equal the rows of every probed pass width, bit for bit?"""
-        return self._exact_width() >= max(PROBE_WIDTHS)
+        """Do one-token decodes equal the rows of every pass width the loop sends, bit for bit?"""
+        verdict = self._probe()
+        return not verdict.pad and verdict.widest >= verdict.checked
 
-    def _exact_width(self) -> int:
-        """The widest pass whose rows equal one-token decodes (engine/backends/llamacpp_probe.py)."""
-        return exact_width(self.target, self.encode_text, self.max_context)
+    def _probe(self) -> ProbeVerdict:
+        """The kernel probe's verdict on the target (engine/backends/llamacpp_probe.py)."""
+        return probe_widths(self.target, self.encode_text, self.max_context)
+
+    def _probe_once(self) -> ProbeVerdict:
+        """The probe's verdict, remembered per file, build, CPU and context settings: measured on the first load
+        only. Not where the target's decode is not llama.cpp's own (a test that plants another kernel)."""
+        target = self.target
+        planted = (type(target).decode, type(target)._decode) != _REAL_DECODES
+        if planted or {"decode", "_decode"} & vars(target).keys():
+            return self._probe()
+        key = llamacpp_probe.probe_key(
+            self.model_path,
+            target.repack,
+            cache_type="f16" if target.cache_fallback else CACHE_TYPE_NAMES[self.requested_cache_mode],
+            threads=self.threads,
+            max_context=self.max_context,
+        )
+        verdict = llamacpp_probe.recall(key)
+        if verdict is None:
+            verdict = self._probe()
+            llamacpp_probe.remember(key, verdict)
+        return verdict
 
     def _vocab_view(self, state: LlamaCppModel, path: Path) -> VocabView:
         eot = self.template.end_of_turn if self.template else None
@@ -710,6 +739,7 @@ class LlamaCppBackend(ThreadControl, RoundLoopBackend):
             "new_text": lambda: ByteDetokenizer(self._piece_exact),
             # The batch holds the last token, the drafts and (plain steps) one throw-away position.
             "max_draft": min(self.target.n_batch - 2, (self.max_verify_width or self.target.n_batch) - 1),
+            "cap_note": self.probe.cap_note() if self.probe is not None else None,
         }
 
     def generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Chunk | Done]:

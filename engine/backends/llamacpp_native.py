@@ -254,7 +254,8 @@ def _trials_path() -> Path:
     return cache_dir() / TRIALS_FILE
 
 
-def _load_trials(store: Path) -> dict:
+def load_verdicts(store: Path) -> dict:
+    """A JSON file of remembered verdicts by key ({} where it is missing or unreadable)."""
     try:
         data = json.loads(store.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -262,19 +263,24 @@ def _load_trials(store: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _remember(store: Path, key: str, trial: Trial, path: Path, repack: bool) -> None:
-    data = _load_trials(store)
-    data[key] = {
-        "crashed": trial.crashed,
-        "seconds": round(trial.seconds, 3),
-        "file": path.name,
-        "repack": repack,
-    }
+def remember_verdict(store: Path, key: str, verdict: dict) -> None:
+    """Add one verdict to the file (written whole, then moved into place; a file that cannot be written is
+    left alone: the verdict is measured again next time)."""
+    data = load_verdicts(store)
+    data[key] = verdict
     with contextlib.suppress(OSError):
         store.parent.mkdir(parents=True, exist_ok=True)
         partial = store.with_name(f".{store.name}.{os.getpid()}")
         partial.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
         os.replace(partial, store)
+
+
+def _remember(store: Path, key: str, trial: Trial, path: Path, repack: bool) -> None:
+    remember_verdict(
+        store,
+        key,
+        {"crashed": trial.crashed, "seconds": round(trial.seconds, 3), "file": path.name, "repack": repack},
+    )
 
 
 def signal_name(returncode: int) -> str | None:
@@ -293,7 +299,7 @@ def trial_decode(
     """Load `path` and decode a little in a child process (remembered per file/build/CPU/repack)."""
     store = _trials_path() if store is None else store
     key = trial_key(path, repack)
-    known = _load_trials(store).get(key)
+    known = load_verdicts(store).get(key)
     if isinstance(known, dict) and "crashed" in known:
         return Trial(known["crashed"], float(known.get("seconds", 0.0)), remembered=True)
     command = [sys.executable, "-m", "engine.backends.llamacpp_native", "--trial", str(path)]

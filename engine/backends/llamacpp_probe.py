@@ -1,57 +1,175 @@
-"""llama.cpp's kernel probe: how wide a pass may be and still compute each row as a one-token decode does.
+"""llama.cpp's kernel probe: how wide a pass may be and still compute each row as a plain step does.
 
-Contract: `exact_width(target, encode_text, max_context)` decodes a fixed text on the target model's context (left
-empty afterwards) one token at a time and as passes of PROBE_WIDTHS tokens, near the start and past
-LONG_PROBE_POSITION cached positions, and returns the widest width whose rows, and every narrower width's rows, are
-bit-identical to the one-token logits; 1 where even two rows differ. The backend keeps its verify passes within it
-(or pads plain steps where it is 1), so speculative output equals plain output.
+Contract: `probe_widths(target, encode_text, max_context)` decodes a fixed text on the target model's context (left
+empty afterwards), one token at a time and as passes of every width from 2 to `widest` (by default the widest
+pass the round loop can send: the last token plus LONG_DRAFT_MAX drafts), near the start and across
+LONG_PROBE_POSITION cached positions (later in the probe text where the context is too short), and returns a
+`ProbeVerdict`:
+
+- `pad`: one-token decodes round otherwise than the rows of a 2-row pass, so plain steps decode a throw-away second
+  position (`LlamaCppModel.pad_single`); the reference rows are then those padded steps.
+- `widest`: the widest pass whose rows, and every narrower pass's rows, are bit-identical to the reference (plain
+  steps) at every probed position; the backend never sends a wider pass (drafts are capped at `widest - 1`).
+  0 where not even a 2-row pass was proven (no drafting at all).
+
+A probe that cannot judge (a context too small for the probe text) proves nothing and says so: `widest` 0.
 """
 
 from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from engine.decoding.drafting import LONG_DRAFT_MAX
 
 # From this many cached positions too, so that a pass straddles 512 keys: stock llama.cpp's CPU flash attention
 # takes another path for a single query row over >= 512 keys, and specchat's patched build attends in fixed chunks
 # of 256 cache cells (a pass whose rows fall in two chunks is compared with one-token decodes in each).
 LONG_PROBE_POSITION = 508
-# Pass widths compared row by row with one-token decodes (a 4-row gemm starts at 4; 9 = the widest calibrated
-# pass): where all agree, any width is taken as exact, as for a build whose kernels never switch.
-PROBE_WIDTHS = (2, 3, 4, 6, 9)
+# The widest pass the round loop sends: the last token plus a long-match draft (engine/decoding/drafting.py).
+PROBE_MAX_WIDTH = LONG_DRAFT_MAX + 1
+PROBE_TEXT = "The quick brown fox jumps over the lazy dog. 1, 2, 3, 4, 5: def f(x): return x * 2 # done"
+# Cached positions before the first probed pass: a few, so that attention reads a short cache.
+SHORT_PROBE_POSITION = 8
+# Verdicts remembered per model file, build, CPU, cache type and thread count (the probe decodes ~3,800 rows:
+# seconds on a small model, more on a big one), in the cache dir.
+PROBES_FILE = "llamacpp-probes.json"
+# Bumped whenever what the probe checks changes: older verdicts are then measured again.
+PROBE_VERSION = 3
 
 
-def exact_width(target, encode_text, max_context: int) -> int:
-    """The widest pass (of PROBE_WIDTHS) whose rows are all bit-identical to one-token decodes at the same
-    positions, every narrower one agreeing too; 1 where even two rows differ.
+@dataclass(frozen=True, slots=True)
+class ProbeVerdict:
+    pad: bool  # plain steps go through the batched kernels (a throw-away second position)
+    widest: int  # widest pass proven exact; 0: none (no drafts)
+    checked: int  # the widest pass the probe was asked to prove
+    first_mismatch: int | None = None  # the narrowest width whose rows differed (None: none did)
+    reason: str = ""  # why nothing could be proven, where widest is 0 without a mismatch
 
-    llama.cpp may switch kernels at a batch size: Q4_K weights repacked for AVX2 run one gemv per row up to 3
-    rows and a 4-row gemm from 4 rows on (logits 0.3 apart), float16 ones on a stock build take tinyBLAS from 2
-    rows. Checked near the start and across 512 cached positions, where stock llama.cpp's CPU flash attention
-    splits a single query row's keys by thread count (specchat's patched build chunks every row's keys alike)."""
+    @property
+    def max_drafts(self) -> int:
+        """The most drafts a round may carry: the last token plus them is a proven width."""
+        return max(0, self.widest - 1)
+
+    def cap_note(self) -> str | None:
+        """The line users see where the verdict caps drafts below what the loop could send; None otherwise."""
+        if self.widest >= self.checked:
+            return None
+        if self.widest < 2:
+            why = self.reason or f"a pass of {self.first_mismatch} tokens rounds differently than plain steps"
+            return f"drafting off: {why} on this build"
+        return f"drafts capped at {self.max_drafts}: width {self.widest + 1} rounds differently on this build"
+
+    def describe(self) -> str:
+        """One line for `specchat doctor`: the verdict, the widest proven width and the cap."""
+        steps = "plain steps padded to 2 rows" if self.pad else "plain steps one-token"
+        if self.widest < 2:
+            return f"{steps}; no pass width proven ({self.cap_note()})"
+        cap = self.cap_note() or f"drafts up to {self.max_drafts} (every width the loop sends)"
+        return f"{steps}; widths 2-{self.widest} proven exact of {self.checked}; {cap}"
+
+
+def _probe_ids(encode_text, length: int) -> list[int]:
+    """At least `length` tokens of the probe text (repeated): a short text must not leave widths unproven."""
+    unit = encode_text(PROBE_TEXT)
+    if not unit:
+        return []
+    return (unit * (length // len(unit) + 1))[:length]
+
+
+def probe_starts(max_context: int, widest: int = PROBE_MAX_WIDTH) -> list[int]:
+    """The cached prefix lengths the probe decodes `widest` positions after, all within the context: near the
+    start, and across 512 cached positions where the context has room (else later in the probe text). Each case
+    decodes ~1,300 rows, so a third would cost a first load seconds more for no kernel path the two miss."""
+    late = LONG_PROBE_POSITION
+    if late + widest > max_context:
+        late = SHORT_PROBE_POSITION + 2 * widest
+    return [s for s in (SHORT_PROBE_POSITION, late) if s + widest <= max_context]
+
+
+def probe_widths(target, encode_text, max_context: int, widest: int = PROBE_MAX_WIDTH) -> ProbeVerdict:
+    """The probe described in the module docstring. `target` is a LlamaCppModel (decode / prefill / crop / clear)."""
     import numpy as np
 
-    text = "The quick brown fox jumps over the lazy dog. 1, 2, 3, 4, 5: def f(x): return x * 2 # done"
-    probe = encode_text(text)
-    widest = max(PROBE_WIDTHS)
-    if len(probe) < 16 + widest:
-        return 1
-    long = (probe * (LONG_PROBE_POSITION // len(probe) + 2))[: LONG_PROBE_POSITION + widest]
-    cases = [(probe, 8), (probe, len(probe) - widest)]
-    if len(long) + widest <= max_context:
-        cases.append((long, LONG_PROBE_POSITION))
+    widest = max(2, widest)
+    starts = probe_starts(max_context, widest)
+    if not starts:
+        return ProbeVerdict(
+            False, 0, widest, reason=f"the context ({max_context} tokens) is too small for the kernel probe"
+        )
+    ids = _probe_ids(encode_text, max(starts) + widest)
+    if len(ids) < max(starts) + widest:
+        return ProbeVerdict(False, 0, widest, reason="the probe text did not tokenize")
 
-    def exact_up_to(ids: list[int], start: int) -> int:
-        target.clear()
-        target.prefill(ids[:start])
-        singles = [target.decode([ids[start + j]], outputs=1, pad=False)[0] for j in range(widest)]
-        exact = 1
-        for width in PROBE_WIDTHS:
-            target.crop(start)
-            rows = target.decode(ids[start : start + width], outputs=width)
-            if not all(np.array_equal(rows[j], singles[j]) for j in range(width)):
-                break
-            exact = width
-        return exact
+    def references(start: int, pad: bool) -> list:
+        target.crop(start)
+        rows = [target.decode([ids[start + j]], outputs=1, pad=pad)[0] for j in range(widest)]
+        target.crop(start)
+        return rows
+
+    def agrees(start: int, width: int, reference: list) -> bool:
+        target.crop(start)
+        rows = target.decode(ids[start : start + width], outputs=width)
+        return all(np.array_equal(rows[j], reference[j]) for j in range(width))
+
+    def scan(start: int, reference: list, upto: int) -> int:
+        """The widest width <= upto whose rows, and every narrower width's, equal the reference; 1 if none."""
+        for width in range(2, upto + 1):
+            if not agrees(start, width, reference):
+                return width - 1
+        return upto
 
     try:
-        return min(exact_up_to(ids, start) for ids, start in cases)
+        target.clear()
+        proven, pad = widest, False
+        for start in starts:  # one-token decodes as the reference (no throw-away position)
+            target.prefill(ids[:start])
+            singles = references(start, pad=False)
+            if not agrees(start, 2, singles):
+                pad = True  # then every position is judged again against padded plain steps
+                break
+            proven = scan(start, singles, proven)
+        if pad:
+            proven = widest
+            for start in starts:
+                target.prefill(ids[:start])
+                proven = scan(start, references(start, pad=True), proven)
+        mismatch = proven + 1 if proven < widest else None
+        return ProbeVerdict(pad, proven if proven >= 2 else 0, widest, mismatch)
     finally:
         target.clear()
+
+
+def probe_key(path: Path, repack: bool, *, cache_type: str, threads: int, max_context: int) -> str:
+    """What a verdict depends on: the file, the build, the CPU's flags, repacking (engine/backends/llamacpp_native
+    trial_key), and the context it ran on: cache type, thread count, the positions the context allows."""
+    from engine.backends.llamacpp_native import trial_key
+
+    starts = ",".join(map(str, probe_starts(max_context)))
+    text = f"{trial_key(path, repack)}|cache={cache_type}|threads={threads}|starts={starts}"
+    text += f"|widest={PROBE_MAX_WIDTH}|v{PROBE_VERSION}"
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def probes_path() -> Path:
+    from engine.config import cache_dir
+
+    return cache_dir() / PROBES_FILE
+
+
+def recall(key: str, store: Path | None = None) -> ProbeVerdict | None:
+    """A verdict measured before under the same key; None where there is none (or it does not read)."""
+    from engine.backends.llamacpp_native import load_verdicts
+
+    known = load_verdicts(store or probes_path()).get(key)
+    try:
+        return ProbeVerdict(**known) if isinstance(known, dict) else None
+    except TypeError:
+        return None
+
+
+def remember(key: str, verdict: ProbeVerdict, store: Path | None = None) -> None:
+    from engine.backends.llamacpp_native import remember_verdict
+
+    remember_verdict(store or probes_path(), key, asdict(verdict))

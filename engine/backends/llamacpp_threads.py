@@ -57,6 +57,8 @@ THREAD_BUDGET_S = 1.5
 # PassCost is timed at load with passes of 1 and PASS_COST_WIDTH tokens over 64 cached tokens and over
 # CONTEXT_CALIBRATION (where the context allows).
 PASS_COST_WIDTH = 9
+# ... and with a pass as wide as the loop may send (at most this: a long-match draft's 48 tokens plus the last one).
+PASS_COST_WIDEST = 49
 CONTEXT_CALIBRATION = 576
 BUSY_NOTE = (
     "slow: verify passes ran {slowdown:.0f}x slower than measured at load at {threads} (another process busy on "
@@ -167,7 +169,8 @@ class PassCost:
         the context term toward what it implies. Short contexts teach nothing (their time is the base's)."""
         extra = context - self.short_context
         growth = _interpolate(self.growth, width) if self.growth else 0.0
-        if extra < LEARN_MIN_EXTRA or growth <= 0 or seconds <= 0:
+        # A width past the widest measured is extrapolated: its error would move the scale every width shares.
+        if extra < LEARN_MIN_EXTRA or growth <= 0 or seconds <= 0 or width > max(self.short, default=0):
             return
         implied = (seconds - self.base(width)) / (growth * extra)
         implied = min(max(implied, SCALE_BOUNDS[0]), SCALE_BOUNDS[1])
@@ -249,6 +252,7 @@ class ThreadControl:
     threads: int
     thread_choice: ThreadChoice | None
     pass_cost: PassCost | None
+    _pass_cost_threads: int
     notes: list[str]
     max_context: int
     clock: Callable[[], float]
@@ -341,10 +345,13 @@ class ThreadControl:
         """Best-of timings of passes of 1 and PASS_COST_WIDTH tokens over 64 cached tokens and over
         CONTEXT_CALIBRATION (where the context has room): the busy-CPU guard's idea of an idle machine."""
         target = self.target
+        # The widest pass the loop may send is timed too (a long-match draft's), so that no width it sends is
+        # priced by extrapolation.
+        widest = max(PASS_COST_WIDTH, min(self._loop_options()["max_draft"] + 1, PASS_COST_WIDEST))
         short = 64
-        long = min(CONTEXT_CALIBRATION, self.max_context - PASS_COST_WIDTH - 8)
-        widths = (1, PASS_COST_WIDTH)
-        count = max(short, long) + PASS_COST_WIDTH
+        long = min(CONTEXT_CALIBRATION, self.max_context - widest - 8)
+        widths = (1, PASS_COST_WIDTH, widest) if widest > PASS_COST_WIDTH else (1, PASS_COST_WIDTH)
+        count = max(short, long) + widest
         filler = [(5 + 19 * i) % max(target.n_vocab - 1, 1) + 1 for i in range(count)]
 
         def best_over(length: int) -> dict[int, float]:
@@ -371,7 +378,11 @@ class ThreadControl:
         """(width, cached tokens) -> seconds a verify pass should take at the chosen count on an idle machine:
         `pass_cost` where load measured it; else the load-time cost by width alone."""
         if self.pass_cost is not None:
-            return self.pass_cost.predict
+            scale = self._thread_scale()
+            if scale == 1.0:
+                return self.pass_cost.predict
+            predict = self.pass_cost.predict
+            return lambda width, context=0: predict(width, context) * scale
         costs = self.target.costs
         one = costs.one_token_s if costs is not None and costs.one_token_s else None
         if one is None and self.thread_choice is not None:
@@ -385,6 +396,17 @@ class ThreadControl:
             return (one or 0.0) * ratio
 
         return predicted
+
+    def _thread_scale(self) -> float:
+        """How much slower a pass runs at the current thread count than at the count `pass_cost` was measured at
+        (the load-time one-token medians of both counts): after a drop to one thread, a reply is judged against
+        what one thread costs, not the load-time count."""
+        measured = self._pass_cost_threads
+        if not measured or self.threads == measured or self.thread_choice is None:
+            return 1.0
+        medians = self.thread_choice.medians
+        now, then = medians.get(self.threads), medians.get(measured)
+        return now / then if now and then else 1.0
 
     def _on_round(self, seconds: float, width: int, notes: list[str], busy: StallWatch | None = None) -> None:
         """After each round: a verify pass (its llama.cpp decode alone) against what a pass of its width over

@@ -53,6 +53,7 @@ CHECK_NAMES = (
     "memory",
     "compatibility",
     "load",
+    "kernel_probe",
     "draft_pays",
     "baseline",
     "context_ladder",
@@ -535,7 +536,16 @@ def run_doctor(
     check_memory(report, settings, model_dir, draft_dir, cuda)
     say("draft compatibility")
     compatible = check_compatibility(report, model_dir, draft_dir)
-    later = ("load", "draft_pays", "baseline", "context_ladder", "tasks", "restart", "regression")
+    later = (
+        "load",
+        "kernel_probe",
+        "draft_pays",
+        "baseline",
+        "context_ladder",
+        "tasks",
+        "restart",
+        "regression",
+    )
     if not compatible:
         for name in later:
             report.add(
@@ -574,6 +584,20 @@ def run_doctor(
             "load", "pass", f"{info.backend} in {load_s:.1f} s, no warnings ({reason})", **load_details
         )
 
+    # llama.cpp's kernel probe: which verify widths compute their rows as plain steps do, and the drafts cap.
+    probe = getattr(backend, "probe", None)
+    if probe is not None:
+        report.add(
+            "kernel_probe",
+            "pass" if probe.cap_note() is None else "warn",
+            f"{info.model}: {probe.describe()}",
+            pad=probe.pad,
+            widest=probe.widest,
+            checked=probe.checked,
+            max_drafts=probe.max_drafts,
+        )
+    else:
+        report.add("kernel_probe", "skip", f"{info.backend}: no kernel probe on this engine")
     presets = load_presets()
     max_new = options.max_new_tokens
     k = presets["code"].k if info.draft_mode != "none" else 0
