@@ -22,3 +22,5 @@ def test_tmux_end_to_end(smol_dir):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "tmux_e2e: OK" in result.stdout
     assert "creative" in result.stdout
+    assert "tmux_e2e: paste OK" in result.stdout
+    assert "tmux_e2e: draft kept across quit OK" in result.stdout

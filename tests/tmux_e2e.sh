@@ -7,8 +7,9 @@
 # the close hint are on screen, close it, press F4, and check that the status bar shows the creative preset and an
 # acceptance figure (`accept NN%`, or `accept –` when the drafter proposed nothing). Then, in the settings dialog
 # (F12, its hint on screen), switch the draft to `none` (the model reloads, the status bar says K off), ask a
-# follow-up question (answered without drafts), and switch back to `ngram`. Exits non-zero on failure and prints
-# the captured screen.
+# follow-up question (answered without drafts), and switch back to `ngram`. Last, paste coloured text (bracketed,
+# escape sequences inside): it must arrive whole, in order and unsent; quit with it unsent (ctrl+q) and check that
+# the next start puts it back in the prompt. Exits non-zero on failure and prints the captured screen.
 #
 #   tests/tmux_e2e.sh                 # uses .venv/bin/specchat
 #   SPECCHAT=/path/to/specchat tests/tmux_e2e.sh
@@ -129,4 +130,39 @@ echo "tmux_e2e: OK: $creative_line"
 echo "tmux_e2e: after the reloads: $line"
 echo "----- screen (80x24) -----"
 screen
+
+# A paste with escape sequences (coloured compiler output) arrives whole, in order and unsent, its sequences
+# removed and a toast saying so. It once sent `^[1mbold^[0m end` at once (a reply started) and lost the rest, and
+# a one-line paste came out reordered (`^[31mRED^[0m xyzabc `).
+stats_lines() { screen | grep -cE '[0-9]+ tok · ' || true; }
+before="$(stats_lines)"
+paste_text 'first line\nsecond \033[1mbold\033[0m end\nthird line'
+paste_text 'abc \033[31mRED\033[0m xyz'
+pasted() {
+    screen | grep -q '│ first line ' && screen | grep -q '│ second bold end ' &&
+        screen | grep -q '│ third lineabc RED xyz '
+}
+wait_for 5 "the paste, whole and in order, in the prompt" pasted
+screen | grep -q 'Pasted text: 2 escape' || fail "no toast says the escape sequences were removed"
+sleep 1
+ready || fail "the paste started a reply: $(status_line)"
+screen | grep -qF '^[' && fail "the escape sequences reached the screen as ^["
+[ "$(stats_lines)" = "$before" ] || fail "the paste sent a message"
+echo "----- after the coloured paste (80x24) -----"
+screen
+echo "tmux_e2e: paste OK"
+
+# ctrl+q keeps the unsent prompt, and the next start puts it back.
 tmux send-keys -t "$SESSION" C-q
+exited() { screen | tr '\n' ' ' | grep -qE 'specchat exited with +status 0'; }  # the line may wrap
+deadline=$((SECONDS + 30))
+until exited; do
+    ((SECONDS >= deadline)) && fail "specchat did not quit on ctrl+q"
+    sleep "$POLL_S"
+done
+tmux kill-session -t "$SESSION"
+start_specchat --seed 7
+restored() { screen | grep -q '│ third lineabc RED xyz ' && screen | grep -q 'back in the prompt'; }
+wait_for 30 "the unsent prompt back after a restart" restored
+echo "tmux_e2e: draft kept across quit OK"
+tmux send-keys -t "$SESSION" C-u C-q

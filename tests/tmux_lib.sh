@@ -48,3 +48,11 @@ start_specchat() {
     tmux new-session -d -s "$SESSION" -x "${SIZE%x*}" -y "${SIZE#*x}" \
         "env XDG_CONFIG_HOME='$WORK/config' XDG_DATA_HOME='$WORK/data' TERM=xterm-256color '$SPECCHAT' $*; echo \"specchat exited with status \$?\"; sleep 600"
 }
+
+# paste_text TEXT: paste TEXT (printf %b escapes: \n, \033) the way a terminal pastes into an app that asked for
+# bracketed paste, as specchat does: between ESC[200~ and ESC[201~, line breaks as CR (tmux paste-buffer -p).
+paste_text() {
+    printf '%b' "$1" >"$WORK/paste.txt"
+    tmux load-buffer -b specchat-paste "$WORK/paste.txt"
+    tmux paste-buffer -p -d -b specchat-paste -t "$SESSION"
+}

@@ -78,7 +78,7 @@ class PromptInput(TextArea):
 
         TextArea (textual 8.x) resizes itself in the middle of an undo, before it moves the cursor: taking back a
         paste long enough to show a scrollbar then looked up the cursor's line, gone by then, and raised
-        ValueError (ctrl+z after a big paste did nothing but fail).
+        ValueError (ctrl+z after a big paste did nothing but fail). Upstream: Textualize/textual#6686 (open).
         """
         if stack:
             self.move_cursor(min(edit.top for edit in stack[-1]))
