@@ -253,3 +253,26 @@ def test_the_recent_average_says_whether_it_counts_this_reply():
     out = console.export_text()
     assert "last 2 code (with this)" in out
     assert out.count("last 2 code") == 2
+
+
+def test_the_status_bar_says_it_while_a_reply_streams_without_drafts_and_not_once_one_drafts():
+    from types import SimpleNamespace
+
+    from engine.events import LiveStats, ReplyStarted
+    from tui.widgets.status_bar import collect_status, render_status
+
+    verdict = draft_verdict(slow_costs(), "model", 6)
+    info = SimpleNamespace(
+        cache_mode="q8", backend="llama.cpp", device="cpu", draft_mode="model", draft_model="d.gguf",
+        k_by_server=False,
+    )  # fmt: skip
+    started = ReplyStarted("code", True, "r", 6, 0.2, True, 10, k_mode="adaptive")
+    session = SimpleNamespace(
+        info=info, live=LiveStats(rounds=3, new_tokens=3), active=started, verdict=verdict
+    )
+    assert (
+        "draft off: doesn't pay (c 0.42, r(2) 2.00)" in render_status(collect_status(session, "ready")).plain
+    )
+    session.live = LiveStats(rounds=3, new_tokens=5, drafted=2, accepted=2)  # n-gram lookup drafted after all
+    shown = render_status(collect_status(session, "ready")).plain
+    assert "doesn't pay" not in shown and "accept 100%" in shown

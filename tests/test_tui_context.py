@@ -269,4 +269,5 @@ def test_a_first_reply_is_not_compared_with_itself():
     assert "no earlier qa replies" in recent_comparison(stats, recent).plain
     recent.replies = 5
     table = recent_comparison(stats, recent)
-    assert [c.header for c in table.columns][2] == "last 5 qa (with this)"  # fits 80 columns; counts this reply
+    headers = [c.header for c in table.columns]
+    assert headers[2] == "last 5 qa (with this)"  # fits 80 columns; says it counts this reply

@@ -115,7 +115,11 @@ def test_stats_line_shows_preset_choice_and_draft_off():
         == "100 tok · 42.0 tok/s · ttft 100 ms · no drafts (no match paid) · K 4 · T 0.20 · code"
     )
     cannot_pay = make_stats(
-        drafted_tokens=0, accepted_tokens=0, acceptance_rate=None, router_reason="", draft_verdict_status="warn"
+        drafted_tokens=0,
+        accepted_tokens=0,
+        acceptance_rate=None,
+        router_reason="",
+        draft_verdict_status="warn",
     )
     assert (
         stats_line(cannot_pay)

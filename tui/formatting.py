@@ -97,12 +97,23 @@ def no_drafts_reason(stats: MessageStats) -> str:
     return "no K paid at the measured acceptance"
 
 
+def draft_label(file_name: str | None) -> str:
+    """A draft model's name short enough for the bar: a named model's name (qwen2.5-coder-0.5b), else the
+    file or folder name without .gguf, cut to 24 characters."""
+    from engine.models.named import NAMED_MODELS
+
+    name = file_name or "?"
+    named = next((m.name for m in NAMED_MODELS.values() if m.filename == name), None)
+    if named is not None:
+        return named
+    stem = name.removesuffix(".gguf")
+    return stem if len(stem) <= 24 else stem[:23] + "…"
+
+
 def drafter_name(info) -> str:
     """`draft qwen2.5-coder-0.5b` or `n-gram drafting`: what the verdict is about (a BackendInfo)."""
     if info.draft_mode == "ngram":
         return "n-gram drafting"
-    from tui.widgets.status_bar import draft_label
-
     return f"draft {draft_label(info.draft_model)}"
 
 

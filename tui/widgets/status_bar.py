@@ -14,7 +14,7 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import Static
 
-from tui.formatting import number, percent, preset_label, seconds, sparkline
+from tui.formatting import draft_label, number, percent, preset_label, seconds, sparkline
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,19 +124,6 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
         verdict=off_text if drafting and (last is None or not last.drafted_tokens) else "",
         **base,
     )
-
-
-def draft_label(file_name: str | None) -> str:
-    """A draft model's name short enough for the bar: a named model's name (qwen2.5-coder-0.5b), else the
-    file or folder name without .gguf, cut to 24 characters."""
-    from engine.models.named import NAMED_MODELS
-
-    name = file_name or "?"
-    named = next((m.name for m in NAMED_MODELS.values() if m.filename == name), None)
-    if named is not None:
-        return named
-    stem = name.removesuffix(".gguf")
-    return stem if len(stem) <= 24 else stem[:23] + "…"
 
 
 def regression_warning(regressions: Any) -> str:
