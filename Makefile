@@ -22,8 +22,8 @@ $(STAMP): pyproject.toml Makefile scripts/install_torch.py scripts/build_llama_c
 	@echo "building llama-cpp-python $(LLAMA_CPP_VERSION) for this CPU, with specchat's patch (minutes; a failure here is not fatal)..."; start=$$(date +%s); \
 	if PYTHON=$(BIN)/python LLAMA_CPP_PY_VERSION=$(LLAMA_CPP_VERSION) bash scripts/build_llama_cpp.sh; \
 	then :; \
-	else echo "note: llama-cpp-python $(LLAMA_CPP_VERSION) failed to build after $$(( $$(date +%s) - start )) s; --backend auto falls back to transformers (README: Troubleshooting)"; fi
-	@command -v tmux >/dev/null 2>&1 || (command -v apt-get >/dev/null 2>&1 && (apt-get update -qq && apt-get install -y -qq tmux) >/dev/null 2>&1) || echo "note: tmux not found; the terminal end-to-end test will be skipped"
+	else echo "note: llama-cpp-python $(LLAMA_CPP_VERSION) failed to build after $$(( $$(date +%s) - start )) s; --backend auto falls back to transformers (docs/troubleshooting.md)"; fi
+	@command -v tmux >/dev/null 2>&1 || echo "note: tmux not found; the terminal end-to-end test will be skipped (install tmux to run it, e.g. sudo apt-get install tmux)"
 	$(BIN)/specchat fetch
 	touch $(STAMP)
 
@@ -33,9 +33,7 @@ fetch: install
 run: install
 	$(BIN)/specchat
 
-test: install
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+test: lint
 	@$(MAKE) --no-print-directory llama-server
 	$(BIN)/python -m pytest -q
 
@@ -43,7 +41,7 @@ test: install
 # ~/.cache/specchat/llama-server-<version>/ (about half an hour on 2 busy cores). Not fatal: without it those
 # tests skip and say why.
 llama-server:
-	@PYTHON=$(BIN)/python bash scripts/build_llama_server.sh || echo "note: llama-server did not build; the real-server tests of the remote backend will skip (README: Troubleshooting)"
+	@PYTHON=$(BIN)/python bash scripts/build_llama_server.sh || echo "note: llama-server did not build; the real-server tests of the remote backend will skip (docs/troubleshooting.md)"
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
