@@ -162,7 +162,7 @@ until exited; do
 done
 tmux kill-session -t "$SESSION"
 start_specchat --seed 7
-restored() { screen | grep -q '│ third lineabc RED xyz ' && screen | grep -q 'back in the prompt'; }
+restored() { screen | grep -q '│ third lineabc RED xyz ' && screen | grep -q 'Draft kept'; }  # the toast's title (its text wraps)
 wait_for 30 "the unsent prompt back after a restart" restored
 echo "tmux_e2e: draft kept across quit OK"
 tmux send-keys -t "$SESSION" C-u C-q
