@@ -27,6 +27,7 @@ from engine.errors import SpecchatError
 from engine.events import Chunk, ContextTrimmed, ReplyFailed, ReplyFinished, ReplyStarted
 from engine.session import ChatSession
 from tui.chat_flows import ChatFlows
+from tui.clipboard import copy_text
 from tui.commands import SpecchatCommands
 from tui.formatting import verdict_line
 from tui.keymap import APP_KEYS, bindings, check_keymap, key_for
@@ -40,7 +41,7 @@ from tui.screens.settings import open_chat_settings, reopen_after_failed_load
 from tui.streaming import RenderPace, ReplyBuffer
 from tui.widgets.chat_log import ChatLog
 from tui.widgets.footer import FittingFooter
-from tui.widgets.message import ReplyMessage, UserMessage, last_code_block
+from tui.widgets.message import ReplyMessage, UserMessage, code_blocks
 from tui.widgets.prompt import PromptInput
 from tui.widgets.status_bar import StatusBar, collect_status
 
@@ -641,16 +642,21 @@ class SpecchatApp(ChatFlows, App[None]):
             self.notify("No reply to copy yet.", severity="warning")
             return
         text = reply.answer_text  # a thinking reply's reasoning stays out of the clipboard
-        if code_only:
-            code = last_code_block(text)
-            if code is None:
-                self.notify("That reply has no code block.", severity="warning")
-                return
-            self.copy_to_clipboard(code)
-            self.notify(f"Copied the code block ({len(code.splitlines())} lines).", timeout=2)
-        else:
-            self.copy_to_clipboard(text)
-            self.notify(f"Copied the reply ({len(text)} characters).", timeout=2)
+        if not code_only:
+            self.notify(copy_text(self, text, f"the reply ({len(text)} characters)"), timeout=4)
+            return
+        blocks = code_blocks(text)
+        if not blocks:
+            self.notify("That reply has no code block.", severity="warning")
+            return
+        # One block per press, in reading order: the function first, then its usage example, and round again.
+        index = reply.next_code_block % len(blocks)
+        reply.next_code_block = index + 1
+        code = blocks[index]
+        what = f"the code block ({len(code.splitlines())} lines)"
+        if len(blocks) > 1:
+            what = f"code block {index + 1} of {len(blocks)} ({len(code.splitlines())} lines; ctrl+b again: the next)"
+        self.notify(copy_text(self, code, what), timeout=4)
 
     def action_inspect_reply(self) -> None:
         self._inspect(self.chat_log.selected_reply(self.focused))

@@ -47,7 +47,7 @@ class SpecchatCommands(Provider):
             ("chat: find", app.action_find, "find text in the conversation and jump to it"),
             ("prompt: attach file", app.action_attach_file, "add a text file's contents to the message"),
             ("reply: copy", app.action_copy_reply, "copy the selected or last reply"),
-            ("reply: copy code block", app.action_copy_code, "copy the last code block of the reply"),
+            ("reply: copy code block", app.action_copy_code, "copy the reply's code blocks, one per press"),
             ("reply: statistics", app.action_inspect_reply, "open the statistics inspector"),
             (
                 "view: toggle draft highlighting",

@@ -33,7 +33,7 @@ keys in the chat (binding id in brackets; remap under [keymap] in config.toml, e
   alt+c             continue the last reply where its token limit cut it [reply.continue]
   ctrl+f            find text in the chat; again: the match before [chat.find]
   ctrl+t            attach a text file (a picker); or type /attach PATH ... in the prompt [prompt.attach]
-  ctrl+y / ctrl+b   copy the reply / its last code block [reply.copy] [reply.copy_code]
+  ctrl+y / ctrl+b   copy the reply / its code blocks, one per press [reply.copy] [reply.copy_code]
   ctrl+s            statistics inspector of the selected reply [reply.inspect]
   alt+up / alt+down select a message (yours or a reply), or click a reply [reply.previous] [reply.next]
   on a reply        enter: stats, ctrl+y: copy, ctrl+b: copy code, f5: help; typing goes to the prompt

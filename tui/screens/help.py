@@ -34,7 +34,7 @@ LONG_NAMES = {
     "reply.regenerate": "regenerate the last reply",
     "reply.edit_last": "edit the selected (or last) message: a new branch; esc cancels",
     "reply.copy": "copy the selected (or last) reply",
-    "reply.copy_code": "copy its last code block",
+    "reply.copy_code": "copy its code blocks, one per press (first, then the next)",
     "reply.inspect": "statistics of the selected (or last) reply",
     "reply.previous": "select the previous message",
     "reply.next": "select the next message",

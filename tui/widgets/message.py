@@ -75,10 +75,15 @@ def thinking_title(thinking: str, stats: MessageStats | None) -> str:
     return f"thinking · {stats.thinking_tokens} tok{rate}"
 
 
+def code_blocks(markdown: str) -> list[str]:
+    """The bodies of the fenced code blocks, in order (an unclosed fence at the end counts)."""
+    return [block.rstrip("\n") for block in _CODE_BLOCK_RE.findall(markdown)]
+
+
 def last_code_block(markdown: str) -> str | None:
     """The body of the last fenced code block (an unclosed fence at the end counts), or None."""
-    blocks = _CODE_BLOCK_RE.findall(markdown)
-    return blocks[-1].rstrip("\n") if blocks else None
+    blocks = code_blocks(markdown)
+    return blocks[-1] if blocks else None
 
 
 def drafted_mask(runs: list[OriginRun]) -> list[bool]:
@@ -217,6 +222,7 @@ class ReplyMessage(Vertical, can_focus=True):
         self.streaming = True
         self.header = ""
         self.highlight = highlight
+        self.next_code_block = 0  # which code block ctrl+b copies next (one per press, in reading order)
         self._stream: MarkdownStream | None = None
         # A thinking reply's reasoning streams into its own folded Markdown; `_written` is what each view has.
         self._thinking_stream: MarkdownStream | None = None
