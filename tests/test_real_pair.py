@@ -121,13 +121,15 @@ def test_smollm2_as_the_draft_of_the_1_5b_fails_naming_the_rule(pair) -> None:
 
 
 async def test_the_app_stays_up_when_smollm2_is_offered_as_the_draft(pair, tmp_path, monkeypatch) -> None:
-    from tui_helpers import wait_until
+    from textual.widgets import Input
+    from tui_helpers import plain, wait_until
 
     from engine.config import Settings
     from engine.models import ensure_embedded_gguf
     from engine.session import ChatSession
     from tests.test_tui_model_reload import apply_settings
     from tui.app import SpecchatApp
+    from tui.screens.settings import SettingsScreen
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
@@ -142,9 +144,11 @@ async def test_the_app_stays_up_when_smollm2_is_offered_as_the_draft(pair, tmp_p
         await apply_settings(pilot, draft=str(ensure_embedded_gguf()))
         await wait_until(pilot, lambda: app.state != "loading", timeout=LOAD_S)
         assert app.state == "ready" and app.session.backend is backend
-        errors = [n for n in app._notifications if n.severity == "error"]
-        assert errors and "vocabulary size differs" in str(errors[-1].message)
-        assert "\n" not in str(errors[-1].message)
+        # The dialog comes back with the typed draft and the one-line reason (not a vanishing toast).
+        await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen), timeout=LOAD_S)
+        assert app.screen.query_one("#settings-draft", Input).value == str(ensure_embedded_gguf())
+        message = plain(app.screen.query_one("#settings-error"))
+        assert "vocabulary size differs" in message and "\n" not in message.strip()
         assert app.session.settings.draft == str(pair[1])
 
 

@@ -200,7 +200,7 @@ async def test_inspector_shows_the_reply_beside_the_presets_recent_average(tmp_p
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen))
         text = plain(app.screen.query_one("#inspector-recent"))
-        assert "qa average of 2" in text
+        assert "last 2 qa (with this)" in text  # the average counts the reply inspected, and says so
         last = app.chat_log.replies()[-1].stats
         rows = [orjson.loads(line) for line in (tmp_path / "metrics.jsonl").read_bytes().splitlines()]
         pooled = sum(r["accepted_tokens"] for r in rows) / sum(r["drafted_tokens"] for r in rows)

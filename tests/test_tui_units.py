@@ -316,3 +316,31 @@ def test_the_inspector_lists_the_backends_notes_on_the_reply():
     console = Console(width=160, record=True)
     console.print(stats_table(make_stats()))
     assert "note" not in console.export_text().split("stopped by")[-1]
+
+
+def test_the_doesnt_pay_verdict_shows_only_where_adaptive_k_leaves_drafting_off():
+    # A fixed-K preset drafts whether or not it pays: the bar names the draft, not "draft off" (the pair's tmux
+    # check with a fixed K 4 saw "draft off: doesn't pay" push the draft's name out of the bar).
+    from types import SimpleNamespace
+
+    from engine.events import LiveStats, ReplyStarted
+    from tui.widgets.status_bar import collect_status
+
+    verdict = SimpleNamespace(status_text=lambda: "draft off: doesn't pay (c 0.42, r(2) 2.00)")
+
+    def session(k_mode, active=None):
+        preset = SimpleNamespace(k=4, temperature=0.5, drafting=True, k_mode=k_mode)
+        return SimpleNamespace(
+            info=None, live=LiveStats(), active=active, last_stats=None, mode="code", verdict=verdict,
+            presets={"code": preset}, effective_preset=lambda name: preset,
+        )  # fmt: skip
+
+    def started(k_mode):
+        return ReplyStarted("code", False, "", 4, 0.5, True, 10, k_mode=k_mode)
+
+    assert "doesn't pay" in render_status(collect_status(session("adaptive"), "idle")).plain
+    assert "doesn't pay" not in render_status(collect_status(session("fixed"), "idle")).plain
+    streaming = collect_status(session("adaptive", started("adaptive")), "streaming")
+    assert "doesn't pay" in render_status(streaming).plain
+    streaming = collect_status(session("fixed", started("fixed")), "streaming")
+    assert "doesn't pay" not in render_status(streaming).plain

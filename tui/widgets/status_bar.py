@@ -82,7 +82,8 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
             tau=live.mean_accepted_length,
             tokens_per_s=live.tokens_per_s,
             ttft_s=live.ttft_s,
-            verdict=off_text if drafting_now and not live.drafted else "",
+            # Only adaptive K leaves drafting off where it does not pay; a fixed K drafts anyway.
+            verdict=off_text if drafting_now and not live.drafted and active.k_mode == "adaptive" else "",
             **base,
         )
     # Between replies: the settings the next reply will use, the figures of the last one.
@@ -100,6 +101,7 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
         k = chosen.k if chosen is not None else None
         temperature = chosen.temperature if chosen is not None else None
         drafting = bool(chosen.drafting and chosen.k > 0) if chosen is not None else True
+    adaptive = mode == "auto" or chosen is None or getattr(chosen, "k_mode", "adaptive") == "adaptive"
     if info is not None and info.draft_mode == "none":
         drafting = False  # the loaded model runs without a drafter (draft "none"): no preset's K applies
     measured = None
@@ -121,7 +123,7 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
         tokens_per_s=last.decode_tokens_per_s if last is not None else None,
         ttft_s=last.ttft_s if last is not None else None,
         # Said until a reply drafts after all (n-gram lookup beside the draft model, a probe).
-        verdict=off_text if drafting and (last is None or not last.drafted_tokens) else "",
+        verdict=off_text if drafting and adaptive and (last is None or not last.drafted_tokens) else "",
         **base,
     )
 
