@@ -378,11 +378,8 @@ class ThreadControl:
         """(width, cached tokens) -> seconds a verify pass should take at the chosen count on an idle machine:
         `pass_cost` where load measured it; else the load-time cost by width alone."""
         if self.pass_cost is not None:
-            scale = self._thread_scale()
-            if scale == 1.0:
-                return self.pass_cost.predict
-            predict = self.pass_cost.predict
-            return lambda width, context=0: predict(width, context) * scale
+            predict, scale = self.pass_cost.predict, self._thread_scale()
+            return predict if scale == 1.0 else lambda width, context=0: predict(width, context) * scale
         costs = self.target.costs
         one = costs.one_token_s if costs is not None and costs.one_token_s else None
         if one is None and self.thread_choice is not None:

@@ -111,9 +111,8 @@ class VerifyCostModel:
             if width > 1:
                 self._ratios[width] = min(max(ratio, 1.0), float(width))
         self._one = one_token_s
-        self._one_context = (
-            0  # cached tokens under the one-token passes `_one` follows (with a context shape)
-        )
+        # Cached tokens under the one-token passes `_one` follows (with a context shape).
+        self._one_context = 0
         # A draft-model step: measured seconds (EMA), or a given ratio to a plain step (tests, fixed peers).
         self._draft_s: float | None = None
         self._fixed_draft_ratio = draft_ratio
