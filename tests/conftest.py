@@ -168,7 +168,7 @@ def isolated_user_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: 
 
 
 def _free_verify_class():
-    from engine.decoding.drafting import VerifyCostModel
+    from engine.decoding.cost_model import VerifyCostModel
 
     class FreeVerify(VerifyCostModel):
         """Verification that costs nothing and stays so: the drafter drafts the full K wherever it finds a

@@ -31,16 +31,15 @@ from pathlib import Path
 import pytest
 
 from engine.backends.hf import TransformersBackend
-from engine.decoding.drafting import (
-    MAX_DRAFT_LENGTH,
+from engine.decoding.adaptive_k import (
     PROBE_INTERVAL,
     PROBE_LENGTH,
     AdaptiveK,
-    NgramDrafter,
-    VerifyCostModel,
     conditional_from_per_position,
     drafting_can_pay,
 )
+from engine.decoding.cost_model import MAX_DRAFT_LENGTH, VerifyCostModel
+from engine.decoding.drafters.ngram import NgramDrafter
 from engine.events import Chunk, Done
 from engine.request import GenerationRequest, SamplerSettings
 from engine.storage import metrics

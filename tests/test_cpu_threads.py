@@ -223,7 +223,7 @@ def test_the_cost_of_a_pass_grows_with_the_cached_tokens_per_width() -> None:
 
 
 def test_the_verify_cost_ratios_are_read_at_the_context_of_the_pass() -> None:
-    from engine.decoding.drafting import VerifyCostModel
+    from engine.decoding.cost_model import VerifyCostModel
 
     # The embedded model's F16 GGUF on a Zen 4 EPYC at load: every query row attends over the whole cache, so a
     # 9-token pass grows ~5.6x faster with the context than a one-token pass.

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from engine.backends.hf import TransformersBackend
-from engine.decoding.drafting import AdaptiveK, VerifyCostModel, drafting_can_pay
+from engine.decoding.adaptive_k import AdaptiveK, drafting_can_pay
+from engine.decoding.cost_model import VerifyCostModel
 from engine.events import Done
 from engine.request import GenerationRequest, SamplerSettings
 from tests.test_adaptive_k import long_copy_dir  # noqa: F401, F811  (a fixture)

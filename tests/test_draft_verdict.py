@@ -10,7 +10,7 @@ import pytest
 from engine.backends.scripted import ScriptedBackend
 from engine.config import Settings
 from engine.decoding.acceptance import AcceptanceAccounting
-from engine.decoding.drafting import VerifyCostModel
+from engine.decoding.cost_model import VerifyCostModel
 from engine.decoding.verdict import draft_verdict, verdict_k_max
 from engine.events import Chunk, Done
 from engine.session import ChatSession

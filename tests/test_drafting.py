@@ -6,17 +6,19 @@ import random
 
 import pytest
 
-from engine.decoding.drafting import (
+from engine.decoding.adaptive_k import (
     FIRST_TOKEN_PRIOR,
-    LONG_DRAFT_MAX,
-    LONG_MATCH,
     MIN_GAIN,
     NEXT_TOKEN_PRIOR,
     PRIOR_WEIGHT,
     AcceptanceModel,
+)
+from engine.decoding.cost_model import VerifyCostModel
+from engine.decoding.drafters.ngram import (
+    LONG_DRAFT_MAX,
+    LONG_MATCH,
     NgramDrafter,
     SuffixIndex,
-    VerifyCostModel,
     best_draft_length,
     propose_from,
 )

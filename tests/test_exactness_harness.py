@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from engine.decoding.drafting import MAX_DRAFT_LENGTH, VerifyCostModel
+from engine.decoding.cost_model import MAX_DRAFT_LENGTH, VerifyCostModel
 from engine.events import Chunk, Done
 from engine.request import GenerationRequest, SamplerSettings
 

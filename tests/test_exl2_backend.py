@@ -794,7 +794,8 @@ def test_adaptive_k_turns_a_useless_draft_off_between_replies_and_probes_later(
     standin, make_model, reply_ids
 ):
     from engine.backends.exl2 import PROBE_INTERVAL_ROUNDS
-    from engine.decoding.drafting import PROBE_LENGTH, VerifyCostModel
+    from engine.decoding.adaptive_k import PROBE_LENGTH
+    from engine.decoding.cost_model import VerifyCostModel
 
     target = make_model("target", {"reply": reply_ids, "end": "eos"})
     draft = make_model("draft", {"draft_acceptance": [0]})  # never right

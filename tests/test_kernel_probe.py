@@ -17,7 +17,7 @@ from engine.backends.llamacpp_probe import (
     ProbeVerdict,
     probe_widths,
 )
-from engine.decoding.drafting import LONG_DRAFT_MAX
+from engine.decoding.drafters.ngram import LONG_DRAFT_MAX
 
 VOCAB = 32
 

@@ -27,7 +27,7 @@ from engine.backends.llamacpp import (  # noqa: E402
     physical_cores,
     resolve_gguf,
 )
-from engine.decoding.drafting import LONG_DRAFT_MAX  # noqa: E402
+from engine.decoding.drafters.ngram import LONG_DRAFT_MAX  # noqa: E402
 from engine.errors import BackendError
 from engine.events import Chunk, Done  # noqa: E402
 from engine.request import GenerationRequest, SamplerSettings  # noqa: E402

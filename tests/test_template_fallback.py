@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from engine.chat_template import FALLBACK_NOTE, ChatTemplate
-from engine.decoding.drafting import AdaptiveK
+from engine.decoding.adaptive_k import AdaptiveK
 from engine.decoding.round_loop import LoopSetup, StopStringWatch, run_reply
 from engine.events import Chunk, Done
 from engine.request import GenerationRequest, SamplerSettings

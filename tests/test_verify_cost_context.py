@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from engine.backends.llamacpp_threads import PassCost
-from engine.decoding.drafting import VerifyCostModel
+from engine.decoding.cost_model import VerifyCostModel
 
 MS = 0.001
 BASE = {1: 10 * MS, 9: 20 * MS, 49: 50 * MS}

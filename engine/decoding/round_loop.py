@@ -30,7 +30,9 @@ from typing import Protocol
 import torch
 
 from engine.chat_template import ChatTemplate, ChatTemplateError
-from engine.decoding.drafting import AdaptiveK, NgramDrafter, VerifyCostModel, round_cost, round_limit
+from engine.decoding.adaptive_k import AdaptiveK
+from engine.decoding.cost_model import FreeDraftCosts, VerifyCostModel, round_cost, round_limit
+from engine.decoding.drafters.ngram import NgramDrafter
 from engine.decoding.sampling import choose_tokens, count_accepted, reply_uniforms
 from engine.errors import BackendError
 from engine.events import Chunk, Done, StopReason
@@ -174,20 +176,6 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
-
-
-class FreeDraftCosts:
-    """The target's verify cost as an n-gram drafter sees it beside a draft model: its drafts take no draft-model
-    steps (c = 0)."""
-
-    def __init__(self, costs: VerifyCostModel) -> None:
-        self._costs = costs
-
-    def ratio(self, width: int) -> float:
-        return self._costs.ratio(width)
-
-    def draft_ratio(self) -> float:
-        return 0.0
 
 
 def draft_greedy(

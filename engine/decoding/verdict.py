@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from engine.decoding.drafting import MIN_GAIN, PROBE_ACCEPTANCE
+from engine.decoding.adaptive_k import MIN_GAIN, PROBE_ACCEPTANCE
 
 VerdictStatus = Literal["pass", "warn", "skip"]
 
