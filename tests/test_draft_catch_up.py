@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.decoding.round_loop import CATCH_UP_PASS, draft_greedy
+from engine.decoding.drafters.draft_model import CATCH_UP_PASS, draft_greedy
 from engine.errors import BackendError
 
 VOCAB = 50

@@ -32,6 +32,8 @@ import torch
 from engine.chat_template import ChatTemplate, ChatTemplateError
 from engine.decoding.adaptive_k import AdaptiveK
 from engine.decoding.cost_model import FreeDraftCosts, VerifyCostModel, round_cost, round_limit
+from engine.decoding.drafters.base import common_prefix
+from engine.decoding.drafters.draft_model import draft_greedy
 from engine.decoding.drafters.ngram import NgramDrafter
 from engine.decoding.sampling import choose_tokens, count_accepted, reply_uniforms
 from engine.errors import BackendError
@@ -46,9 +48,6 @@ MAX_PERIOD = 64
 MIN_REPEATED_TOKENS = 96
 REPEATS = 3
 REPETITION_NOTE = "stopped: the reply kept repeating the same {period}-token span"
-# A draft model that missed more tokens than this catches up by prefill (in slices) before its first step; fewer
-# go in with that step, in one pass (the usual case: the last accepted draft and the target's own token).
-CATCH_UP_PASS = 64
 NO_CROP_NOTE = "drafting off: this model's cache cannot drop rejected drafts (each would cost a re-prefill)"
 
 
@@ -168,48 +167,6 @@ class StopStringWatch:
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-def draft_greedy(
-    model: CachedModel,
-    seq: Sequence[int],
-    k: int,
-    vocab_size: int,
-    costs: VerifyCostModel | None = None,
-    step_times: list[float] | None = None,
-) -> list[int]:
-    """k greedy tokens from a draft model on its own cache (rolled back to the shared prefix first). Its
-    one-token steps are timed into `costs` (the target's cost model) and appended to `step_times`.
-
-    Only one-token steps are draft steps: the first call of a round also feeds the draft what it missed (the
-    tokens of rounds that did not draft, or the last accepted draft), a wider pass that would inflate c. What it
-    missed can be hundreds of tokens (n-gram rounds of a long copy never step it): past CATCH_UP_PASS tokens, all
-    but the last go in by `prefill`, in the model's own slices, so no catch-up pass is wider than its batch."""
-    model.crop(common_prefix(model.ids, seq))
-    if len(seq) - len(model.ids) > CATCH_UP_PASS:
-        model.prefill(seq[:-1])
-    pending = list(seq[len(model.ids) :])
-    drafts: list[int] = []
-    for _ in range(k):
-        logits = model.next_logits(pending)
-        if len(pending) == 1:
-            if costs is not None:
-                costs.observe_draft(model.step_times[-1])
-            if step_times is not None:
-                step_times.append(model.step_times[-1])
-        # Ids past the target's vocabulary (a padded draft embedding) are never proposed.
-        token = int(logits[:vocab_size].argmax())
-        drafts.append(token)
-        pending = [token]
-    return drafts
 
 
 def run_reply(
