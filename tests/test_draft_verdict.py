@@ -164,8 +164,8 @@ async def test_the_chat_says_at_load_whether_the_draft_pays_and_the_status_bar_w
     app = make_app(backend)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_ready(pilot)
-        await wait_until(pilot, lambda: app.chat_log.query(".chat-notice"))
-        line = app.chat_log.query(".chat-notice").first().plain
+        await wait_until(pilot, lambda: app.chat.chat_log.query(".chat-notice"))
+        line = app.chat.chat_log.query(".chat-notice").first().plain
         assert line.startswith(
             "draft scripted-draft doesn't pay on this machine: a verify pass of 2 costs r(2) 2.00"
         )
@@ -178,12 +178,12 @@ async def test_the_chat_says_so_when_a_reply_turns_the_verdict():
     app = make_app(backend)
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_ready(pilot)
-        await wait_until(pilot, lambda: app.chat_log.query(".chat-notice"))
+        await wait_until(pilot, lambda: app.chat.chat_log.query(".chat-notice"))
         backend.costs = VerifyCostModel.from_ratios(CHEAP_CURVE, draft_ratio=0.05)
         await send(pilot, "hello")
-        await wait_until(pilot, lambda: len(app.chat_log.query(".chat-notice")) == 2)
+        await wait_until(pilot, lambda: len(app.chat.chat_log.query(".chat-notice")) == 2)
         assert (
-            app.chat_log.query(".chat-notice")
+            app.chat.chat_log.query(".chat-notice")
             .last()
             .plain.startswith(
                 "now: draft scripted-draft can pay on this machine: a verify pass of 2 costs r(2) 1.05"

@@ -248,8 +248,8 @@ async def test_the_chat_s_loading_banner_shows_the_build(tmp_path, monkeypatch, 
     app = SpecchatApp(Settings(model=tiny_model_dir, backend="auto"))
     try:
         async with app.run_test(size=SIZE) as pilot:
-            await wait_until(pilot, lambda: "12/47 files" in plain(app.chat_log.banner), timeout=30)
-            banner = plain(app.chat_log.banner)
+            await wait_until(pilot, lambda: "12/47 files" in plain(app.chat.chat_log.banner), timeout=30)
+            banner = plain(app.chat.chat_log.banner)
             assert "building exllamav2's CUDA extension" in banner and "first start only" in banner
             release.write_text("", encoding="utf-8")
             await wait_until(pilot, lambda: app.state == "ready", timeout=120)

@@ -50,7 +50,7 @@ async def test_reply_streams_into_log_with_stats_line_and_status():
         await wait_ready(pilot)
         assert app.state == "ready"
         await send(pilot, "Write a python function that greets")
-        reply = app.chat_log.replies()[-1]
+        reply = app.chat.chat_log.replies()[-1]
         assert reply.text == DEFAULT_REPLY
         assert reply.markdown.source == DEFAULT_REPLY
         line = stats_text(reply)
@@ -76,29 +76,29 @@ async def test_status_bar_is_live_while_streaming():
         await wait_until(pilot, lambda: app.session.live.rounds == 2)
         # The bar redraws on a timer: it may still show round 1 (3 of 5, 60%) until the next tick.
         # Two rounds with K=5 accepted 3 and 1 drafts of 10; the gate holds the reply there.
-        await wait_until(pilot, lambda: "accept 40%" in app.status_bar.plain)
-        bar = app.status_bar.plain
+        await wait_until(pilot, lambda: "accept 40%" in app.chat.status_bar.plain)
+        bar = app.chat.status_bar.plain
         assert bar.startswith("● ")
         assert "auto → qa" in bar and "K 5" in bar
         gate.set()
-        await wait_until(pilot, lambda: not app.generating)
-        assert app.status_bar.plain.startswith("○ ")
+        await wait_until(pilot, lambda: not app.chat.generating)
+        assert app.chat.status_bar.plain.startswith("○ ")
 
 
 async def test_function_keys_switch_preset_in_status_bar_at_once():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
-        assert app.prompt.has_focus  # priority bindings work while typing
+        assert app.chat.prompt.has_focus  # priority bindings work while typing
         await pilot.press("f4")
         assert app.session.mode == "creative"
-        assert app.status_bar.plain.startswith("○ creative │ K 3 │ T 0.90")
+        assert app.chat.status_bar.plain.startswith("○ creative │ K 3 │ T 0.90")
         await pilot.press("f2")
-        assert app.status_bar.plain.startswith("○ code │ K 6 │ T 0.20")
+        assert app.chat.status_bar.plain.startswith("○ code │ K 6 │ T 0.20")
         await pilot.press("f3")
-        assert app.status_bar.plain.startswith("○ qa │ K 5 │ T 0.50")
+        assert app.chat.status_bar.plain.startswith("○ qa │ K 5 │ T 0.50")
         await pilot.press("f1")
-        assert app.status_bar.plain.startswith("○ auto │")
+        assert app.chat.status_bar.plain.startswith("○ auto │")
 
 
 async def test_preset_switch_applies_to_next_reply():
@@ -109,7 +109,7 @@ async def test_preset_switch_applies_to_next_reply():
         await pilot.press("f4")
         await send(pilot, "Write a python function")  # the router would say code; the hand choice wins
         assert backend.requests[-1].num_draft_tokens == 3
-        line = stats_text(app.chat_log.replies()[-1])
+        line = stats_text(app.chat.chat_log.replies()[-1])
         assert line.endswith("K 3 · T 0.90 · creative")
 
 
@@ -127,7 +127,7 @@ async def test_draft_off_is_said_not_zero_percent():
         assert backend.requests[-1].effective_k == 0
         assert "draft off" in status(app)
         assert "0%" not in status(app)
-        assert "draft off" in stats_text(app.chat_log.replies()[-1])
+        assert "draft off" in stats_text(app.chat.chat_log.replies()[-1])
 
 
 async def test_escape_cancels_and_keeps_partial_text():
@@ -138,12 +138,12 @@ async def test_escape_cancels_and_keeps_partial_text():
         await send(pilot, "Tell me something", wait=False)
         await wait_until(pilot, lambda: app.session.live.rounds == 2)
         await pilot.press("escape")
-        await wait_until(pilot, lambda: not app.generating)
-        reply = app.chat_log.replies()[-1]
+        await wait_until(pilot, lambda: not app.chat.generating)
+        reply = app.chat.chat_log.replies()[-1]
         assert reply.text and DEFAULT_REPLY.startswith(reply.text) and reply.text != DEFAULT_REPLY
         assert reply.cancelled and stats_text(reply).endswith("cancelled")
         assert app.session.turns[-1].cancelled
-        assert app.prompt.text == ""
+        assert app.chat.prompt.text == ""
 
 
 async def test_escape_before_any_text_puts_the_prompt_back():
@@ -154,9 +154,9 @@ async def test_escape_before_any_text_puts_the_prompt_back():
         await send(pilot, "What is a monad?", wait=False)
         await wait_until(pilot, lambda: app.session.active is not None)
         await pilot.press("escape")
-        await wait_until(pilot, lambda: not app.generating)
-        assert app.prompt.text == "What is a monad?"
-        assert not app.chat_log.messages()
+        await wait_until(pilot, lambda: not app.chat.generating)
+        assert app.chat.prompt.text == "What is a monad?"
+        assert not app.chat.chat_log.messages()
         assert app.session.turns == []
 
 
@@ -168,9 +168,9 @@ async def test_regenerate_replaces_the_last_reply():
         await send(pilot, "question")
         await pilot.press("ctrl+r")
         await wait_until(
-            pilot, lambda: not app.generating and app.chat_log.replies()[-1].text == "second answer"
+            pilot, lambda: not app.chat.generating and app.chat.chat_log.replies()[-1].text == "second answer"
         )
-        assert [r.text for r in app.chat_log.replies()] == ["second answer"]
+        assert [r.text for r in app.chat.chat_log.replies()] == ["second answer"]
         assert [t.content for t in app.session.turns] == ["question", "second answer"]
 
 
@@ -181,13 +181,13 @@ async def test_edit_and_resend_last_message():
         await wait_ready(pilot)
         await send(pilot, "first try")
         await pilot.press("ctrl+e")
-        assert app.prompt.text == "first try"
+        assert app.chat.prompt.text == "first try"
         # Editing hides nothing: the exchange stays until the edit is sent (esc would cancel it).
-        assert len(app.chat_log.messages()) == 2 and len(app.session.turns) == 2
+        assert len(app.chat.chat_log.messages()) == 2 and len(app.session.turns) == 2
         await pilot.press("end", *" again", "enter")
-        await wait_until(pilot, lambda: not app.generating and app.session.turns[-1].content == "two")
+        await wait_until(pilot, lambda: not app.chat.generating and app.session.turns[-1].content == "two")
         assert [t.content for t in app.session.turns] == ["first try again", "two"]
-        await wait_until(pilot, lambda: len(app.chat_log.messages()) == 2)
+        await wait_until(pilot, lambda: len(app.chat.chat_log.messages()) == 2)
 
 
 async def test_copy_reply_and_its_last_code_block():
@@ -207,7 +207,7 @@ async def test_select_reply_with_keys_and_mouse_then_inspect():
         await wait_ready(pilot)
         await send(pilot, "one")
         await send(pilot, "two")
-        first, second = app.chat_log.replies()
+        first, second = app.chat.chat_log.replies()
         await pilot.press("alt+up")
         assert app.focused is second
         await pilot.press("alt+up")  # the message "two": alt+up steps through every message
@@ -249,7 +249,7 @@ async def test_draft_highlighting_colours_accepted_text():
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         await send(pilot, "code")
-        reply = app.chat_log.replies()[-1]
+        reply = app.chat.chat_log.replies()[-1]
         await pilot.press("f6")
         assert reply.markdown.display  # the colours go on top of the Markdown rendering
         accepted = sum(1 for t in app.session.turns[-1].origins if t)
@@ -313,8 +313,8 @@ async def test_remapped_cancel_key_stops_a_reply():
         await send(pilot, "hi", wait=False)
         await wait_until(pilot, lambda: app.session.live.rounds == 1)
         await pilot.press("ctrl+g")
-        await wait_until(pilot, lambda: not app.generating)
-        assert app.chat_log.replies()[-1].cancelled
+        await wait_until(pilot, lambda: not app.chat.generating)
+        assert app.chat.chat_log.replies()[-1].cancelled
 
 
 async def test_load_failure_is_shown_in_app_and_app_stays_open():
@@ -328,11 +328,11 @@ async def test_load_failure_is_shown_in_app_and_app_stays_open():
         assert plain(app.screen.query_one("#error-message")) == message
         await pilot.press("enter")
         assert not isinstance(app.screen, ErrorScreen)
-        assert message in plain(app.chat_log.banner)
+        assert message in plain(app.chat.chat_log.banner)
         assert "model not loaded" in status(app)
         await send(pilot, "hello?", wait=False)
         await pilot.pause(0.1)
-        assert not app.chat_log.messages() and app.is_running
+        assert not app.chat.chat_log.messages() and app.is_running
         assert any(message in n.message for n in app._notifications)
 
 
@@ -351,7 +351,7 @@ async def test_generation_failure_is_reported_on_the_reply():
         )
         assert "device-side assert" in plain(app.screen.query_one("#error-message"))
         await pilot.press("enter")
-        await wait_until(pilot, lambda: not app.generating and app.chat_log.replies()[-1].failed)
+        await wait_until(pilot, lambda: not app.chat.generating and app.chat.chat_log.replies()[-1].failed)
 
 
 async def test_new_chat_clears_log_and_session():
@@ -360,7 +360,7 @@ async def test_new_chat_clears_log_and_session():
         await wait_ready(pilot)
         await send(pilot, "hello")
         await pilot.press("ctrl+n")
-        assert not app.chat_log.messages() and app.session.turns == []
+        assert not app.chat.chat_log.messages() and app.session.turns == []
 
 
 async def test_ctrl_j_inserts_newline_and_enter_sends():
@@ -368,9 +368,9 @@ async def test_ctrl_j_inserts_newline_and_enter_sends():
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         await pilot.press(*"line one", "ctrl+j", *"line two")
-        assert app.prompt.text == "line one\nline two"
+        assert app.chat.prompt.text == "line one\nline two"
         await pilot.press("enter")
-        await wait_until(pilot, lambda: not app.generating and app.session.turns)
+        await wait_until(pilot, lambda: not app.chat.generating and app.session.turns)
         assert app.session.turns[0].content == "line one\nline two"
 
 
@@ -382,13 +382,13 @@ async def test_highlight_toggled_mid_reply_keeps_markdown_complete():
         # Not gated: the reply streams on, and a loaded machine's poll may first see round 2 (CI timed out on == 1).
         await wait_until(pilot, lambda: app.session.live.rounds >= 1)
         await pilot.press("f6")
-        reply = app.chat_log.replies()[-1]
+        reply = app.chat.chat_log.replies()[-1]
         await wait_until(pilot, lambda: app.session.live.rounds >= 2 and len(reply.text) > 12)
-        assert app.generating and reply.markdown.display
+        assert app.chat.generating and reply.markdown.display
         await wait_until(pilot, lambda: any(drafted_by_block(reply)))  # coloured while it streams
         await pilot.press("f6")
-        assert app.generating and not any(drafted_by_block(reply))
+        assert app.chat.generating and not any(drafted_by_block(reply))
         await pilot.press("f6")
-        await wait_until(pilot, lambda: not app.generating)
+        await wait_until(pilot, lambda: not app.chat.generating)
         assert reply.markdown.source == DEFAULT_REPLY
         assert drafted_by_block(reply)[0].startswith("Here is a")

@@ -38,7 +38,7 @@ def saving_app(data_dir: Path, backend: ScriptedBackend, open_chat: int | None =
 
 
 def texts(app: SpecchatApp) -> list[str]:
-    return [m.text for m in app.chat_log.messages() if m.display]
+    return [m.text for m in app.chat.chat_log.messages() if m.display]
 
 
 def told(app: SpecchatApp, part: str) -> list[str]:
@@ -55,18 +55,18 @@ async def test_esc_cancels_an_edit_and_the_old_exchange_stays(tmp_path: Path):
         await send(pilot, "one")
         await send(pilot, "two")
         await pilot.press("ctrl+e")
-        assert app.prompt.text == "two" and app.editing == 2
+        assert app.chat.prompt.text == "two" and app.chat.editing == 2
         # Nothing is hidden while editing: the old exchange is on screen, marked.
         assert texts(app) == ["one", "A1", "two", "A2"]
-        assert app.chat_log.messages()[2].has_class("editing")
+        assert app.chat.chat_log.messages()[2].has_class("editing")
         await pilot.press(*" more")
         await pilot.press("escape")
-        assert app.editing is None and app.prompt.text == ""
+        assert app.chat.editing is None and app.chat.prompt.text == ""
         assert texts(app) == ["one", "A1", "two", "A2"]
         assert [t.content for t in app.session.turns] == ["one", "A1", "two", "A2"]
-        assert not any(m.has_class("editing") for m in app.chat_log.messages())
+        assert not any(m.has_class("editing") for m in app.chat.chat_log.messages())
         await pilot.press("ctrl+z")  # the edited text is not lost
-        assert app.prompt.text == "two more"
+        assert app.chat.prompt.text == "two more"
 
 
 async def test_esc_after_the_chat_changed_under_an_edit_keeps_what_was_typed(tmp_path: Path):
@@ -76,10 +76,10 @@ async def test_esc_after_the_chat_changed_under_an_edit_keeps_what_was_typed(tmp
         await send(pilot, "one")
         await pilot.press("ctrl+e")
         await pilot.press("ctrl+n")
-        await wait_until(pilot, lambda: not app.chat_log.messages())
-        app.prompt.set_text("a new question")
+        await wait_until(pilot, lambda: not app.chat.chat_log.messages())
+        app.chat.prompt.set_text("a new question")
         await pilot.press("escape")
-        assert app.prompt.text == "a new question" and app.editing is None
+        assert app.chat.prompt.text == "a new question" and app.chat.editing is None
 
 
 async def test_esc_on_an_edit_gives_back_what_the_prompt_held(tmp_path: Path):
@@ -91,9 +91,9 @@ async def test_esc_on_an_edit_gives_back_what_the_prompt_held(tmp_path: Path):
         await pilot.press("alt+up", "alt+up")  # the message "one"
         assert isinstance(app.focused, UserMessage)
         await pilot.press("ctrl+e")
-        assert app.prompt.text == "one"
+        assert app.chat.prompt.text == "one"
         await pilot.press("escape")
-        assert app.prompt.text == "half typed"
+        assert app.chat.prompt.text == "half typed"
 
 
 async def test_editing_an_earlier_message_makes_a_branch_that_pages_back(tmp_path: Path):
@@ -105,20 +105,20 @@ async def test_editing_an_earlier_message_makes_a_branch_that_pages_back(tmp_pat
         await pilot.press("alt+up", "alt+up", "alt+up", "alt+up")  # A3, three, A2, two
         assert isinstance(app.focused, UserMessage) and app.focused.text == "two"
         await pilot.press("ctrl+e")
-        assert app.prompt.text == "two"
-        app.prompt.set_text("TWO")
+        assert app.chat.prompt.text == "two"
+        app.chat.prompt.set_text("TWO")
         await pilot.press("enter")
-        await wait_until(pilot, lambda: not app.generating and texts(app)[-1] == "B2")
+        await wait_until(pilot, lambda: not app.chat.generating and texts(app)[-1] == "B2")
         assert texts(app) == ["one", "A1", "TWO", "B2"]
-        edited = app.chat_log.messages()[2]
+        edited = app.chat.chat_log.messages()[2]
         assert "branch 2/2" in edited.header
         # The old branch, with its later exchange, is a key away.
         await pilot.press("alt+up", "alt+up")
         assert app.focused is edited
         await pilot.press("alt+left")
         await wait_until(pilot, lambda: texts(app) == ["one", "A1", "two", "A2", "three", "A3"])
-        assert "branch 1/2" in app.chat_log.messages()[2].header
-        assert app.focused is app.chat_log.messages()[2]
+        assert "branch 1/2" in app.chat.chat_log.messages()[2].header
+        assert app.focused is app.chat.chat_log.messages()[2]
         await pilot.press("alt+right")
         await wait_until(pilot, lambda: texts(app) == ["one", "A1", "TWO", "B2"])
     # All of it is in the database, and a reopened chat pages the same way.
@@ -134,7 +134,7 @@ async def test_ctrl_e_on_a_selected_reply_edits_the_message_it_answers(tmp_path:
         await pilot.press("alt+up", "alt+up", "alt+up")  # A2, two, A1
         assert isinstance(app.focused, ReplyMessage) and app.focused.text == "A1"
         await pilot.press("ctrl+e")
-        assert app.prompt.text == "one" and app.editing == 0
+        assert app.chat.prompt.text == "one" and app.chat.editing == 0
 
 
 async def test_an_edit_stopped_before_its_first_token_brings_the_old_branch_back(tmp_path: Path):
@@ -145,13 +145,15 @@ async def test_an_edit_stopped_before_its_first_token_brings_the_old_branch_back
         await send(pilot, "one")
         app.session.backend.gate_after_rounds = 0
         await pilot.press("ctrl+e")
-        app.prompt.set_text("ONE")
+        app.chat.prompt.set_text("ONE")
         await pilot.press("enter")
-        await wait_until(pilot, lambda: app.generating)
+        await wait_until(pilot, lambda: app.chat.generating)
         await pilot.press("escape")
-        await wait_until(pilot, lambda: not app.generating)
+        await wait_until(pilot, lambda: not app.chat.generating)
         assert texts(app) == ["one", "A1"]
-        assert app.prompt.text == "ONE" and app.editing == 0  # the edit goes on: nothing typed is lost
+        assert (
+            app.chat.prompt.text == "ONE" and app.chat.editing == 0
+        )  # the edit goes on: nothing typed is lost
 
 
 # --- 7. continue, find, attach ----------------------------------------------------------------------------
@@ -164,14 +166,14 @@ async def test_continue_extends_a_reply_cut_at_its_token_limit(tmp_path: Path):
         await wait_ready(pilot)
         app.session.set_overrides(max_new_tokens=6)
         await send(pilot, "count")
-        first = app.chat_log.replies()[-1].text
+        first = app.chat.chat_log.replies()[-1].text
         assert first == "w0 w1 w2 w3 w4 w5"
         assert told(app, "alt+c continues it")
         await pilot.press("alt+c")
         await wait_until(
-            pilot, lambda: not app.generating and len(app.chat_log.replies()[-1].text) > len(first)
+            pilot, lambda: not app.chat.generating and len(app.chat.chat_log.replies()[-1].text) > len(first)
         )
-        replies = [r for r in app.chat_log.replies() if r.display]
+        replies = [r for r in app.chat.chat_log.replies() if r.display]
         assert len(replies) == 1 and replies[0].text == first + "more words here"
         assert app.session.turns[-1].content == replies[0].text
         await pilot.press("alt+c")  # ended by itself this time: nothing to continue
@@ -209,12 +211,12 @@ async def test_attach_puts_a_text_file_in_the_prompt_and_refuses_what_is_not_tex
     app = make_app(ScriptedBackend(["ok"]))
     async with app.run_test(size=SMALL) as pilot:
         await wait_ready(pilot)
-        app.prompt.set_text(f"/attach {code}\nwhat does it do?")
+        app.chat.prompt.set_text(f"/attach {code}\nwhat does it do?")
         await pilot.press("enter")
-        assert app.prompt.text == (
+        assert app.chat.prompt.text == (
             "`greet.py`:\n\n```python\ndef greet():\n    return 'hi'\n```\n\nwhat does it do?"
         )
-        assert app.session.turns == [] and not app.generating  # nothing was sent
+        assert app.session.turns == [] and not app.chat.generating  # nothing was sent
         for path, why in (
             (tmp_path / "missing.py", "no such file"),
             (binary, "binary"),
@@ -222,9 +224,9 @@ async def test_attach_puts_a_text_file_in_the_prompt_and_refuses_what_is_not_tex
             (tmp_path, "folder"),
         ):
             typed = f"/attach {path}"
-            app.prompt.set_text(typed)
+            app.chat.prompt.set_text(typed)
             await pilot.press("enter")
-            assert app.prompt.text == typed  # kept as typed
+            assert app.chat.prompt.text == typed  # kept as typed
             assert told(app, why)
         await pilot.press("ctrl+t")
         await wait_until(pilot, lambda: isinstance(app.screen, PathPickerScreen))
@@ -256,11 +258,11 @@ async def test_esc_during_a_long_prefill_says_stopping_at_once():
         await send(pilot, "a long prompt", wait=False)
         await wait_until(pilot, backend.started.is_set)
         await pilot.press("escape")
-        reply = app.chat_log.replies()[-1]
+        reply = app.chat.chat_log.replies()[-1]
         assert "stopping…" in plain(reply.query_one(".stats"))
         backend.release.set()
-        await wait_until(pilot, lambda: not app.generating)
-        assert app.prompt.text == "a long prompt"
+        await wait_until(pilot, lambda: not app.chat.generating)
+        assert app.chat.prompt.text == "a long prompt"
 
 
 async def test_enter_while_a_reply_streams_says_so_and_keeps_the_text():
@@ -269,15 +271,15 @@ async def test_enter_while_a_reply_streams_says_so_and_keeps_the_text():
     async with app.run_test(size=SMALL) as pilot:
         await wait_ready(pilot)
         await send(pilot, "first", wait=False)
-        await wait_until(pilot, lambda: app.generating)
+        await wait_until(pilot, lambda: app.chat.generating)
         await pilot.press("enter")  # an empty prompt
         assert told(app, "A reply is being generated")
         await pilot.press(*"next")
         await pilot.press("enter")
         assert len(told(app, "A reply is being generated")) == 2
-        assert app.prompt.text == "next"
+        assert app.chat.prompt.text == "next"
         gate.set()
-        await wait_until(pilot, lambda: not app.generating)
+        await wait_until(pilot, lambda: not app.chat.generating)
 
 
 # --- 4. rename cursor, 5. no empty chat ---------------------------------------------------------------------
@@ -305,8 +307,8 @@ async def test_a_message_refused_as_too_long_leaves_no_chat_in_the_history(tmp_p
         await wait_ready(pilot)
         long = " ".join(["word"] * 200)
         await send(pilot, long, wait=False)
-        await wait_until(pilot, lambda: not app.generating and bool(told(app, "too long")))
-        assert app.prompt.text == long
+        await wait_until(pilot, lambda: not app.chat.generating and bool(told(app, "too long")))
+        assert app.chat.prompt.text == long
         await pilot.press("f7")
         await wait_until(pilot, lambda: isinstance(app.screen, HistoryScreen))
         assert app.screen.chats == []
@@ -360,16 +362,16 @@ async def test_a_resumed_reply_cut_by_a_full_disk_is_not_said_to_be_a_quit(tmp_p
     async with app.run_test(size=SMALL) as pilot:
         await wait_ready(pilot)
         await send(pilot, "write a lot", wait=False)
-        await wait_until(pilot, lambda: app.generating and app.session.active is not None)
+        await wait_until(pilot, lambda: app.chat.generating and app.session.active is not None)
         store = app.session.recorder.store
         pages = store._con.execute("PRAGMA page_count").fetchone()[0]
         store._con.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full from here on
         gate.set()
-        await wait_until(pilot, lambda: not app.generating)
+        await wait_until(pilot, lambda: not app.chat.generating)
         await wait_until(pilot, lambda: app.session.memory_only)
     resumed = saving_app(tmp_path, ScriptedBackend(["x"]), open_chat=Store.open(tmp_path).last_chat_id())
     async with resumed.run_test(size=SMALL) as pilot:
         await wait_ready(pilot)
-        await wait_until(pilot, lambda: bool(resumed.chat_log.replies()))
-        line = plain(resumed.chat_log.replies()[-1].query_one(".stats"))
+        await wait_until(pilot, lambda: bool(resumed.chat.chat_log.replies()))
+        line = plain(resumed.chat.chat_log.replies()[-1].query_one(".stats"))
         assert "full disk" in line and "interrupted" in line

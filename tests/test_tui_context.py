@@ -48,7 +48,7 @@ def next_prompt_growth(backend: ScriptedBackend, text: str) -> int:
 
 
 def dimmed(app: SpecchatApp) -> list[bool]:
-    return [m.has_class("out-of-context") for m in app.chat_log.messages()]
+    return [m.has_class("out-of-context") for m in app.chat.chat_log.messages()]
 
 
 async def fill_until_trimmed(pilot, app: SpecchatApp) -> None:
@@ -67,12 +67,12 @@ async def test_trimmed_turns_are_dimmed_under_a_rule_and_ctx_is_the_next_prompt(
         session = app.session
         hidden = session.context_start
         # Still on screen, all of them; the ones the model no longer sees are dimmed, the rest are not.
-        assert len(app.chat_log.messages()) == len(session.turns)
+        assert len(app.chat.chat_log.messages()) == len(session.turns)
         assert dimmed(app) == [i < hidden for i in range(len(session.turns))]
-        rules = list(app.chat_log.query(ContextRule))
+        rules = list(app.chat.chat_log.query(ContextRule))
         assert len(rules) == 1
-        children = list(app.chat_log.children)
-        assert children[children.index(rules[0]) + 1] is app.chat_log.messages()[hidden]
+        children = list(app.chat.chat_log.children)
+        assert children[children.index(rules[0]) + 1] is app.chat.chat_log.messages()[hidden]
         assert "not in the model's context" in plain(rules[0])
         # The figure is what the next prompt really holds, less the message not typed yet.
         shown = ctx(app)
@@ -101,19 +101,19 @@ async def test_a_trimmed_chat_reopens_with_the_context_the_next_reply_sees(tmp_p
     app = saving_app(tmp_path, backend, open_chat=chat_id)
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
-        await wait_until(pilot, lambda: len(app.chat_log.messages()) == turns)
+        await wait_until(pilot, lambda: len(app.chat.chat_log.messages()) == turns)
         app.session.set_mode("qa")
         shown = ctx(app)
         assert 0 < shown <= MAX_CONTEXT - 256
         assert app.session.context_start > 0
         assert dimmed(app)[0] and not dimmed(app)[-1]
-        assert len(app.chat_log.query(ContextRule)) == 1
+        assert len(app.chat.chat_log.query(ContextRule)) == 1
         await send(pilot, "hello again")
         assert len(backend.requests[-1].prompt_ids) == shown + next_prompt_growth(backend, "hello again")
         # The history screen opens it the same way (ctrl+n, then the chat from the list).
         await pilot.press("ctrl+n")
-        assert ctx(app) == 0 and not app.chat_log.query(ContextRule)
-        await app.show_chat(chat_id)
+        assert ctx(app) == 0 and not app.chat.chat_log.query(ContextRule)
+        await app.chat.show_chat(chat_id)
         assert app.session.context_start > 0 and ctx(app) <= MAX_CONTEXT - 256
         assert dimmed(app)[0] and not dimmed(app)[-1]
 
@@ -125,11 +125,11 @@ async def test_an_untrimmed_chat_reopens_at_the_figure_it_was_left_at(tmp_path: 
         await send(pilot, "What is the capital of France?")
         await send(pilot, "How many people live there?")
         left_at, chat_id = ctx(app), app.session.chat_id
-        assert not any(dimmed(app)) and not app.chat_log.query(ContextRule)
+        assert not any(dimmed(app)) and not app.chat.chat_log.query(ContextRule)
     app = saving_app(tmp_path, ScriptedBackend(), open_chat=chat_id)
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
-        await wait_until(pilot, lambda: len(app.chat_log.messages()) == 4)
+        await wait_until(pilot, lambda: len(app.chat.chat_log.messages()) == 4)
         assert ctx(app) == left_at
 
 
@@ -149,7 +149,7 @@ async def test_ctx_during_the_prefill_is_the_prompt_being_read():
         await wait_until(pilot, lambda: ctx(app) != before)
         assert ctx(app) == len(backend.requests[-1].prompt_ids)
         gate.set()
-        await wait_until(pilot, lambda: not app.generating)
+        await wait_until(pilot, lambda: not app.chat.generating)
 
 
 async def test_paging_variants_keeps_ctx_the_truth(tmp_path: Path):
@@ -160,12 +160,12 @@ async def test_paging_variants_keeps_ctx_the_truth(tmp_path: Path):
         await send(pilot, "hi")
         short = ctx(app)
         await pilot.press("ctrl+r")
-        await wait_until(pilot, lambda: not app.generating and len(backend.requests) == 2)
-        await wait_until(pilot, lambda: "variant 2/2" in app.chat_log.replies()[-1].header)
+        await wait_until(pilot, lambda: not app.chat.generating and len(backend.requests) == 2)
+        await wait_until(pilot, lambda: "variant 2/2" in app.chat.chat_log.replies()[-1].header)
         long = ctx(app)
         assert long > short
         await pilot.press("alt+left")
-        await wait_until(pilot, lambda: "variant 1/2" in app.chat_log.replies()[-1].header)
+        await wait_until(pilot, lambda: "variant 1/2" in app.chat.chat_log.replies()[-1].header)
         assert ctx(app) == short
         await send(pilot, "next")
         assert len(backend.requests[-1].prompt_ids) == short + next_prompt_growth(backend, "next")
@@ -191,7 +191,7 @@ async def test_angle_brackets_in_a_reply_are_kept_as_text():
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         await send(pilot, "title?")
-        reply = app.chat_log.replies()[-1]
+        reply = app.chat.chat_log.replies()[-1]
         shown = " ".join(
             block._content.plain for block in reply.markdown.children if hasattr(block, "_content")
         )
@@ -224,12 +224,12 @@ async def test_a_dialog_shows_one_scrollbar_not_the_chats_beside_it():
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_ready(pilot)
         await send(pilot, "long please")
-        assert app.chat_log.styles.scrollbar_visibility == "visible"
+        assert app.chat.chat_log.styles.scrollbar_visibility == "visible"
         await pilot.press("f5")
         await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen))
-        await wait_until(pilot, lambda: app.chat_log.styles.scrollbar_visibility == "hidden")
+        await wait_until(pilot, lambda: app.chat.chat_log.styles.scrollbar_visibility == "hidden")
         await pilot.press("escape")
-        await wait_until(pilot, lambda: app.chat_log.styles.scrollbar_visibility == "visible")
+        await wait_until(pilot, lambda: app.chat.chat_log.styles.scrollbar_visibility == "visible")
 
 
 async def test_an_interrupted_reply_keeps_the_presets_temperature(tmp_path: Path):

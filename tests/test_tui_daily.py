@@ -52,12 +52,12 @@ async def test_1_enter_while_loading_queues_the_message_and_sends_it_when_ready(
     async with app.run_test(size=SMALL) as pilot:
         assert app.state == "loading"
         await send(pilot, "Capital of France?", wait=False)
-        waiting = app.chat_log.messages()
+        waiting = app.chat.chat_log.messages()
         assert len(waiting) == 1 and isinstance(waiting[0], UserMessage)
         assert "waiting" in plain(waiting[0].query_one(".role"))
-        assert app.prompt.text == ""
+        assert app.chat.prompt.text == ""
         assert not any("not ready" in n.message for n in app._notifications)
-        await wait_until(pilot, lambda: len(app.session.turns) == 2 and not app.generating, timeout=15)
+        await wait_until(pilot, lambda: len(app.session.turns) == 2 and not app.chat.generating, timeout=15)
         assert [t.content for t in app.session.turns] == ["Capital of France?", "Paris."]
         assert "waiting" not in plain(waiting[0].query_one(".role"))
 
@@ -68,20 +68,20 @@ async def test_1_a_waiting_message_goes_back_to_the_prompt_if_the_load_fails():
         await send(pilot, "Are you there?", wait=False)
         await wait_until(pilot, lambda: app.state == "failed")
         await pilot.pause(0.1)
-        assert not app.chat_log.messages()
-        assert app.prompt.text == "Are you there?"
+        assert not app.chat.chat_log.messages()
+        assert app.chat.prompt.text == "Are you there?"
 
 
 async def test_1_escape_takes_a_waiting_message_back_to_the_prompt():
     app = make_app(ScriptedBackend(load_delay_s=1.0))
     async with app.run_test(size=SMALL) as pilot:
         await send(pilot, "never mind", wait=False)
-        assert app.chat_log.messages()
+        assert app.chat.chat_log.messages()
         await pilot.press("escape")
-        assert not app.chat_log.messages() and app.prompt.text == "never mind"
+        assert not app.chat.chat_log.messages() and app.chat.prompt.text == "never mind"
         await wait_ready(pilot)
         await pilot.pause(0.2)
-        assert app.session.turns == [] and not app.generating
+        assert app.session.turns == [] and not app.chat.generating
 
 
 # 2 ---------------------------------------------------------------------------------------------------------
@@ -98,8 +98,8 @@ async def test_2_toasts_stay_off_the_prompt_and_status_bar():
         for toast in app.screen.query(Toast):
             region = visible(app, toast)
             assert region.bottom <= SMALL[1] // 2
-            assert not region.overlaps(visible(app, app.prompt))
-            assert not region.overlaps(visible(app, app.status_bar))
+            assert not region.overlaps(visible(app, app.chat.prompt))
+            assert not region.overlaps(visible(app, app.chat.status_bar))
 
 
 # 3 ---------------------------------------------------------------------------------------------------------
@@ -110,12 +110,12 @@ async def test_3_reply_keeps_its_line_breaks_and_code_blocks():
     async with app.run_test(size=SMALL) as pilot:
         await wait_ready(pilot)
         await send(pilot, "Write a short poem about the sea at night")
-        poem = app.chat_log.replies()[-1]
+        poem = app.chat.chat_log.replies()[-1]
         paragraphs = poem.markdown.query(MarkdownParagraph)
         assert len(paragraphs) == 1
         assert paragraphs[0]._content.plain == POEM  # one line per line, not one run-on paragraph
         await send(pilot, "code please")
-        code = app.chat_log.replies()[-1]
+        code = app.chat.chat_log.replies()[-1]
         fences = code.markdown.query(MarkdownFence)
         assert len(fences) == 1 and fences[0].code == "def greet(name):\n    return f'hello {name}'"
 
@@ -125,7 +125,7 @@ async def test_3_the_user_message_keeps_its_line_breaks_too():
     async with app.run_test(size=SMALL) as pilot:
         await wait_ready(pilot)
         await send(pilot, "line one\nline two")
-        user = app.chat_log.messages()[0]
+        user = app.chat.chat_log.messages()[0]
         assert user.query_one(MarkdownParagraph)._content.plain == "line one\nline two"
 
 
@@ -205,7 +205,7 @@ async def test_6_draft_colours_keep_the_markdown_rendering():
     async with app.run_test(size=SMALL) as pilot:
         await wait_ready(pilot)
         await send(pilot, "Write a python function")
-        reply = app.chat_log.replies()[-1]
+        reply = app.chat.chat_log.replies()[-1]
         await pilot.press("f6")
         await pilot.pause(0.1)
         assert reply.markdown.display  # still Markdown: the fence and its highlighting stay
@@ -228,7 +228,7 @@ async def test_7_auto_mode_shows_auto_before_the_next_message():
     async with app.run_test(size=SMALL) as pilot:
         await wait_ready(pilot)
         await send(pilot, "Write a short poem about the sea at night")
-        assert "creative" in app.chat_log.replies()[-1].header
+        assert "creative" in app.chat.chat_log.replies()[-1].header
         await pilot.press("f1")
         assert status(app).startswith("○ auto │ K – │ T – │")
 
@@ -247,21 +247,21 @@ async def test_8_regenerate_stopped_before_the_first_token_keeps_the_old_reply()
         await pilot.press("ctrl+r")
         await wait_until(pilot, lambda: app.session.active is not None)
         await pilot.press("escape")
-        await wait_until(pilot, lambda: not app.generating)
+        await wait_until(pilot, lambda: not app.chat.generating)
         assert [(t.role, t.content) for t in app.session.turns] == [
             ("user", "question"),
             ("assistant", "first answer"),
         ]
-        shown = [r.text for r in app.chat_log.replies() if r.display]
+        shown = [r.text for r in app.chat.chat_log.replies() if r.display]
         assert shown == ["first answer"]
-        assert app.prompt.text == ""
+        assert app.chat.prompt.text == ""
         gate.set()
         await pilot.press("ctrl+r")
         await wait_until(
-            pilot, lambda: not app.generating and app.session.turns[-1].content != "first answer"
+            pilot, lambda: not app.chat.generating and app.session.turns[-1].content != "first answer"
         )
         assert [t.content for t in app.session.turns] == ["question", "second answer"]
-        assert [r.text for r in app.chat_log.replies()] == ["second answer"]
+        assert [r.text for r in app.chat.chat_log.replies()] == ["second answer"]
 
 
 # 9 ---------------------------------------------------------------------------------------------------------
@@ -274,9 +274,9 @@ async def test_9_escape_during_prefill_stops_at_once_and_gives_the_prompt_back()
         await send(pilot, "A long question", wait=False)
         await wait_until(pilot, lambda: app.session.active is not None)
         await pilot.press("escape")
-        await wait_until(pilot, lambda: not app.generating, timeout=3)
-        assert app.prompt.text == "A long question"
-        assert app.session.turns == [] and not app.chat_log.messages()
+        await wait_until(pilot, lambda: not app.chat.generating, timeout=3)
+        assert app.chat.prompt.text == "A long question"
+        assert app.session.turns == [] and not app.chat.chat_log.messages()
 
 
 def test_9_a_cancel_before_the_reply_starts_never_reaches_the_backend():
@@ -298,7 +298,7 @@ async def test_10_status_bar_and_stats_line_show_the_same_speed_with_ttft():
     async with app.run_test(size=(150, 30)) as pilot:
         await wait_ready(pilot)
         await send(pilot, "Write a python function")
-        reply = app.chat_log.replies()[-1]
+        reply = app.chat.chat_log.replies()[-1]
         stats = reply.stats
         assert stats.ttft_s >= 0.3
         # Live figures at the last chunk are the message's figures: one definition, TTFT left out of tok/s.
@@ -344,21 +344,21 @@ async def test_12_ctrl_e_and_ctrl_y_edit_the_prompt_while_it_holds_text():
         await wait_ready(pilot)
         await send(pilot, "question")
         await pilot.press(*"hello world", "home", "ctrl+e")
-        assert app.prompt.cursor_location == (0, len("hello world"))
-        assert app.prompt.text == "hello world" and len(app.session.turns) == 2  # no "edit last"
+        assert app.chat.prompt.cursor_location == (0, len("hello world"))
+        assert app.chat.prompt.text == "hello world" and len(app.session.turns) == 2  # no "edit last"
         await pilot.press("ctrl+z")
-        undone = app.prompt.text
+        undone = app.chat.prompt.text
         assert undone != "hello world"
         app.copy_to_clipboard("untouched")
         await pilot.press("ctrl+y")
-        assert app.prompt.text == "hello world" and app.clipboard == "untouched"  # redo, no copy
+        assert app.chat.prompt.text == "hello world" and app.clipboard == "untouched"  # redo, no copy
         # An empty prompt hands the keys to the app: copy the last reply, edit the last message.
-        app.prompt.clear()
+        app.chat.prompt.clear()
         await pilot.press("ctrl+y")
         assert app.clipboard == "an answer"
         await pilot.press("ctrl+e")
         # The message is being edited; the conversation stays as it was until the edit is sent (esc cancels).
-        assert app.prompt.text == "question" and app.editing == 0 and len(app.session.turns) == 2
+        assert app.chat.prompt.text == "question" and app.chat.editing == 0 and len(app.session.turns) == 2
 
 
 # 13 --------------------------------------------------------------------------------------------------------
@@ -375,7 +375,7 @@ async def test_13_a_broken_config_opens_on_defaults_with_the_message_and_loads_t
         await pilot.press("enter")
         await wait_ready(pilot)
         assert app.state == "ready" and "model not loaded" not in status(app)
-        assert "cache_mode" in plain(app.chat_log.banner)
+        assert "cache_mode" in plain(app.chat.chat_log.banner)
         await send(pilot, "hello")
         assert app.session.turns[-1].role == "assistant"
 
@@ -412,7 +412,7 @@ async def test_14_a_reply_cut_by_max_new_tokens_is_marked_truncated():
     async with app.run_test(size=SMALL) as pilot:
         await wait_ready(pilot)
         await send(pilot, "tell me everything")
-        line = plain(app.chat_log.replies()[-1].query_one(".stats"))
+        line = plain(app.chat.chat_log.replies()[-1].query_one(".stats"))
         assert "truncated" in line
 
 
@@ -435,6 +435,6 @@ async def test_14_ctx_is_updated_after_edit_last():
         used = re.search(r"ctx (\d+)/2048", status(app)).group(1)
         # The edited message replaces the old exchange: resent as it was, the context counts it once.
         await pilot.press("ctrl+e", "enter")
-        await wait_until(pilot, lambda: not app.generating and app.editing is None)
-        await wait_until(pilot, lambda: len(app.chat_log.messages()) == 2)
+        await wait_until(pilot, lambda: not app.chat.generating and app.chat.editing is None)
+        await wait_until(pilot, lambda: len(app.chat.chat_log.messages()) == 2)
         assert re.search(r"ctx (\d+)/2048", status(app)).group(1) == used

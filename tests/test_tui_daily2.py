@@ -76,12 +76,12 @@ async def test_a_bad_preset_file_is_skipped_named_in_the_chat_and_the_others_wor
     async with app.run_test(size=SMALL) as pilot:
         await wait_ready(pilot)
         assert app.is_running and app.state == "ready"
-        banner = plain(app.chat_log.banner)
+        banner = plain(app.chat.chat_log.banner)
         assert "Preset file skipped" in banner and bad.name in banner and "banana" in banner
         assert "short" not in app.session.presets and "steady" in app.session.presets
-        app.action_use_preset("steady")
+        app.chat.action_use_preset("steady")
         await send(pilot, "hello")
-        assert app.chat_log.replies()[-1].stats.preset == "steady"
+        assert app.chat.chat_log.replies()[-1].stats.preset == "steady"
 
 
 def test_a_skipped_preset_chosen_by_name_says_why():
@@ -105,10 +105,10 @@ async def test_footer_says_stop_while_streaming_and_regenerate_after():
         await pilot.pause(0.2)
         assert "stop" not in footer_keys(app) and "regenerate" not in footer_keys(app)
         await send(pilot, "hello", wait=False)
-        await wait_until(pilot, lambda: app.generating and "stop" in footer_keys(app))
+        await wait_until(pilot, lambda: app.chat.generating and "stop" in footer_keys(app))
         assert "regenerate" not in footer_keys(app)
         gate.set()
-        await wait_until(pilot, lambda: not app.generating)
+        await wait_until(pilot, lambda: not app.chat.generating)
         await wait_until(pilot, lambda: "regenerate" in footer_keys(app))
         assert "stop" not in footer_keys(app)
 
@@ -131,8 +131,8 @@ async def test_an_interrupted_reply_reopened_shows_its_mark_and_stats_line(tmp_p
     app = saving_app(tmp_path, ScriptedBackend(), open_chat=chat)
     async with app.run_test(size=SMALL) as pilot:
         await wait_ready(pilot)
-        await wait_until(pilot, lambda: bool(app.chat_log.replies()))
-        reply = app.chat_log.replies()[-1]
+        await wait_until(pilot, lambda: bool(app.chat.chat_log.replies()))
+        reply = app.chat.chat_log.replies()[-1]
         line = plain(reply.query_one(".stats"))
         assert "interrupted" in line and "creative" in line and "K 3" in line and "T 0.90" in line
         assert "interrupted" in reply.header
@@ -150,7 +150,7 @@ async def test_ctx_shows_the_opened_chat_before_the_next_reply(tmp_path: Path):
     app = saving_app(tmp_path, ScriptedBackend(load_delay_s=0.3), open_chat=chat)
     async with app.run_test(size=(160, 40)) as pilot:
         await wait_ready(pilot)
-        await wait_until(pilot, lambda: len(app.chat_log.messages()) == 2)
+        await wait_until(pilot, lambda: len(app.chat.chat_log.messages()) == 2)
         await wait_until(pilot, lambda: "ctx 0/" not in status(app))
         used = app.session.context_used
         assert used >= 500 and f"ctx {used}/2048" in status(app)
@@ -167,7 +167,7 @@ async def test_a_reply_stopped_by_a_full_context_says_so_and_is_stored_so(tmp_pa
     async with app.run_test(size=SMALL) as pilot:
         await wait_ready(pilot)
         await send(pilot, scripted_words(250))
-        reply = app.chat_log.replies()[-1]
+        reply = app.chat.chat_log.replies()[-1]
         assert reply.stats.stop_reason == "context"
         line = plain(reply.query_one(".stats"))
         assert "context full" in line and "max_new_tokens" not in line
@@ -184,13 +184,13 @@ async def test_typing_with_a_reply_selected_goes_to_the_prompt_and_fires_nothing
         await wait_ready(pilot)
         await send(pilot, "hello")
         await pilot.press("alt+up")
-        assert app.focused is app.chat_log.replies()[-1]
+        assert app.focused is app.chat.chat_log.replies()[-1]
         copied = []
         app.copy_to_clipboard = copied.append  # type: ignore[method-assign]
         await pilot.press(*"iii could you b?")
         await pilot.pause(0.1)
-        assert app.prompt.text == "iii could you b?"
-        assert app.focused is app.prompt
+        assert app.chat.prompt.text == "iii could you b?"
+        assert app.focused is app.chat.prompt
         assert not isinstance(app.screen, InspectorScreen) and copied == []
         # enter on a selected reply still opens its statistics (once)
         await pilot.press("alt+up", "enter")
@@ -206,15 +206,15 @@ async def test_pageup_and_pagedown_scroll_the_chat_from_the_prompt():
     async with app.run_test(size=SMALL) as pilot:
         await wait_ready(pilot)
         await send(pilot, "a long one please")
-        app.prompt.set_text("typed")
-        log = app.chat_log
+        app.chat.prompt.set_text("typed")
+        log = app.chat.chat_log
         await wait_until(pilot, lambda: log.max_scroll_y > 20 and log.scroll_y == log.max_scroll_y)
         bottom = log.scroll_y
         for key in ("pageup", "shift+pageup"):
             before = log.scroll_y
             await pilot.press(key)
             await wait_until(pilot, lambda before=before: log.scroll_y < before)
-        assert app.focused is app.prompt and app.prompt.text == "typed"
+        assert app.focused is app.chat.prompt and app.chat.prompt.text == "typed"
         await pilot.press("pagedown", "shift+pagedown")
         await wait_until(pilot, lambda: log.scroll_y == bottom)
 
@@ -230,22 +230,22 @@ async def test_draft_colours_survive_reopening_and_paging_variants(tmp_path: Pat
         await send(pilot, "Write a python function")
         await pilot.press("f6")
         await pilot.pause(0.1)
-        live = drafted_text(app.chat_log.replies()[-1])
+        live = drafted_text(app.chat.chat_log.replies()[-1])
         assert live.startswith("Here is a")
         chat = app.session.chat_id
         await pilot.press("ctrl+n")
-        await wait_until(pilot, lambda: not app.chat_log.messages())
-        await app.show_chat(chat)
+        await wait_until(pilot, lambda: not app.chat.chat_log.messages())
+        await app.chat.show_chat(chat)
         await pilot.pause(0.1)
-        assert drafted_text(app.chat_log.replies()[-1]) == live
+        assert drafted_text(app.chat.chat_log.replies()[-1]) == live
         await pilot.press("ctrl+r")
         await wait_until(
-            pilot, lambda: not app.generating and "variant 2/2" in app.chat_log.replies()[-1].header
+            pilot, lambda: not app.chat.generating and "variant 2/2" in app.chat.chat_log.replies()[-1].header
         )
         await pilot.press("alt+left")
-        await wait_until(pilot, lambda: "variant 1/2" in app.chat_log.replies()[-1].header)
+        await wait_until(pilot, lambda: "variant 1/2" in app.chat.chat_log.replies()[-1].header)
         await pilot.pause(0.1)
-        assert drafted_text(app.chat_log.replies()[-1]) == live
+        assert drafted_text(app.chat.chat_log.replies()[-1]) == live
 
 
 # --- the inspector's recent average: same preset, model and backend -----------------------------------------
@@ -257,7 +257,7 @@ async def test_the_inspectors_recent_average_is_of_this_model_and_backend(tmp_pa
     app = saving_app(tmp_path, ScriptedBackend())
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_ready(pilot)
-        app.action_use_preset("code")
+        app.chat.action_use_preset("code")
         await send(pilot, "Write a python function")
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen))
@@ -283,9 +283,9 @@ async def test_a_server_gone_before_the_first_token_gives_the_prompt_back():
     async with app.run_test(size=SMALL) as pilot:
         await wait_ready(pilot)
         await send(pilot, "What is the capital of France?", wait=False)
-        await wait_until(pilot, lambda: not app.generating and app.prompt.text)
-        assert app.prompt.text == "What is the capital of France?"
-        assert app.chat_log.messages() == [] and app.session.turns == []
+        await wait_until(pilot, lambda: not app.chat.generating and app.chat.prompt.text)
+        assert app.chat.prompt.text == "What is the capital of France?"
+        assert app.chat.chat_log.messages() == [] and app.session.turns == []
         toasts = [str(n.message) for n in app._notifications]
         assert any("dropped the connection" in t for t in toasts)
         assert not any("partial reply is kept" in t for t in toasts)

@@ -35,7 +35,7 @@ async def test_streamed_reply_matches_a_full_render(accept_pattern):
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         await send(pilot, "show me")
-        reply = app.chat_log.replies()[-1]
+        reply = app.chat.chat_log.replies()[-1]
         assert reply.markdown.source == RICH_REPLY
         streamed = block_signature(reply.markdown)
         assert reply._streamed_render_is_final()
@@ -51,7 +51,7 @@ async def test_a_reply_whose_final_text_differs_is_rendered_in_full():
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         await send(pilot, "hi")
-        reply = app.chat_log.replies()[-1]
+        reply = app.chat.chat_log.replies()[-1]
         await reply.finish("partial text, then more\n\n```\ncode\n```\n", reply.stats)
         await pilot.pause()
         assert reply.markdown.source.endswith("```\ncode\n```\n")

@@ -25,7 +25,7 @@ def saving_app(data_dir: Path, backend: ScriptedBackend, open_chat: int | None =
 
 
 def texts(app: SpecchatApp) -> list[str]:
-    return [m.text for m in app.chat_log.messages()]
+    return [m.text for m in app.chat.chat_log.messages()]
 
 
 async def test_new_chat_history_open_rename_delete_export(tmp_path: Path):
@@ -37,9 +37,9 @@ async def test_new_chat_history_open_rename_delete_export(tmp_path: Path):
         await wait_ready(pilot)
         await send(pilot, "What is the capital of France?")
         await send(pilot, "How many people live there?")
-        first_stats = [plain(r.query_one(".stats")) for r in app.chat_log.replies()]
+        first_stats = [plain(r.query_one(".stats")) for r in app.chat.chat_log.replies()]
         await pilot.press("ctrl+n")
-        await wait_until(pilot, lambda: not app.chat_log.messages())
+        await wait_until(pilot, lambda: not app.chat.chat_log.messages())
         await send(pilot, "Say hello")
 
         await pilot.press("f7")
@@ -69,7 +69,7 @@ async def test_new_chat_history_open_rename_delete_export(tmp_path: Path):
             "How many people live there?",
             "About two million.",
         ]
-        assert [plain(r.query_one(".stats")) for r in app.chat_log.replies()] == first_stats
+        assert [plain(r.query_one(".stats")) for r in app.chat.chat_log.replies()] == first_stats
         # ... and it goes on with the same context, in the same chat
         await send(pilot, "And then?")
         prompt = backend.decode(list(backend.requests[-1].prompt_ids))
@@ -103,12 +103,12 @@ async def test_resume_shows_the_chat_and_its_stats_before_the_model_is_ready(tmp
         chat_id = writer.session.chat_id
     app = saving_app(tmp_path, ScriptedBackend("later"), open_chat=chat_id)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: len(app.chat_log.messages()) == 4)
-        messages = app.chat_log.messages()
+        await wait_until(pilot, lambda: len(app.chat.chat_log.messages()) == 4)
+        messages = app.chat.chat_log.messages()
         assert [type(m) for m in messages] == [UserMessage, ReplyMessage, UserMessage, ReplyMessage]
         assert texts(app) == ["one", "First answer.", "two", "Second answer."]
-        assert all("tok/s" in plain(r.query_one(".stats")) for r in app.chat_log.replies())
-        headers = {r.header for r in app.chat_log.replies()}
+        assert all("tok/s" in plain(r.query_one(".stats")) for r in app.chat.chat_log.replies())
+        headers = {r.header for r in app.chat.chat_log.replies()}
         assert len(headers) == 1 and headers.pop().startswith("auto → qa · K 5 — "), headers
         assert app.session.chat_id == chat_id
         await wait_ready(pilot)
@@ -138,23 +138,23 @@ async def test_regenerated_replies_page_older_and_newer(tmp_path: Path):
         await send(pilot, "Question")
         await pilot.press("ctrl+r")
         await wait_until(
-            pilot, lambda: not app.generating and app.chat_log.replies()[-1].text == "Variant B."
+            pilot, lambda: not app.chat.generating and app.chat.chat_log.replies()[-1].text == "Variant B."
         )
 
         def header() -> str:
-            return app.chat_log.replies()[-1].header
+            return app.chat.chat_log.replies()[-1].header
 
         await wait_until(pilot, lambda: "variant 2/2" in header())
         await pilot.press("alt+left")
-        await wait_until(pilot, lambda: app.chat_log.replies()[-1].text == "Variant A.")
-        reply = app.chat_log.replies()[-1]
+        await wait_until(pilot, lambda: app.chat.chat_log.replies()[-1].text == "Variant A.")
+        reply = app.chat.chat_log.replies()[-1]
         assert "variant 1/2" in reply.header and "tok/s" in plain(reply.query_one(".stats"))
-        assert len(app.chat_log.replies()) == 1
+        assert len(app.chat.chat_log.replies()) == 1
         await pilot.press("alt+left")  # nothing older: stays
         await pilot.pause(0.1)
-        assert app.chat_log.replies()[-1].text == "Variant A."
+        assert app.chat.chat_log.replies()[-1].text == "Variant A."
         await pilot.press("alt+right")
-        await wait_until(pilot, lambda: app.chat_log.replies()[-1].text == "Variant B.")
+        await wait_until(pilot, lambda: app.chat.chat_log.replies()[-1].text == "Variant B.")
 
 
 def write_regressed_log(data_dir: Path) -> None:
@@ -201,7 +201,7 @@ async def test_inspector_shows_the_reply_beside_the_presets_recent_average(tmp_p
         await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen))
         text = plain(app.screen.query_one("#inspector-recent"))
         assert "last 2 qa (with this)" in text  # the average counts the reply inspected, and says so
-        last = app.chat_log.replies()[-1].stats
+        last = app.chat.chat_log.replies()[-1].stats
         rows = [orjson.loads(line) for line in (tmp_path / "metrics.jsonl").read_bytes().splitlines()]
         pooled = sum(r["accepted_tokens"] for r in rows) / sum(r["drafted_tokens"] for r in rows)
         acceptance_line = next(line for line in text.splitlines() if "acceptance" in line)

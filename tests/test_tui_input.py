@@ -77,10 +77,10 @@ async def test_pasting_coloured_text_fills_the_prompt_unsent_and_says_the_sequen
         await wait_until(pilot, lambda: app.state == "ready")
         await feed_terminal(app, BRACKETED)
         expected = "first line\nsecond bold end\nthird line"
-        await wait_until(pilot, lambda: app.prompt.text == expected)
+        await wait_until(pilot, lambda: app.chat.prompt.text == expected)
         await pilot.pause(0.2)
-        assert app.prompt.text == expected
-        assert not app.chat_log.messages() and not app.generating  # nothing was sent
+        assert app.chat.prompt.text == expected
+        assert not app.chat.chat_log.messages() and not app.chat.generating  # nothing was sent
         assert any("2 escape sequences" in n.message for n in app._notifications)
 
 
@@ -88,13 +88,13 @@ async def test_a_plain_paste_says_nothing_and_undo_takes_a_big_one_back():
     app = make_app()
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await wait_until(pilot, lambda: app.state == "ready")
-        app.prompt.insert("keep ")
+        app.chat.prompt.insert("keep ")
         lines = "\r".join(f"line {i}" for i in range(247))
         await feed_terminal(app, b"\x1b[200~" + lines.encode() + b"\x1b[201~")
-        await wait_until(pilot, lambda: app.prompt.document.line_count == 247)
+        await wait_until(pilot, lambda: app.chat.prompt.document.line_count == 247)
         assert not any("escape sequence" in n.message for n in app._notifications)
         await pilot.press("ctrl+z")
-        await wait_until(pilot, lambda: app.prompt.text == "keep ")
+        await wait_until(pilot, lambda: app.chat.prompt.text == "keep ")
 
 
 async def test_typed_emoji_keep_their_zero_width_joiners():
@@ -103,5 +103,5 @@ async def test_typed_emoji_keep_their_zero_width_joiners():
         await wait_until(pilot, lambda: app.state == "ready")
         for character in FAMILY:  # typed: one read per key, as the terminal sends them
             await feed_terminal(app, character.encode())
-        await wait_until(pilot, lambda: len(app.prompt.text) == len(FAMILY))
-        assert app.prompt.text == FAMILY
+        await wait_until(pilot, lambda: len(app.chat.prompt.text) == len(FAMILY))
+        assert app.chat.prompt.text == FAMILY

@@ -48,7 +48,7 @@ async def test_ctrl_s_then_end_shows_the_histogram_after_one_reply():
     async with app.run_test(size=SMALL) as pilot:
         await wait_ready(pilot)
         await send(pilot, "What is the capital of France?")
-        assert app.focused is app.prompt  # from the prompt, as a user types
+        assert app.focused is app.chat.prompt  # from the prompt, as a user types
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen))
         await pilot.press("end")
@@ -62,7 +62,7 @@ async def test_ctrl_s_before_the_last_token_opens_the_inspector_and_fills_it_in(
     async with app.run_test(size=SMALL) as pilot:
         await wait_ready(pilot)
         await send(pilot, "What is the capital of France?", wait=False)
-        await wait_until(pilot, lambda: app.generating and app.chat_log.replies()[-1].text)
+        await wait_until(pilot, lambda: app.chat.generating and app.chat.chat_log.replies()[-1].text)
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen))
         screen = app.screen
@@ -71,8 +71,8 @@ async def test_ctrl_s_before_the_last_token_opens_the_inspector_and_fills_it_in(
         await pilot.press("end")  # pressed while it waits: kept for when the figures arrive
         gate.set()
         await wait_until(pilot, lambda: histogram_on_screen(app))
-        reply = app.chat_log.replies()[-1]
-        assert screen.stats is reply.stats and not app.generating
+        reply = app.chat.chat_log.replies()[-1]
+        assert screen.stats is reply.stats and not app.chat.generating
         scroller = screen.query_one(VerticalScroll)
         assert scroller.scroll_y == scroller.max_scroll_y > 0
         await pilot.press("home")  # kept at the end only until the user scrolls
@@ -87,10 +87,10 @@ async def test_an_inspector_waiting_on_a_reply_stopped_before_its_first_token_sa
     async with app.run_test(size=SMALL) as pilot:
         await wait_ready(pilot)
         await send(pilot, "Tell me a story", wait=False)
-        await wait_until(pilot, lambda: app.generating)
+        await wait_until(pilot, lambda: app.chat.generating)
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen))
-        app.action_cancel_reply()  # esc here closes the inspector; the palette's "stop" does this
+        app.chat.action_cancel_reply()  # esc here closes the inspector; the palette's "stop" does this
         gate.set()
-        await wait_until(pilot, lambda: not app.generating)
+        await wait_until(pilot, lambda: not app.chat.generating)
         await wait_until(pilot, lambda: NO_STATS in plain(app.screen.query_one("#inspector-waiting")))

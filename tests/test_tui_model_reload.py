@@ -40,14 +40,14 @@ async def ready(pilot) -> None:
 
 def answered(app: SpecchatApp, replies: int) -> bool:
     """`replies` replies on screen and the last one finished (its stats line is set when it ends)."""
-    shown = app.chat_log.replies()
-    return len(shown) == replies and shown[-1].stats is not None and not app.generating
+    shown = app.chat.chat_log.replies()
+    return len(shown) == replies and shown[-1].stats is not None and not app.chat.generating
 
 
 async def ask(pilot, text: str) -> None:
     app = pilot.app
-    count = len(app.chat_log.replies())
-    app.prompt.set_text(text)
+    count = len(app.chat.chat_log.replies())
+    app.chat.prompt.set_text(text)
     await pilot.press("enter")
     await wait_until(pilot, lambda: answered(app, count + 1), timeout=LOAD_S)
 
@@ -98,7 +98,7 @@ async def test_a_reload_keeps_the_conversation_and_the_next_reply_comes_from_the
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
         await ask(pilot, "Remember the word pineapple.")
-        first = app.chat_log.replies()[-1]
+        first = app.chat.chat_log.replies()[-1]
         assert first.stats.model == tiny_model_dir.name
         assert stored_chat(app).model == str(tiny_model_dir)
 
@@ -107,14 +107,14 @@ async def test_a_reload_keeps_the_conversation_and_the_next_reply_comes_from_the
         assert app.screen is not screen  # the dialog closed: the paths were fine
         assert app.state == "loading"
         # The conversation stays on screen and in the session while the new model loads ...
-        assert [type(m).__name__ for m in app.chat_log.messages()] == ["UserMessage", "ReplyMessage"]
-        assert app.chat_log.messages()[0].text == "Remember the word pineapple."
+        assert [type(m).__name__ for m in app.chat.chat_log.messages()] == ["UserMessage", "ReplyMessage"]
+        assert app.chat.chat_log.messages()[0].text == "Remember the word pineapple."
         assert [t.role for t in app.session.turns] == ["user", "assistant"]
         # ... and a message sent meanwhile waits for the new model.
-        app.prompt.set_text("Which word?")
+        app.chat.prompt.set_text("Which word?")
         await pilot.press("enter")
-        await wait_until(pilot, lambda: len(app.chat_log.messages()) == 3)
-        waiting = app.chat_log.messages()[-1]
+        await wait_until(pilot, lambda: len(app.chat.chat_log.messages()) == 3)
+        waiting = app.chat.chat_log.messages()[-1]
         assert waiting.text == "Which word?" and "waiting" in plain(waiting.query_one(".role"))
         gate.set()
         await ready(pilot)
@@ -122,7 +122,7 @@ async def test_a_reload_keeps_the_conversation_and_the_next_reply_comes_from_the
         assert any(tiny_model_dir_other_vocab.name in t for t in toasts(app))  # "Model loaded" says which
         await wait_until(pilot, lambda: answered(app, 2), timeout=LOAD_S)
         # The conversation is the reply's context, rendered by the new model's own tokenizer.
-        second = app.chat_log.replies()[-1]
+        second = app.chat.chat_log.replies()[-1]
         assert second.stats is not None and not second.failed
         assert second.stats.model == tiny_model_dir_other_vocab.name
         prompt = app.session.backend.decode(list(app.session.last_prompt_ids))
@@ -146,7 +146,7 @@ async def test_draft_none_and_back_to_ngram_reloads_and_the_store_follows(tiny_m
         assert any("draft none" in t for t in toasts(app))
         assert stored_chat(app).draft == "none"
         await ask(pilot, "again")
-        assert app.chat_log.replies()[-1].stats.draft_mode == "none"
+        assert app.chat.chat_log.replies()[-1].stats.draft_mode == "none"
         await apply_settings(pilot, draft="ngram")
         await ready(pilot)
         assert app.session.info.draft_mode == "ngram"
@@ -195,14 +195,14 @@ async def test_an_incompatible_draft_is_one_line_and_the_old_model_stays(
         gate = hold_reloads(app)
         await apply_settings(pilot, draft=str(tiny_model_dir_other_vocab))
         assert app.state == "loading"
-        app.prompt.set_text("still there?")
+        app.chat.prompt.set_text("still there?")
         await pilot.press("enter")  # waits for the new model; back in the prompt when it does not load
-        await wait_until(pilot, lambda: len(app.chat_log.messages()) == 3)  # the waiting message
+        await wait_until(pilot, lambda: len(app.chat.chat_log.messages()) == 3)  # the waiting message
         gate.set()
         await wait_until(pilot, lambda: app.state != "loading", timeout=LOAD_S)
-        await wait_until(pilot, lambda: len(app.chat_log.messages()) == 2)  # ... taken back
-        assert app.prompt.text == "still there?"
-        assert [type(m).__name__ for m in app.chat_log.messages()] == ["UserMessage", "ReplyMessage"]
+        await wait_until(pilot, lambda: len(app.chat.chat_log.messages()) == 2)  # ... taken back
+        assert app.chat.prompt.text == "still there?"
+        assert [type(m).__name__ for m in app.chat.chat_log.messages()] == ["UserMessage", "ReplyMessage"]
         assert app.state == "ready"
         assert app.session.backend is backend and app.session.info == info
         assert app.session.settings.draft == "ngram"
@@ -218,7 +218,7 @@ async def test_an_incompatible_draft_is_one_line_and_the_old_model_stays(
         # The old model still answers, with the conversation.
         await pilot.press("enter")
         await wait_until(pilot, lambda: answered(app, 2), timeout=LOAD_S)
-        assert app.chat_log.replies()[-1].stats.model == tiny_model_dir.name
+        assert app.chat.chat_log.replies()[-1].stats.model == tiny_model_dir.name
         assert len(app.session.turns) == 4
 
 

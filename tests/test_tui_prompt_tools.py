@@ -32,10 +32,10 @@ async def test_f10_composes_the_message_in_the_editor_and_ctrl_z_takes_it_back(t
         # Typed, then f10 at once, as one read from the terminal: the editor must get what was typed.
         for message in parse(b"first line\x1b[21~"):
             app.post_message(message)
-        await wait_until(pilot, lambda: app.prompt.text == "first line\nsecond line from the editor")
-        assert not app.chat_log.messages()
+        await wait_until(pilot, lambda: app.chat.prompt.text == "first line\nsecond line from the editor")
+        assert not app.chat.chat_log.messages()
         await pilot.press("ctrl+z")
-        await wait_until(pilot, lambda: app.prompt.text == "first line")
+        await wait_until(pilot, lambda: app.chat.prompt.text == "first line")
 
 
 @pytest.mark.parametrize(
@@ -50,10 +50,10 @@ async def test_an_editor_that_fails_leaves_the_prompt_as_it_was_and_says_why(
     app = make_app()
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await wait_until(pilot, lambda: app.state == "ready")
-        app.prompt.insert("keep me")
+        app.chat.prompt.insert("keep me")
         await pilot.press("f10")
         await wait_until(pilot, lambda: any(said in n.message for n in app._notifications))
-        assert app.prompt.text == "keep me"
+        assert app.chat.prompt.text == "keep me"
 
 
 async def test_ctrl_u_clears_the_whole_prompt_undoably_and_alt_a_selects_it():
@@ -61,23 +61,23 @@ async def test_ctrl_u_clears_the_whole_prompt_undoably_and_alt_a_selects_it():
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state == "ready")
         text = "\n".join(f"line {i}" for i in range(40))
-        app.prompt.insert(text)
+        app.chat.prompt.insert(text)
         await pilot.press("alt+a")
-        assert app.prompt.selected_text == text
+        assert app.chat.prompt.selected_text == text
         await pilot.press("ctrl+u")
-        assert app.prompt.text == ""
+        assert app.chat.prompt.text == ""
         await pilot.press("ctrl+z")
-        await wait_until(pilot, lambda: app.prompt.text == text)
+        await wait_until(pilot, lambda: app.chat.prompt.text == text)
 
 
 async def test_ctrl_u_on_a_dialog_leaves_the_prompt_alone():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state == "ready")
-        app.prompt.insert("typed")
+        app.chat.prompt.insert("typed")
         await pilot.press("f5")  # the help dialog
         await pilot.press("ctrl+u")
-        assert app.prompt.text == "typed"
+        assert app.chat.prompt.text == "typed"
 
 
 async def test_the_palette_offers_the_prompt_commands():
@@ -94,19 +94,19 @@ async def test_an_unsent_prompt_is_kept_across_ctrl_q_and_back_at_the_next_start
     app = make_app(**settings)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state == "ready")
-        app.prompt.insert("a long question\nI had not sent yet")
+        app.chat.prompt.insert("a long question\nI had not sent yet")
         await pilot.press("ctrl+q")
     assert draft_path(app.settings).exists()
 
     again = make_app(**settings)
     async with again.run_test(size=SIZE, notifications=True) as pilot:
-        await wait_until(pilot, lambda: again.prompt.text == "a long question\nI had not sent yet")
+        await wait_until(pilot, lambda: again.chat.prompt.text == "a long question\nI had not sent yet")
         assert any("back in the prompt" in n.message for n in again._notifications)
-        again.prompt.clear()
+        again.chat.prompt.clear()
         await pilot.press("ctrl+q")
     assert not draft_path(again.settings).exists()  # quit with an empty prompt: nothing to bring back
 
     third = make_app(**settings)
     async with third.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: third.state == "ready")
-        assert third.prompt.text == ""
+        assert third.chat.prompt.text == ""

@@ -28,10 +28,10 @@ async def test_real_reply_on_embedded_model(smol_dir):
         assert app.session.info.backend == "transformers"
         app.session.set_overrides(max_new_tokens=24)
         await pilot.press("f3")
-        app.prompt.set_text("What is the capital of France?")
+        app.chat.prompt.set_text("What is the capital of France?")
         await pilot.press("enter")
-        await wait_until(pilot, lambda: app.chat_log.replies() and not app.generating, timeout=300)
-        reply = app.chat_log.replies()[-1]
+        await wait_until(pilot, lambda: app.chat.chat_log.replies() and not app.chat.generating, timeout=300)
+        reply = app.chat.chat_log.replies()[-1]
         assert reply.text.strip() and not reply.failed
         assert reply.markdown.source == reply.text == app.session.turns[-1].content
         assert reply.stats is not None and reply.stats.new_tokens > 0
@@ -39,7 +39,7 @@ async def test_real_reply_on_embedded_model(smol_dir):
             r"\d+ tok · [\d.–]+ tok/s · ttft [\d.]+ m?s · (accept \d+%|draft off|no drafts)",
             str(reply.query_one(".stats").content),
         )
-        bar = app.status_bar.plain
+        bar = app.chat.status_bar.plain
         assert bar.startswith("○ qa │ K 5 │ T 0.50") and "transformers·cpu" in bar
         # Origins line up with the tokens: the reply's characters and its origin runs have the same length.
         assert sum(len(text) for text, _ in reply.runs) == len(reply.text)

@@ -27,7 +27,7 @@ async def test_remote_reply_status_bar_says_k_server_and_a_failure_is_one_line()
             bar = status(app)
             assert "K server" in bar and "remote·vllm@127.0.0.1" in bar
             await send(pilot, "What is the capital of France?")
-            reply = app.chat_log.replies()[-1]
+            reply = app.chat.chat_log.replies()[-1]
             assert reply.text.endswith("Eiffel Tower.")
             assert "qa · K server" in reply.header
             line = plain(reply.query_one(".stats"))
@@ -36,9 +36,11 @@ async def test_remote_reply_status_bar_says_k_server_and_a_failure_is_one_line()
             # The server fails before its first token: one line in a toast, the message back in the prompt
             # (nothing was kept), and the chat goes on.
             await send(pilot, "And of Spain?", wait=False)
-            await wait_until(pilot, lambda: app.prompt.text == "And of Spain?" and not app.generating)
-            assert len(app.chat_log.replies()) == 1
+            await wait_until(
+                pilot, lambda: app.chat.prompt.text == "And of Spain?" and not app.chat.generating
+            )
+            assert len(app.chat.chat_log.replies()) == 1
             toasts = [str(n.message) for n in app._notifications]
             assert any("failed (502: upstream worker died): see the server's log" in t for t in toasts)
             await send(pilot, "And of Italy?")
-            assert app.chat_log.replies()[-1].text.endswith("Eiffel Tower.")
+            assert app.chat.chat_log.replies()[-1].text.endswith("Eiffel Tower.")

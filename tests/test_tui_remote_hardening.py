@@ -22,7 +22,7 @@ async def test_metrics_at_inf_give_a_reply_with_dashes_not_an_error_dialog():
         async with app.run_test(size=SIZE) as pilot:
             await wait_ready(pilot)
             await send(pilot, "What is the capital of France?")
-            reply = app.chat_log.replies()[-1]
+            reply = app.chat.chat_log.replies()[-1]
             assert reply.text.endswith("Eiffel Tower.") and reply.stats is not None
             assert "accept —" in plain(reply.query_one(".stats"))
             await pilot.press("ctrl+s")
@@ -40,7 +40,7 @@ async def test_an_endless_stream_line_is_the_one_line_reply_failure():
         async with app.run_test(size=SIZE) as pilot:
             await wait_ready(pilot)
             await send(pilot, "What is the capital of France?")
-            await wait_until(pilot, lambda: not app.generating)
+            await wait_until(pilot, lambda: not app.chat.generating)
             toasts = [str(n.message) for n in app._notifications]
             assert any("sent an event-stream line longer than 1 MiB in its reply" in t for t in toasts), (
                 toasts

@@ -34,8 +34,8 @@ def frozen(stats):
 async def settle(pilot) -> None:
     app = pilot.app
     app.clear_notifications()
-    app.prompt.cursor_blink = False
-    app.refresh_status()  # the bar redraws on a timer; a loaded machine may not have ticked yet
+    app.chat.prompt.cursor_blink = False
+    app.chat.refresh_status()  # the bar redraws on a timer; a loaded machine may not have ticked yet
     await pilot.pause(0.3)
 
 
@@ -48,8 +48,8 @@ def test_main_screen_mid_reply(snap_compare):
         await wait_ready(pilot)
         await send(pilot, "Write a python function that greets someone", wait=False)
         await wait_until(pilot, lambda: app.session.live.rounds == 4)
-        reply = app.chat_log.replies()[-1]
-        await wait_until(pilot, lambda: not app._buffer.has_pending and len(reply.text) > 20)
+        reply = app.chat.chat_log.replies()[-1]
+        await wait_until(pilot, lambda: not app.chat._buffer.has_pending and len(reply.text) > 20)
         app.session.live.tokens_per_s = 250.0  # the wall-clock figures on screen
         app.session.live.ttft_s = 0.125
         await settle(pilot)
@@ -67,7 +67,7 @@ def test_inspector(snap_compare):
     async def run_before(pilot) -> None:
         await wait_ready(pilot)
         await send(pilot, "Write a python function that greets someone")
-        reply: ReplyMessage = app.chat_log.replies()[-1]
+        reply: ReplyMessage = app.chat.chat_log.replies()[-1]
         stats = frozen(reply.stats)
         await reply.finish(reply.text, stats)
         app.session.last_stats = stats
@@ -87,11 +87,11 @@ async def _answered_with_frozen_stats(pilot, text: str = "Write a python functio
     app = pilot.app
     await wait_ready(pilot)
     await send(pilot, text)
-    reply: ReplyMessage = app.chat_log.replies()[-1]
+    reply: ReplyMessage = app.chat.chat_log.replies()[-1]
     stats = frozen(reply.stats)
     await reply.finish(reply.text, stats)
     app.session.last_stats = stats
-    app.refresh_status()
+    app.chat.refresh_status()
     await settle(pilot)
     return reply
 

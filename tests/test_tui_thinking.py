@@ -67,7 +67,7 @@ async def test_reasoning_is_folded_under_one_line_and_expands():
     async with app.run_test(size=(100, 36)) as pilot:
         await wait_ready(pilot)
         await send(pilot, "hello")
-        reply = app.chat_log.replies()[-1]
+        reply = app.chat.chat_log.replies()[-1]
         folded = reply.query_one(Collapsible)
         assert folded.display and folded.collapsed
         assert folded.title == f"thinking · {reply.stats.thinking_tokens} tok · accept " + (
@@ -90,7 +90,7 @@ async def test_a_reply_without_reasoning_shows_no_fold():
     async with app.run_test(size=(100, 36)) as pilot:
         await wait_ready(pilot)
         await send(pilot, "hello")
-        reply = app.chat_log.replies()[-1]
+        reply = app.chat.chat_log.replies()[-1]
         assert not reply.query_one(Collapsible).display
         assert reply.markdown.source == "Just an answer." and reply.stats.thinking_tokens == 0
 
@@ -104,12 +104,12 @@ async def test_reasoning_streams_into_the_fold_before_the_answer():
         await wait_ready(pilot)
         await send(pilot, "hello", wait=False)
         await wait_until(pilot, lambda: app.session.live.rounds == 2)
-        reply = app.chat_log.replies()[-1]
+        reply = app.chat.chat_log.replies()[-1]
         await wait_until(pilot, lambda: reply.thinking_markdown.source.startswith("The user"))
         assert reply.query_one(Collapsible).title.startswith("thinking…")
         assert reply.markdown.source == ""  # the answer has not begun
         gate.set()
-        await wait_until(pilot, lambda: not app.generating)
+        await wait_until(pilot, lambda: not app.chat.generating)
         assert reply.markdown.source == "Hello! How can I help?"
         assert reply.query_one(Collapsible).title.startswith("thinking · ")
 
@@ -131,7 +131,7 @@ async def test_a_reply_that_ends_right_after_its_reasoning_opens_finishes():
     async with app.run_test(size=(100, 36)) as pilot:
         await wait_ready(pilot)
         reply = ReplyMessage(highlight=False)
-        await app.chat_log.mount(reply)
+        await app.chat.chat_log.mount(reply)
         await reply.append_runs([("<think>\n", False)])
         await reply.finish(THINKING_REPLY, None)
         assert reply.markdown.source == "Hello! How can I help?"

@@ -36,18 +36,18 @@ async def wait_ready(pilot: Pilot) -> None:
 
 async def send(pilot: Pilot, text: str, wait: bool = True) -> None:
     app = pilot.app
-    app.prompt.focus()
-    app.prompt.set_text(text)
+    app.chat.prompt.focus()
+    app.chat.prompt.set_text(text)
     # A reply whose reasoning opened and that ended in the next handler once froze the app here (its message
     # loop ended: WaitForScreenTimeout under load); tui/widgets/message.py's stop_stream is the fix.
     await pilot.press("enter")
     if wait:
-        await wait_until(pilot, lambda: app.chat_log.replies() and not app.generating)
+        await wait_until(pilot, lambda: app.chat.chat_log.replies() and not app.chat.generating)
 
 
 def status(app: SpecchatApp) -> str:
-    app.refresh_status()
-    return app.status_bar.plain
+    app.chat.refresh_status()
+    return app.chat.status_bar.plain
 
 
 def plain(widget) -> str:

@@ -1,7 +1,7 @@
-"""The chat's flows beyond send and regenerate, mixed into `SpecchatApp`: editing any earlier message (a new
-branch; Esc cancels), paging the branches and variants of a selected message, continuing a reply cut at its token
-limit, finding text in the conversation, attaching text files, and what the chat says about itself (stopping…,
-open in another window).
+"""The chat's flows beyond send and regenerate, mixed into the chat screen (`tui.screens.chat.ChatScreen`):
+editing any earlier message (a new branch; Esc cancels), paging the branches and variants of a selected message,
+continuing a reply cut at its token limit, finding text in the conversation, attaching text files, copying and
+inspecting a reply, and what the chat says about itself (stopping…, open in another window).
 
 Messages on screen follow the session's turns: the k-th UserMessage is the k-th user turn, and a reply right
 after it is the turn after that one (a failed reply without a turn of its own maps to none).
@@ -15,11 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import SpecchatError
 from engine.session.attachments import AttachmentError, attachment_block, expand_attach, parse_attach
+from tui.clipboard import copy_text
 from tui.keymap import key_display, key_for
 from tui.reply_header import variant_header
-from tui.widgets.message import ReplyMessage, UserMessage
+from tui.screens.inspector import InspectorScreen, context_line
+from tui.widgets.message import ReplyMessage, UserMessage, code_blocks
 
 if TYPE_CHECKING:
+    from textual.app import App
     from textual.widget import Widget
 
     from engine.session import ChatSession
@@ -30,7 +33,7 @@ PRESENCE_CHECK_S = 2.0  # how often the chat looks for another window on it (a g
 
 
 class ChatFlows:
-    # Provided by SpecchatApp (and App).
+    # Provided by ChatScreen (and Screen).
     session: ChatSession
     keymap: dict[str, str]
     highlight_drafts: bool
@@ -51,11 +54,10 @@ class ChatFlows:
     _presence_checked_at = 0.0
     _told_elsewhere: int | None = None  # the chat whose other window was already mentioned
 
-    if TYPE_CHECKING:  # App's and SpecchatApp's own (never defined here: they would shadow them)
+    if TYPE_CHECKING:  # Screen's and ChatScreen's own (never defined here: they would shadow them)
+        app: App[None]
 
         def notify(self, message: str, **kwargs: Any) -> None: ...
-
-        def push_screen(self, screen: Any, callback: Any = None) -> Any: ...
 
         def refresh_status(self) -> None: ...
 
@@ -305,7 +307,7 @@ class ChatFlows:
             if query:
                 self.jump_to_match(query)
 
-        self.push_screen(FindScreen(self._find_query, lambda q: len(self.matches(q))), chosen)
+        self.app.push_screen(FindScreen(self._find_query, lambda q: len(self.matches(q))), chosen)
 
     def jump_to_match(self, query: str) -> None:
         """Select the newest message holding `query`; the same query again goes one match further back."""
@@ -363,7 +365,7 @@ class ChatFlows:
             prompt.focus()
             self.notify(f"Attached {Path(path).name}: write your question, enter sends.", timeout=4)
 
-        self.push_screen(PathPickerScreen("Attach a text file", Path.cwd()), picked)
+        self.app.push_screen(PathPickerScreen("Attach a text file", Path.cwd()), picked)
 
     # --- what the chat says about itself --------------------------------------------------------------------
 
@@ -395,3 +397,74 @@ class ChatFlows:
                 severity="warning",
                 timeout=20,
             )
+
+    # --- copying and inspecting a reply ---------------------------------------------------------------------
+
+    def action_copy_reply(self) -> None:
+        self._copy(self.chat_log.selected_reply(self.focused), code_only=False)
+
+    def action_copy_code(self) -> None:
+        self._copy(self.chat_log.selected_reply(self.focused), code_only=True)
+
+    def on_reply_message_copy_requested(self, event: ReplyMessage.CopyRequested) -> None:
+        self._copy(event.reply, event.code_only)
+
+    def _copy(self, reply: ReplyMessage | None, code_only: bool) -> None:
+        if reply is None or not reply.text:
+            self.notify("No reply to copy yet.", severity="warning")
+            return
+        text = reply.answer_text  # a thinking reply's reasoning stays out of the clipboard
+        if not code_only:
+            self.notify(copy_text(self.app, text, f"the reply ({len(text)} characters)"), timeout=4)
+            return
+        blocks = code_blocks(text)
+        if not blocks:
+            self.notify("That reply has no code block.", severity="warning")
+            return
+        # One block per press, in reading order: the function first, then its usage example, and round again.
+        index = reply.next_code_block % len(blocks)
+        reply.next_code_block = index + 1
+        code = blocks[index]
+        what = f"the code block ({len(code.splitlines())} lines)"
+        if len(blocks) > 1:
+            what = f"code block {index + 1} of {len(blocks)} ({len(code.splitlines())} lines; ctrl+b again: the next)"
+        self.notify(copy_text(self.app, code, what), timeout=4)
+
+    def action_inspect_reply(self) -> None:
+        self._inspect(self.chat_log.selected_reply(self.focused))
+
+    def on_reply_message_inspect_requested(self, event: ReplyMessage.InspectRequested) -> None:
+        self._inspect(event.reply)
+
+    def _inspect(self, reply: ReplyMessage | None) -> None:
+        session = self.session
+        notes = session.info.notes if session.info is not None else ()
+        streaming = self._reply
+        if streaming is not None and reply in (None, streaming) and getattr(reply, "stats", None) is None:
+            # Asked before the reply's last token (a short reply looks done early): open now, fill in at the end.
+            self.app.push_screen(
+                InspectorScreen(
+                    pending=streaming,
+                    recent_for=session.recent_average,
+                    context=context_line(session),
+                    backend_notes=notes,
+                )
+            )
+            return
+        if reply is None or reply.stats is None:
+            self.notify("No finished reply to inspect yet.", severity="warning")
+            return
+        stats = reply.stats
+        recent = session.recent_average(stats.preset, model=stats.model, backend=stats.backend)
+        replies = self.chat_log.replies()
+        self.app.push_screen(
+            InspectorScreen(
+                reply.stats,
+                reply.cancelled,
+                recent,
+                context=context_line(session),
+                backend_notes=notes,
+                # The newest reply is in the metrics log's recent average; an older one may have left it.
+                includes_this=bool(replies) and reply is replies[-1],
+            )
+        )

@@ -15,7 +15,7 @@ class SpecchatCommands(Provider):
     """'preset: use creative', 'reply: regenerate', ... in the command palette (ctrl+p)."""
 
     def _commands(self) -> list[tuple[str, Any, str]]:
-        app: Any = self.app  # the SpecchatApp (tui/app.py imports this module): its actions
+        app: Any = self.app.chat  # type: ignore[attr-defined]  # the chat screen (tui/screens/chat.py): its actions
         commands: list[tuple[str, Any, str]] = [
             (
                 "preset: use auto",

@@ -49,8 +49,9 @@ def edit_text(text: str, run: Callable[[list[str]], int]) -> str:
     return edited.rstrip("\n")  # editors end the file with a line break the message does not need
 
 
-def edit_prompt_in_editor(app) -> None:
-    """The app's action: suspend (a real terminal), edit, put the result in the prompt as one undoable edit."""
+def edit_prompt_in_editor(app, prompt) -> None:
+    """The prompt's action: suspend the app (a real terminal), edit, put the result in `prompt` as one undoable
+    edit."""
     from textual.app import SuspendNotSupported
 
     def run(command: list[str]) -> int:
@@ -59,7 +60,6 @@ def edit_prompt_in_editor(app) -> None:
         with app.suspend():
             return subprocess.call(command)
 
-    prompt = app.prompt
     try:
         edited = edit_text(prompt.text, run)
     except EditorError as exc:

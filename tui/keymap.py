@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from textual.binding import Binding
+if TYPE_CHECKING:
+    from textual.binding import Binding
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +34,8 @@ class KeySpec:
     priority: bool = False
 
 
-APP_KEYS: tuple[KeySpec, ...] = (
+# The chat screen's keys (tui/screens/chat.py): active while no dialog covers the chat.
+CHAT_KEYS: tuple[KeySpec, ...] = (
     KeySpec("preset.auto", "f1", "use_preset('auto')", "auto", priority=True),
     KeySpec("preset.code", "f2", "use_preset('code')", "code", priority=True),
     KeySpec("preset.qa", "f3", "use_preset('qa')", "qa", priority=True),
@@ -69,18 +72,18 @@ APP_KEYS: tuple[KeySpec, ...] = (
         show=False,
         priority=True,
     ),
-    # The prompt as a whole (actions of PromptInput, wherever focus is): a long message in $EDITOR, and clear /
+    # The prompt as a whole (PromptInput's actions, wherever focus is): a long message in $EDITOR, and clear /
     # select all (TextArea's f7 is the history's; ctrl+u clears every line, not only one: ctrl+z brings it back).
-    KeySpec("prompt.editor", "f10", "prompt.edit_in_editor", "editor", show=False, priority=True),
-    KeySpec("prompt.clear", "ctrl+u", "prompt.clear_prompt", "clear prompt", show=False, priority=True),
-    KeySpec(
-        "prompt.select_all", "alt+a", "prompt.select_everything", "select all", show=False, priority=True
-    ),
+    KeySpec("prompt.editor", "f10", "edit_in_editor", "editor", show=False, priority=True),
+    KeySpec("prompt.clear", "ctrl+u", "clear_prompt", "clear prompt", show=False, priority=True),
+    KeySpec("prompt.select_all", "alt+a", "select_everything", "select all", show=False, priority=True),
     KeySpec("chat.new", "ctrl+n", "new_chat", "new chat", show=False, priority=True),
     KeySpec("chat.history", "ctrl+h,f7", "show_history", "history", show=False, priority=True),
     KeySpec("settings.open", "f12", "show_settings", "settings", show=False, priority=True),
-    KeySpec("app.quit", "ctrl+q", "quit", "quit", priority=True),
 )
+
+# The app's own keys: on every screen, dialogs too.
+APP_KEYS: tuple[KeySpec, ...] = (KeySpec("app.quit", "ctrl+q", "quit", "quit", priority=True),)
 
 # Keys of a focused reply in the chat log. None is a printable key: typing with a reply selected goes to the
 # prompt (a question that starts with "c" must not copy the reply), so these are enter and the app's own keys.
@@ -88,18 +91,23 @@ MESSAGE_KEYS: tuple[KeySpec, ...] = (
     KeySpec("message.inspect", "enter", "inspect", "stats"),
     KeySpec("message.copy", "ctrl+y", "copy", "copy"),
     KeySpec("message.copy_code", "ctrl+b", "copy_code", "copy code"),
-    KeySpec("message.help", "f5", "app.show_help", "help", show=False),
+    KeySpec("message.help", "f5", "screen.show_help", "help", show=False),
 )
+
+# Every key, in the order the help screen and `specchat --help` list them.
+ALL_KEYS: tuple[KeySpec, ...] = CHAT_KEYS + APP_KEYS + MESSAGE_KEYS
 
 
 def bindings(specs: tuple[KeySpec, ...]) -> list[Binding]:
+    from textual.binding import Binding
+
     return [
         Binding(spec.key, spec.action, spec.description, show=spec.show, priority=spec.priority, id=spec.id)
         for spec in specs
     ]
 
 
-KNOWN_IDS: frozenset[str] = frozenset(spec.id for spec in APP_KEYS + MESSAGE_KEYS)
+KNOWN_IDS: frozenset[str] = frozenset(spec.id for spec in ALL_KEYS)
 MODIFIERS = frozenset({"ctrl", "shift", "alt", "meta", "super", "hyper"})
 # Keys the app has without a KeySpec: the command palette.
 RESERVED_KEYS = {"ctrl+p": "the command palette"}
@@ -154,7 +162,7 @@ def check_keymap(keymap: Mapping[str, str]) -> list[KeymapProblem]:
                 )
             )
     # Two bindings of one scope on the same key: one would silently steal the other.
-    for scope in (APP_KEYS, MESSAGE_KEYS):
+    for scope in (CHAT_KEYS + APP_KEYS, MESSAGE_KEYS):
         owners: dict[str, list[str]] = {}
         for spec in scope:
             for key in _keys_of(keymap.get(spec.id, spec.key)):
@@ -167,7 +175,7 @@ def check_keymap(keymap: Mapping[str, str]) -> list[KeymapProblem]:
                         f"keymap: {key} is bound to both {' and '.join(ids)}; using the default keys", "error"
                     )
                 )
-        if scope is APP_KEYS:
+        if scope is not MESSAGE_KEYS:
             for key, what in RESERVED_KEYS.items():
                 if key in owners:
                     problems.append(
@@ -203,7 +211,7 @@ def key_for(binding_id: str, keymap: Mapping[str, str]) -> str:
     """The key a binding is on once the user's keymap is applied."""
     if binding_id in keymap:
         return keymap[binding_id]
-    for spec in APP_KEYS + MESSAGE_KEYS:
+    for spec in ALL_KEYS:
         if spec.id == binding_id:
             return spec.key
     raise KeyError(binding_id)

@@ -56,31 +56,33 @@ async def _measure(tokens: int, tokens_per_s: float, paragraphs: bool) -> dict:
         while app.state == "loading":
             await pilot.pause(0.01)
         app.session.set_overrides(max_new_tokens=tokens, **presets_k)
-        app.prompt.set_text("stream please")
+        app.chat.prompt.set_text("stream please")
         driver = app._driver
         assert driver is not None
         # Send with a raw key event: Pilot.press would wait for the app to go idle, i.e. for the whole reply.
         enter = events.Key("enter", None)
         enter.set_sender(app)
         driver.send_message(enter)
-        while not app.generating:
+        while not app.chat.generating:
             await asyncio.sleep(0.001)
         # Type into the prompt while the reply streams; each key's delay is send -> prompt text changed.
-        while app.generating:
-            before = len(app.prompt.text)
+        while app.chat.generating:
+            before = len(app.chat.prompt.text)
             key = events.Key("x", "x")
             key.set_sender(app)
             sent = time.perf_counter()
             driver.send_message(key)
-            while len(app.prompt.text) == before:
+            while len(app.chat.prompt.text) == before:
                 await asyncio.sleep(0.0005)
             key_delays.append(time.perf_counter() - sent)
             await asyncio.sleep(KEY_INTERVAL_S)
-        while app.last_reply_rendered_at is None:
+        while app.chat.last_reply_rendered_at is None:
             await asyncio.sleep(0.001)
-        reply_widget = app.chat_log.replies()[-1]
+        reply_widget = app.chat.chat_log.replies()[-1]
         shown_all = reply_widget.markdown.source == reply
-        lag = app.last_reply_rendered_at - (app.last_reply_last_chunk_t or app.last_reply_rendered_at)
+        lag = app.chat.last_reply_rendered_at - (
+            app.chat.last_reply_last_chunk_t or app.chat.last_reply_rendered_at
+        )
         stats = reply_widget.stats
     return {
         "tokens": stats.new_tokens if stats else 0,
@@ -182,18 +184,18 @@ async def _chat_once(settings: Any, backend: Any, prompt: str, preset: str, size
     session.set_mode(preset)
     app = SpecchatApp(settings, session=session, load_on_mount=False)
     async with app.run_test(size=size) as pilot:
-        await app._loaded(backend.info)
+        await app.model_ready(backend.info)
         await pilot.pause(0.5)  # the first layout and the load toast settle before the clock starts
-        app.prompt.set_text(prompt)
+        app.chat.prompt.set_text(prompt)
         driver = app._driver
         assert driver is not None
         enter = events.Key("enter", None)
         enter.set_sender(app)
         before, start = thread_cpu_seconds(), time.perf_counter()
         driver.send_message(enter)
-        while not app.generating:
+        while not app.chat.generating:
             await asyncio.sleep(0.005)
-        while app.generating:
+        while app.chat.generating:
             await asyncio.sleep(0.05)  # a slow poll: the bench's own wake-ups run on the main thread too
         wall = time.perf_counter() - start
         main, others = _cpu_shares(before, thread_cpu_seconds(), wall)

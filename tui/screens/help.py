@@ -12,7 +12,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tui.keymap import APP_KEYS, MESSAGE_KEYS, key_display, key_for
+from tui.keymap import ALL_KEYS, key_display, key_for
 from tui.widgets.footer import FittingFooter
 
 PROMPT_KEYS = (
@@ -67,7 +67,7 @@ def keys_table(keymap: Mapping[str, str]) -> Table:
     table.add_column(style="dim")
     for key, what in PROMPT_KEYS:
         table.add_row(key, what, "")
-    for spec in APP_KEYS + MESSAGE_KEYS:
+    for spec in ALL_KEYS:
         table.add_row(
             key_display(key_for(spec.id, keymap)), LONG_NAMES.get(spec.id, spec.description), spec.id
         )

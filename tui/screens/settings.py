@@ -253,7 +253,7 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
 
 
 def open_chat_settings(app: Any, typed: dict[str, Any] | None = None, error: str = "") -> None:
-    """Open this dialog for the app's chat (its F12 action): the values shown are the preset's or the chat's,
+    """Open this dialog for the chat screen `app` (its F12 action): the values shown are the preset's or the chat's,
     and what is applied goes to the session; another model or draft is loaded by the app once the dialog is gone.
     `typed` (a result this dialog returned) and `error`: reopened after that model or draft failed to load, with
     what was typed and why (`reopen_after_failed_load`)."""
@@ -306,7 +306,7 @@ def open_chat_settings(app: Any, typed: dict[str, Any] | None = None, error: str
             app.call_after_refresh(app.start_reload, result["model"] or None, result["draft"])
         app.refresh_status()
 
-    app.push_screen(
+    app.app.push_screen(
         SettingsScreen(
             system_prompt,
             values,

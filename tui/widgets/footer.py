@@ -6,10 +6,10 @@ from textual.app import ComposeResult
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
-from tui.keymap import APP_KEYS
+from tui.keymap import APP_KEYS, CHAT_KEYS
 
 # Actions in the order the footer shows them; unknown ones (a dialog's own keys) come first.
-ORDER = [spec.action for spec in APP_KEYS]
+ORDER = [spec.action for spec in CHAT_KEYS + APP_KEYS]
 # Dropped first to last when the keys do not fit; every other key stays (presets, help, stop, quit).
 DROP_ORDER = (
     "toggle_highlight",

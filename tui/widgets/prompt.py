@@ -12,11 +12,9 @@ import unicodedata
 from textual import events
 from textual.document._edit import Edit
 from textual.message import Message
-from textual.screen import ModalScreen
 from textual.widgets import TextArea
 
 NEWLINE_KEYS = ("ctrl+j", "shift+enter", "alt+enter")
-PROMPT_ACTIONS = frozenset({"edit_in_editor", "clear_prompt", "select_everything"})
 
 # ECMA-48 escape sequences: CSI (colours: ESC[1m), OSC (titles, links: ESC]...BEL or ESC\\), DCS/SOS/PM/APC
 # strings, the two-character ones (ESC 7, ESC(B), and a lone ESC.
@@ -96,12 +94,12 @@ class PromptInput(TextArea):
                 timeout=4,
             )
 
-    # The key table's "prompt.*" actions (tui/keymap.py): the app runs them on this widget wherever focus is. They
-    # wait their turn behind the keys already forwarded here (typed, then f10 at once: the editor gets the text).
+    # The key table's "prompt.*" keys (tui/keymap.py): the chat screen runs these wherever focus is. They wait
+    # their turn behind the keys already forwarded here (typed, then f10 at once: the editor gets the text).
     def action_edit_in_editor(self) -> None:
         from tui.external_editor import edit_prompt_in_editor
 
-        self.call_later(edit_prompt_in_editor, self.app)
+        self.call_later(edit_prompt_in_editor, self.app, self)
 
     def action_clear_prompt(self) -> None:
         self.call_later(self._clear_all)
@@ -117,26 +115,7 @@ class PromptInput(TextArea):
         self.focus()
         self.select_all()
 
-    def on_mount(self) -> None:
-        from tui.prompt_draft import load_draft
-
-        draft = load_draft(self.app.settings)
-        if draft is not None:
-            self.insert(draft, (0, 0))
-            self.notify("The message you had not sent is back in the prompt.", title="Draft kept", timeout=6)
-
-    def on_unmount(self) -> None:
-        # Quitting (ctrl+q) keeps what was typed and not sent, and a message still waiting for the model.
-        from tui.prompt_draft import save_draft
-
-        waiting = getattr(self.app, "_queued", None)
-        text = "\n".join(t for t in (waiting[0] if waiting else "", self.text) if t.strip())
-        session = getattr(self.app, "session", None)
-        save_draft(self.app.settings, text, getattr(session, "chat_id", None))
-
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in PROMPT_ACTIONS and isinstance(self.app.screen, ModalScreen):
-            return False  # a dialog's own keys (its fields' ctrl+u) come first
         # ctrl+e / ctrl+y are the prompt's (end of line, redo) while it holds text (or, for redo, has something
         # to redo); otherwise they fall through to the app's non-priority bindings (edit last, copy reply).
         if action == "cursor_line_end" and not self.text:

@@ -1,0 +1,596 @@
+"""The chat screen: the conversation, the prompt, the live status bar and the reply lifecycle (send, stream, stop,
+regenerate), with the flows beyond those in `tui.chat_flows` (edit, branches, continue, find, attach, copy, inspect).
+
+Threads: every reply runs in `@work(thread=True, exclusive=True, exit_on_error=False, group="generate")`. The
+generation thread only fills a `ReplyBuffer` and posts `ReplyTextArrived` at most every 0.1 s (longer while the UI
+thread is over its budget: `tui.streaming.RenderPace`), plus one message per session event (`ReplyStarted`,
+`ContextTrimmed`, `ReplyFinished`, `ReplyFailed`). The status bar reads the session's plain attributes on a 0.25 s
+timer. The model itself is loaded by the app (`tui.app`), which tells this screen how that went; a worker that
+fails here is handed to the app's one failure handler.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.message import Message
+from textual.screen import Screen
+from textual.worker import Worker
+
+from engine.errors import SpecchatError
+from engine.events import Chunk, ContextTrimmed, ReplyFailed, ReplyFinished, ReplyStarted
+from tui.chat_flows import ChatFlows
+from tui.formatting import verdict_line
+from tui.keymap import CHAT_KEYS, bindings, key_for
+from tui.messages import ReplyEventArrived, ReplyTextArrived
+from tui.prompt_draft import load_draft, save_draft
+from tui.reply_header import started_header, variant_header
+from tui.screens.help import HelpScreen
+from tui.screens.presets import PresetPickerScreen
+from tui.screens.settings import open_chat_settings, reopen_after_failed_load
+from tui.streaming import RenderPace, ReplyBuffer
+from tui.widgets.chat_log import ChatLog
+from tui.widgets.footer import FittingFooter
+from tui.widgets.message import ReplyMessage, UserMessage
+from tui.widgets.prompt import PromptInput
+from tui.widgets.status_bar import StatusBar, collect_status
+
+if TYPE_CHECKING:
+    from engine.session import ChatSession
+
+# The status bar's figures (tok/s, acceptance, sparkline) at 4 Hz: each repaint is a compositor pass on the UI
+# thread, and the eye does not read a figure that changes faster. Measured at 160x48 while a reply streamed: the
+# bar was the most repainted widget (85 of 180 repaints in 11 s at 10 Hz).
+STATUS_INTERVAL_S = 0.25
+
+
+class ChatScreen(ChatFlows, Screen[None]):
+    BINDINGS = bindings(CHAT_KEYS)
+
+    class Opened(Message):
+        """The chat is on screen, its parts mounted: the app can start (load the model, show a dialog)."""
+
+    def __init__(self) -> None:
+        super().__init__(id="chat")
+        self.highlight_drafts = False
+        self._cancel: threading.Event | None = None
+        self._buffer: ReplyBuffer | None = None
+        self._pace = RenderPace()
+        self._reply: ReplyMessage | None = None
+        self._pending_prompt = ""
+        # A message sent while the model loads: shown as waiting and sent once the model is ready.
+        self._queued: tuple[str, UserMessage] | None = None
+        # The reply a regenerate is replacing: hidden while the new one streams, shown again if that one ends empty.
+        self._replaced: ReplyMessage | None = None
+        self._footer_state: tuple[bool, bool, bool] | None = None
+        # Timestamps for the UI benchmark: when the final text of the last reply was on screen.
+        self.last_reply_rendered_at: float | None = None
+        self.last_reply_last_chunk_t: float | None = None
+        # The screen's parts, made once (a query from the app would search the dialog on top instead).
+        self.chat_log = ChatLog(id="chat-log")
+        self.prompt = PromptInput(id="prompt")
+        self.status_bar = StatusBar(id="status-bar")
+
+    # What the app holds for every screen: the session, the model's state (loading / failed / ready), the keys.
+    @property
+    def session(self) -> ChatSession:
+        return self.app.session  # type: ignore[attr-defined]
+
+    @property
+    def state(self) -> str:
+        return self.app.state  # type: ignore[attr-defined]
+
+    @property
+    def keymap(self) -> dict[str, str]:
+        return self.app.keymap  # type: ignore[attr-defined]
+
+    # --- layout ---------------------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        help_key = key_for("help.show", self.keymap)
+        self.prompt.placeholder = f"Ask anything · enter sends · ctrl+j new line · {help_key} help"
+        yield self.chat_log
+        yield self.prompt
+        yield self.status_bar
+        yield FittingFooter()
+
+    def on_mount(self) -> None:
+        draft = load_draft(self.app.settings)  # type: ignore[attr-defined]
+        if draft is not None:
+            self.prompt.insert(draft, (0, 0))
+            self.notify("The message you had not sent is back in the prompt.", title="Draft kept", timeout=6)
+        self.prompt.focus()
+        self.set_interval(STATUS_INTERVAL_S, self._tick)
+        # A dialog shows the chat dimmed behind it: the chat's scrollbar beside the dialog's read as a second one.
+        self.watch(self, "stack_updates", self._chat_covered, init=False)
+        self.refresh_status()
+        self.app.post_message(self.Opened())
+
+    def _chat_covered(self) -> None:
+        self.chat_log.set_class(self.app.screen is not self, "covered")
+
+    def on_unmount(self) -> None:
+        # Quitting mid-reply: stop the generation thread, or the process would wait for the whole reply.
+        if self._cancel is not None:
+            self._cancel.set()
+        # Quitting (ctrl+q) keeps what was typed and not sent, and a message still waiting for the model.
+        waiting = self._queued[0] if self._queued else ""
+        text = "\n".join(t for t in (waiting, self.prompt.text) if t.strip())
+        save_draft(self.app.settings, text, self.session.chat_id)  # type: ignore[attr-defined]
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        # The message does not bubble: this screen's workers (a reply, a dialog) go to the app's one handler too.
+        self.app.on_worker_state_changed(event)  # type: ignore[attr-defined]
+
+    @property
+    def generating(self) -> bool:
+        return self._reply is not None
+
+    # --- periodic: status bar + draining a quiet buffer ------------------------------------------------------
+
+    async def _tick(self) -> None:
+        # A reply that stalls right after a chunk that was not posted (the 50 ms rule) still shows up here.
+        if self._buffer is not None and self._reply is not None and self._buffer.overdue:
+            await self._drain(self._buffer)
+        for notice in self.session.take_notices():  # storage trouble (damaged db, full disk): told once
+            self.notify(notice, title="History", severity="warning", timeout=12)
+        self.check_open_elsewhere()
+        self.refresh_status()
+
+    def refresh_status(self) -> None:
+        if not self.is_mounted or not self.app.is_running:
+            return
+        state = {"loading": "loading", "failed": "failed"}.get(self.state, "ready")
+        self.status_bar.show(collect_status(self.session, state, self.app.state_message))  # type: ignore[attr-defined]
+        # What check_action answers for the footer's keys: refresh them only when it changes.
+        footer_state = (
+            self.generating,
+            self._queued is not None,
+            any(t.role == "assistant" for t in self.session.turns),
+        )
+        if footer_state != self._footer_state:
+            self._footer_state = footer_state
+            self.refresh_bindings()
+
+    # --- the model, as the app loads it ----------------------------------------------------------------------
+
+    def show_loading(self, model: str | None = None, draft: str | None = None) -> None:
+        """The banner while a model loads: the first one, or (`draft` given) another one for this chat."""
+        if draft is None:
+            banner = Text.assemble(("◌ Loading the model…", "bold"), ("  you can type already", "dim"))
+        else:
+            name = Path(model).name if model else "the embedded model"
+            banner = Text.assemble(
+                ("◌ Loading ", "bold"),
+                (name, "bold"),
+                (f" (draft {Path(draft).name})", "bold"),
+                ("  the chat stays; you can type already", "dim"),
+            )
+        self.chat_log.set_banner(banner)
+        self.refresh_status()
+
+    def show_load_progress(self, stage: str) -> None:
+        self.chat_log.set_banner(Text.assemble(("◌ Loading the model: ", "bold"), stage))
+        self.refresh_status()
+
+    def startup_banner(self) -> Text | None:
+        """What stays above the chat after loading: a config problem, and each preset file that was skipped."""
+        lines: list[Text] = []
+        startup_error = self.app.startup_error  # type: ignore[attr-defined]
+        if startup_error:
+            lines.append(Text.assemble(("✖ The configuration has a problem: ", "bold red"), startup_error))
+        for problem in self.session.skipped_presets.values():
+            lines.append(Text.assemble(("⚠ Preset file skipped: ", "bold yellow"), problem))
+        return Text("\n").join(lines) if lines else None
+
+    def show_startup_banner(self) -> None:
+        banner = self.startup_banner()
+        self.chat_log.set_banner(banner, error=banner is not None)
+
+    async def model_loaded(self, info: Any, reloaded: bool = False) -> None:
+        self.show_startup_banner()
+        notes = f" ({'; '.join(info.notes)})" if getattr(info, "notes", ()) else ""
+        if reloaded:  # short: the chat is on screen under the toast
+            draft = info.draft_model or info.draft_mode
+            self.notify(
+                f"{info.model} · draft {draft} on {info.backend}·{info.device}{notes}; the chat goes on with it",
+                title="Model loaded",
+            )
+        else:
+            reason = (
+                f" · {self.session.backend_reason}"
+                if self.session.backend_reason not in ("", "given")
+                else ""
+            )
+            self.notify(f"{info.model} on {info.backend}·{info.device}{reason}{notes}", title="Model loaded")
+        await self._say_verdict()
+        self.refresh_status()
+        if self._queued is not None:
+            text, message = self._queued
+            self._queued = None
+            message.set_waiting(False)
+            await self._start_reply(text)
+
+    async def _say_verdict(self, changed: bool = False) -> None:
+        """Whether drafting pays on this machine, as a line in the chat: at load, and when a reply's
+        measurements turn the verdict (the doctor's words: engine.decoding.verdict)."""
+        self.session.verdict_changed = False
+        line = verdict_line(self.session.verdict, self.session.info, changed)
+        if line:
+            await self.chat_log.add_notice(line)
+
+    def model_failed(self, title: str, message: str) -> None:
+        """The model did not load: the banner says why, and a waiting message goes back to the prompt."""
+        self.chat_log.set_banner(Text.assemble((f"✖ {title}: ", "bold red"), message), error=True)
+        self.refresh_status()
+        self._unqueue()
+
+    def reload_failed(self, message: str) -> None:
+        """Another model for this chat did not load: the old one (if any) stays, and so does everything typed."""
+        if self.state == "failed":
+            self.chat_log.set_banner(
+                Text.assemble(("✖ The model did not load: ", "bold red"), message), error=True
+            )
+        else:
+            self.show_startup_banner()
+        loaded = self.session.info.model if self.session.info is not None else None
+        still = f" · still on {loaded}" if loaded and self.state != "failed" else ""
+        # The settings dialog comes back with the typed path and the reason in it; a toast where none applied it.
+        if not reopen_after_failed_load(self, f"{message}{still}"):
+            self.notify(f"{message}{still}", title="The model was not changed", severity="error", timeout=15)
+        self.refresh_status()
+        self._unqueue()
+
+    def start_reload(self, model: str | None, draft: str) -> None:
+        self.app.start_reload(model, draft)  # type: ignore[attr-defined]
+
+    def _unqueue(self) -> None:
+        if self._queued is not None:  # the waiting message goes back to the prompt: nothing typed is lost
+            text, waiting = self._queued
+            self._queued = None
+            waiting.remove()
+            self._give_back(text)
+
+    def _give_back(self, text: str) -> None:
+        """Put a message that was not answered back in the prompt, before anything typed since."""
+        typed = self.prompt.text.strip()
+        self.prompt.set_text(text if not typed else f"{text}\n{typed}")
+        self.prompt.focus()
+
+    # --- sending ---------------------------------------------------------------------------------------------
+
+    @on(PromptInput.Submitted)
+    async def _prompt_submitted(self, event: PromptInput.Submitted) -> None:
+        text = event.text.strip()
+        if text and self.attach_command(text):
+            return
+        if self.generating:
+            # Said even for an empty prompt: enter seemed to do nothing. What was typed stays in the prompt.
+            self.notify(
+                f"A reply is being generated: {self._keys('reply.cancel')} stops it.", severity="warning"
+            )
+            return
+        if not text:
+            return
+        if self.state == "loading":
+            if self._queued is not None:
+                self.notify("A message is already waiting for the model.", severity="warning")
+                return
+            self.prompt.clear()
+            waiting = UserMessage(text, waiting=True)
+            await self.chat_log.mount(waiting)
+            self.chat_log.anchor()
+            self._queued = (text, waiting)
+            return
+        if self.state != "ready":
+            why = self.app.load_error or "it is still loading"  # type: ignore[attr-defined]
+            self.notify(f"The model is not ready: {why}", severity="error")
+            return
+        if self.editing is not None and await self.send_edit(text):
+            return
+        self.prompt.clear()
+        await self.chat_log.mount(UserMessage(text))
+        await self._start_reply(text)
+
+    async def _start_reply(self, text: str | None, flow: Any = None, prefix: Any = None) -> None:
+        """Mount an empty reply and run the session in a thread. `text` None regenerates the last reply; `flow`
+        (a session call taking on_event and cancel: an edit, a continue) runs instead; `prefix` is the text
+        (origin runs) a continued reply starts with."""
+        reply = ReplyMessage(highlight=self.highlight_drafts)
+        await self.chat_log.mount(reply)
+        if prefix:
+            await reply.append_runs(prefix)
+        self.chat_log.anchor()
+        backend = self.session.backend
+        self._buffer = ReplyBuffer(decode=backend.decode if backend is not None else None)
+        self._pace = RenderPace()
+        self._reply = reply
+        self._cancel = threading.Event()
+        self._pending_prompt = text or ""
+        # A blinking cursor repaints the prompt twice a second: while a reply streams it stays lit instead.
+        self.prompt.cursor_blink = False
+        self.generate(text, self._buffer, self._cancel, flow)
+        self.refresh_status()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="generate")
+    def generate(
+        self, text: str | None, buffer: ReplyBuffer, cancel: threading.Event, flow: Any = None
+    ) -> None:
+        def on_event(event: object) -> None:
+            if isinstance(event, Chunk):
+                if buffer.add(event):
+                    self.post_message(ReplyTextArrived(buffer))
+            else:
+                if isinstance(event, ReplyFinished | ReplyFailed):
+                    buffer.finished = True
+                self.post_message(ReplyEventArrived(event, buffer))
+
+        if flow is not None:
+            result = flow(on_event, cancel)
+        elif text is None:
+            result = self.session.regenerate(on_event, cancel)
+        else:
+            result = self.session.send(text, on_event, cancel)
+        if not buffer.finished:  # a session that returned without emitting its last event
+            on_event(result)
+
+    async def _drain(self, buffer: ReplyBuffer) -> None:
+        runs = buffer.take()
+        if runs and self._reply is not None and buffer is self._buffer:
+            # The next redraw waits longer while the UI thread is over its share of a core (tui/streaming.py).
+            buffer.interval_s = self._pace.observe()
+            await self._reply.append_runs(runs)
+
+    async def on_reply_text_arrived(self, message: ReplyTextArrived) -> None:
+        await self._drain(message.buffer)
+
+    async def on_reply_event_arrived(self, message: ReplyEventArrived) -> None:
+        if message.buffer is not self._buffer or self._reply is None:
+            return
+        event = message.event
+        reply = self._reply
+        if isinstance(event, ReplyStarted):
+            by_server = bool(self.session.info and self.session.info.k_by_server)
+            reply.set_header(started_header(event, by_server))
+            self.refresh_status()
+        elif isinstance(event, ContextTrimmed):
+            self._mark_context()
+            self.notify(
+                f"The {event.dropped_turns} oldest turns no longer fit the context: the model does not see them "
+                f"(dimmed, above the rule). Next prompt {event.prompt_tokens}/{event.max_context} tokens.",
+                title="Context trimmed",
+                severity="warning",
+            )
+        elif isinstance(event, ReplyFinished):
+            await self._drain(message.buffer)
+            self.last_reply_last_chunk_t = message.buffer.last_chunk_t
+            if event.cancelled and not event.text:
+                await self._restore_prompt(reply)
+            else:
+                await reply.finish(event.text, event.stats, cancelled=event.cancelled)
+                await self._drop_replaced()
+                self.call_after_refresh(self._mark_rendered)
+                self._label_variant(reply)
+                self.offer_continue()
+            self._end_reply()
+            if self.session.verdict_changed:
+                await self._say_verdict(changed=True)
+        elif isinstance(event, ReplyFailed):
+            await self._drain(message.buffer)
+            if event.undone:
+                await self._restore_prompt(reply)
+            else:
+                await reply.finish(event.partial_text, None, error=event.message)
+                await self._drop_replaced()
+            self._end_reply()
+            self.notify(event.message, title="Reply failed", severity="error", timeout=10)
+
+    def reply_crashed(self, message: str) -> None:
+        """The generation thread raised what the session did not catch: the reply ends, marked failed."""
+        reply = self._reply
+        if reply is None:
+            return
+        self.run_worker(self._drop_replaced(), exclusive=False)
+        self._end_reply()
+        self.run_worker(reply.finish(reply.text, None, error=message), exclusive=False)
+
+    def _mark_rendered(self) -> None:
+        self.last_reply_rendered_at = time.perf_counter()
+
+    async def _restore_prompt(self, reply: ReplyMessage) -> None:
+        """Nothing came (stopped before the first token): undo on screen what the session undid.
+
+        A new message leaves the log and goes back to the prompt; a regenerate shows the old reply again.
+        """
+        messages = self.chat_log.messages()
+        to_remove: list[Any] = [reply]
+        index = messages.index(reply) if reply in messages else -1
+        if index > 0 and isinstance(messages[index - 1], UserMessage) and self._pending_prompt:
+            to_remove.append(messages[index - 1])
+        await self.chat_log.remove_children(to_remove)
+        if self._replaced is not None:
+            self._replaced.display = True
+            self._replaced = None
+        self.show_hidden_branch()
+        if self._pending_prompt:
+            self._give_back(self._pending_prompt)
+        self.prompt.focus()
+
+    async def _drop_replaced(self) -> None:
+        await self.drop_hidden_branch()
+        if self._replaced is not None:
+            replaced, self._replaced = self._replaced, None
+            await replaced.remove()
+
+    def _end_reply(self) -> None:
+        self._reply = None
+        self._cancel = None
+        self.prompt.cursor_blink = True
+        self._mark_context()
+        self.refresh_status()
+
+    def _mark_context(self) -> None:
+        """Dim the turns the model no longer sees (trimmed to fit the context), under one rule that says so."""
+        session = self.session
+        self.chat_log.mark_context(sum(1 for t in session.turns[: session.context_start] if t.role == "user"))
+        self.label_branches()
+
+    def _label_variant(self, reply: ReplyMessage) -> None:
+        """A regenerated reply says which variant it is, and how to page."""
+        position, count = self.session.variants()
+        if count > 1:
+            older, newer = (
+                key_for("reply.older_variant", self.keymap),
+                key_for("reply.newer_variant", self.keymap),
+            )
+            reply.set_header(variant_header(reply.header, position, count, older, newer))
+
+    # --- actions ---------------------------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # The footer shows what a key does now: stop while a reply streams (or a message waits), regenerate
+        # once there is a reply and none is streaming.
+        if action == "cancel_reply":
+            return self.generating or self._queued is not None or self.editing is not None
+        if action == "regenerate":
+            return not self.generating and any(t.role == "assistant" for t in self.session.turns)
+        # On a selected reply its own ^b takes the key, and shows in the footer where it has a code block (this
+        # one is a priority binding without a footer entry: it would hide that one).
+        return not (action == "copy_code" and isinstance(self.focused, ReplyMessage))
+
+    def action_use_preset(self, name: str) -> None:
+        try:
+            self.session.set_mode(name)
+        except SpecchatError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        # The status bar shows the switch at once; a toast only where it does not take effect at once.
+        if self.generating:
+            self.notify(f"Preset {name} applies from the next reply.", timeout=2)
+        self.refresh_status()
+
+    def action_pick_preset(self) -> None:
+        def chosen(name: str | None) -> None:
+            if name:
+                self.action_use_preset(name)
+
+        self.app.push_screen(PresetPickerScreen(self.session.presets, self.session.mode), chosen)
+
+    def action_show_settings(self) -> None:
+        open_chat_settings(self)
+
+    def action_show_help(self) -> None:
+        self.app.push_screen(HelpScreen(dict(self.keymap)))
+
+    def action_cancel_reply(self) -> None:
+        if self._cancel is not None:
+            self._cancel.set()
+            self.show_stopping()
+        elif self.cancel_edit():
+            pass
+        elif self._queued is not None:  # a message waiting for the model: back to the prompt
+            self._unqueue()
+
+    async def action_regenerate(self) -> None:
+        if self.generating:
+            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
+            return
+        if self.state != "ready":
+            return
+        if not self.session.turns:
+            self.notify("Nothing to regenerate yet.", severity="warning")
+            return
+        messages = self.chat_log.messages()
+        if messages and isinstance(messages[-1], ReplyMessage):
+            # Hidden, not removed: if the new reply is stopped before its first token, this one comes back.
+            self._replaced = messages[-1]
+            self._replaced.display = False
+        await self._start_reply(None)
+
+    def action_select_reply(self, step: int) -> None:
+        self.chat_log.select_reply(step, self.focused)
+
+    def action_focus_prompt(self) -> None:
+        self.prompt.focus()
+
+    # The prompt as a whole, wherever focus is (the key table's prompt.* keys): the prompt's own actions.
+    def action_edit_in_editor(self) -> None:
+        self.prompt.action_edit_in_editor()
+
+    def action_clear_prompt(self) -> None:
+        self.prompt.action_clear_prompt()
+
+    def action_select_everything(self) -> None:
+        self.prompt.action_select_everything()
+
+    @on(ReplyMessage.TypedAhead)
+    def _typed_ahead(self, event: ReplyMessage.TypedAhead) -> None:
+        """A key typed on a selected reply: into the prompt, which takes over from there."""
+        prompt = self.prompt
+        prompt.focus()
+        prompt.insert(event.character)
+
+    def action_scroll_chat(self, step: int) -> None:
+        """Page the conversation from wherever focus is (the prompt pages its own lines otherwise)."""
+        if step < 0:
+            self.chat_log.scroll_page_up(animate=False)
+        else:
+            self.chat_log.scroll_page_down(animate=False)
+
+    def action_toggle_highlight(self) -> None:
+        self.highlight_drafts = not self.highlight_drafts
+        self.chat_log.set_highlight(self.highlight_drafts)
+        if self.highlight_drafts:
+            self.notify("Draft colours on: green text was proposed by the draft and accepted.", timeout=3)
+        else:
+            self.notify("Draft colours off.", timeout=2)
+
+    async def action_new_chat(self) -> None:
+        if self.generating:
+            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
+            return
+        self.session.new_chat()
+        await self.chat_log.clear_messages()
+        self.prompt.focus()
+        self.refresh_status()
+
+    # --- history (tui/screens/history.py) and the metrics trend ------------------------------------------------
+
+    async def show_chat(self, chat_id: int) -> None:
+        """Put a stored chat on screen, stats lines included; the conversation continues from it."""
+        if self.generating:
+            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
+            return
+        try:
+            turns = self.session.open_chat(chat_id)
+        except SpecchatError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        await self.chat_log.show_turns(turns, self.highlight_drafts)
+        self._mark_context()
+        self.prompt.focus()
+        self.refresh_status()
+
+    def action_show_history(self) -> None:
+        from tui.screens.history import HistoryScreen
+
+        def chosen(chat_id: int | None) -> None:
+            if chat_id is not None:
+                self.run_worker(self.show_chat(chat_id), group="history", exclusive=True)
+
+        self.app.push_screen(HistoryScreen(self.session), chosen)
+
+    def action_show_trend(self) -> None:
+        from tui.screens.trend import TrendScreen
+
+        self.app.push_screen(TrendScreen(self.session.metrics_rows(), list(self.session.regressions)))
+
+    @on(StatusBar.TrendRequested)
+    def _trend_requested(self) -> None:
+        self.action_show_trend()
