@@ -144,10 +144,19 @@ async def test_the_app_stays_up_when_smollm2_is_offered_as_the_draft(pair, tmp_p
         await apply_settings(pilot, draft=str(ensure_embedded_gguf()))
         await wait_until(pilot, lambda: app.state != "loading", timeout=LOAD_S)
         assert app.state == "ready" and app.session.backend is backend
+
         # The dialog comes back with the typed draft and the one-line reason (not a vanishing toast).
-        await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen), timeout=LOAD_S)
+        # Pushed, composed and its error line filled: each a step of its own on a busy machine (CI once read the
+        # line before it was filled, and a later run queried the field before the dialog was composed).
+        def error_line() -> str:
+            screen = app.screen
+            if not isinstance(screen, SettingsScreen) or not screen.query("#settings-error"):
+                return ""
+            return " ".join(plain(screen.query_one("#settings-error")).split())  # wrapped to the dialog
+
+        await wait_until(pilot, lambda: bool(error_line()), timeout=LOAD_S)
         assert app.screen.query_one("#settings-draft", Input).value == str(ensure_embedded_gguf())
-        message = " ".join(plain(app.screen.query_one("#settings-error")).split())  # wrapped to the dialog
+        message = error_line()
         assert "vocabulary size differs" in message and "still on Qwen2.5-Coder-1.5B" in message
         assert app.session.settings.draft == str(pair[1])
 
