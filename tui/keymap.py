@@ -26,72 +26,332 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class KeySpec:
+    """One key of the app: its binding, its word in the footer (`description`), its line in the help screen and
+    `specchat --help` (`help`), and its command in the palette (`palette`, "area: action"; None: not there)."""
+
     id: str
     key: str
     action: str
     description: str
+    help: str
+    palette: str | None = None
     show: bool = True  # in the footer
     priority: bool = False
 
 
+K = KeySpec
+
 # The chat screen's keys (tui/screens/chat.py): active while no dialog covers the chat.
 CHAT_KEYS: tuple[KeySpec, ...] = (
-    KeySpec("preset.auto", "f1", "use_preset('auto')", "auto", priority=True),
-    KeySpec("preset.code", "f2", "use_preset('code')", "code", priority=True),
-    KeySpec("preset.qa", "f3", "use_preset('qa')", "qa", priority=True),
-    KeySpec("preset.creative", "f4", "use_preset('creative')", "creative", priority=True),
-    KeySpec("preset.pick", "ctrl+o", "pick_preset", "presets", priority=True),
-    KeySpec("help.show", "f5", "show_help", "help", priority=True),
-    KeySpec("view.draft_highlight", "f6", "toggle_highlight", "draft colours", priority=True),
-    KeySpec("reply.cancel", "escape", "cancel_reply", "stop"),
-    KeySpec("reply.regenerate", "ctrl+r", "regenerate", "regenerate", priority=True),
+    K(
+        "preset.auto",
+        "f1",
+        "use_preset('auto')",
+        "auto",
+        help="preset: auto (router decides)",
+        palette="preset: use auto",
+        priority=True,
+    ),
+    K(
+        "preset.code",
+        "f2",
+        "use_preset('code')",
+        "code",
+        help="preset: code",
+        palette="preset: use code",
+        priority=True,
+    ),
+    K(
+        "preset.qa",
+        "f3",
+        "use_preset('qa')",
+        "qa",
+        help="preset: qa",
+        palette="preset: use qa",
+        priority=True,
+    ),
+    K(
+        "preset.creative",
+        "f4",
+        "use_preset('creative')",
+        "creative",
+        help="preset: creative",
+        palette="preset: use creative",
+        priority=True,
+    ),
+    K(
+        "preset.pick",
+        "ctrl+o",
+        "pick_preset",
+        "presets",
+        help="pick any preset (user presets too)",
+        palette="preset: pick…",
+        priority=True,
+    ),
+    K("help.show", "f5", "show_help", "help", help="this help", palette="help: keys", priority=True),
+    K(
+        "view.draft_highlight",
+        "f6",
+        "toggle_highlight",
+        "draft colours",
+        help="colour text the draft got right",
+        palette="view: toggle draft highlighting",
+        priority=True,
+    ),
+    K(
+        "reply.cancel",
+        "escape",
+        "cancel_reply",
+        "stop",
+        help="stop the reply (prompt comes back if nothing came)",
+        palette="reply: stop",
+    ),
+    K(
+        "reply.regenerate",
+        "ctrl+r",
+        "regenerate",
+        "regenerate",
+        help="regenerate the last reply (the old one stays as a variant)",
+        palette="reply: regenerate",
+        priority=True,
+    ),
     # Not priority: while the prompt holds text, ctrl+e / ctrl+y are its end-of-line and redo (see PromptInput).
-    KeySpec("reply.edit_last", "ctrl+e", "edit_last", "edit", show=False),
-    KeySpec("reply.copy", "ctrl+y", "copy_reply", "copy", show=False),
-    KeySpec("reply.copy_code", "ctrl+b", "copy_code", "copy code", show=False, priority=True),
-    KeySpec("reply.inspect", "ctrl+s", "inspect_reply", "stats", priority=True),
-    KeySpec(
-        "reply.older_variant", "alt+left", "page_variant(-1)", "older variant", show=False, priority=True
+    K(
+        "reply.edit_last",
+        "ctrl+e",
+        "edit_last",
+        "edit",
+        help="edit the selected (or last) message: a new branch; esc cancels",
+        palette="reply: edit message",
+        show=False,
     ),
-    KeySpec(
-        "reply.newer_variant", "alt+right", "page_variant(1)", "newer variant", show=False, priority=True
+    K(
+        "reply.copy",
+        "ctrl+y",
+        "copy_reply",
+        "copy",
+        help="copy the selected (or last) reply",
+        palette="reply: copy",
+        show=False,
     ),
-    KeySpec("reply.previous", "alt+up", "select_reply(-1)", "previous message", show=False, priority=True),
-    KeySpec("reply.next", "alt+down", "select_reply(1)", "next message", show=False, priority=True),
-    KeySpec("reply.continue", "alt+c", "continue_reply", "continue", show=False, priority=True),
-    KeySpec("chat.find", "ctrl+f", "find", "find", show=False, priority=True),
-    KeySpec("prompt.attach", "ctrl+t", "attach_file", "attach file", show=False, priority=True),
-    KeySpec("prompt.focus", "ctrl+l", "focus_prompt", "prompt", show=False, priority=True),
+    K(
+        "reply.copy_code",
+        "ctrl+b",
+        "copy_code",
+        "copy code",
+        help="copy its code blocks, one per press (first, then the next)",
+        palette="reply: copy code block",
+        show=False,
+        priority=True,
+    ),
+    K(
+        "reply.inspect",
+        "ctrl+s",
+        "inspect_reply",
+        "stats",
+        help="statistics of the selected (or last) reply",
+        palette="reply: statistics",
+        priority=True,
+    ),
+    K(
+        "reply.older_variant",
+        "alt+left",
+        "page_variant(-1)",
+        "older variant",
+        help="older branch / variant of the selected message (or last reply)",
+        palette="reply: older variant / branch",
+        show=False,
+        priority=True,
+    ),
+    K(
+        "reply.newer_variant",
+        "alt+right",
+        "page_variant(1)",
+        "newer variant",
+        help="newer branch / variant of the selected message (or last reply)",
+        palette="reply: newer variant / branch",
+        show=False,
+        priority=True,
+    ),
+    K(
+        "reply.previous",
+        "alt+up",
+        "select_reply(-1)",
+        "previous message",
+        help="select the previous message",
+        palette="reply: select the previous message",
+        show=False,
+        priority=True,
+    ),
+    K(
+        "reply.next",
+        "alt+down",
+        "select_reply(1)",
+        "next message",
+        help="select the next message",
+        palette="reply: select the next message",
+        show=False,
+        priority=True,
+    ),
+    K(
+        "reply.continue",
+        "alt+c",
+        "continue_reply",
+        "continue",
+        help="continue the last reply where its token limit cut it",
+        palette="reply: continue",
+        show=False,
+        priority=True,
+    ),
+    K(
+        "chat.find",
+        "ctrl+f",
+        "find",
+        "find",
+        help="find text in the conversation (again: the match before)",
+        palette="chat: find",
+        show=False,
+        priority=True,
+    ),
+    K(
+        "prompt.attach",
+        "ctrl+t",
+        "attach_file",
+        "attach file",
+        help="attach a text file to the message (a file picker)",
+        palette="prompt: attach file",
+        show=False,
+        priority=True,
+    ),
+    K(
+        "prompt.focus",
+        "ctrl+l",
+        "focus_prompt",
+        "prompt",
+        help="back to the prompt",
+        palette="prompt: focus",
+        show=False,
+        priority=True,
+    ),
     # Priority: the prompt (a TextArea) would page its own few lines; these page the conversation above it.
-    KeySpec("chat.page_up", "pageup,shift+pageup", "scroll_chat(-1)", "scroll up", show=False, priority=True),
-    KeySpec(
+    K(
+        "chat.page_up",
+        "pageup,shift+pageup",
+        "scroll_chat(-1)",
+        "scroll up",
+        help="scroll the chat up a page",
+        palette="chat: scroll up a page",
+        show=False,
+        priority=True,
+    ),
+    K(
         "chat.page_down",
         "pagedown,shift+pagedown",
         "scroll_chat(1)",
         "scroll down",
+        help="scroll the chat down a page",
+        palette="chat: scroll down a page",
         show=False,
         priority=True,
     ),
     # The prompt as a whole (PromptInput's actions, wherever focus is): a long message in $EDITOR, and clear /
     # select all (TextArea's f7 is the history's; ctrl+u clears every line, not only one: ctrl+z brings it back).
-    KeySpec("prompt.editor", "f10", "edit_in_editor", "editor", show=False, priority=True),
-    KeySpec("prompt.clear", "ctrl+u", "clear_prompt", "clear prompt", show=False, priority=True),
-    KeySpec("prompt.select_all", "alt+a", "select_everything", "select all", show=False, priority=True),
-    KeySpec("chat.new", "ctrl+n", "new_chat", "new chat", show=False, priority=True),
-    KeySpec("chat.history", "ctrl+h,f7", "show_history", "history", show=False, priority=True),
-    KeySpec("settings.open", "f12", "show_settings", "settings", show=False, priority=True),
+    K(
+        "prompt.editor",
+        "f10",
+        "edit_in_editor",
+        "editor",
+        help="compose the message in $VISUAL / $EDITOR (vi if unset)",
+        palette="prompt: edit in $EDITOR",
+        show=False,
+        priority=True,
+    ),
+    K(
+        "prompt.clear",
+        "ctrl+u",
+        "clear_prompt",
+        "clear prompt",
+        help="clear the prompt (ctrl+z brings it back)",
+        palette="prompt: clear",
+        show=False,
+        priority=True,
+    ),
+    K(
+        "prompt.select_all",
+        "alt+a",
+        "select_everything",
+        "select all",
+        help="select the whole prompt",
+        palette="prompt: select all",
+        show=False,
+        priority=True,
+    ),
+    K(
+        "chat.new",
+        "ctrl+n",
+        "new_chat",
+        "new chat",
+        help="new chat (the last one stays in the history)",
+        palette="chat: new",
+        show=False,
+        priority=True,
+    ),
+    K(
+        "chat.history",
+        "ctrl+h,f7",
+        "show_history",
+        "history",
+        help="saved chats: search, open, rename, delete, export (f7: where ctrl+h is backspace)",
+        palette="chat: history",
+        show=False,
+        priority=True,
+    ),
+    K(
+        "settings.open",
+        "f12",
+        "show_settings",
+        "settings",
+        help="settings for this chat: model and draft, system prompt, K, temperature, top_p, ramp, drafting",
+        palette="settings: edit",
+        show=False,
+        priority=True,
+    ),
 )
 
 # The app's own keys: on every screen, dialogs too.
-APP_KEYS: tuple[KeySpec, ...] = (KeySpec("app.quit", "ctrl+q", "quit", "quit", priority=True),)
+APP_KEYS: tuple[KeySpec, ...] = (
+    K("app.quit", "ctrl+q", "quit", "quit", help="quit", palette="app: quit", priority=True),
+)
 
 # Keys of a focused reply in the chat log. None is a printable key: typing with a reply selected goes to the
 # prompt (a question that starts with "c" must not copy the reply), so these are enter and the app's own keys.
+# Not in the palette: there the chat's own reply.inspect / reply.copy / reply.copy_code act on the selected reply.
 MESSAGE_KEYS: tuple[KeySpec, ...] = (
-    KeySpec("message.inspect", "enter", "inspect", "stats"),
-    KeySpec("message.copy", "ctrl+y", "copy", "copy"),
-    KeySpec("message.copy_code", "ctrl+b", "copy_code", "copy code"),
-    KeySpec("message.help", "f5", "screen.show_help", "help", show=False),
+    K("message.inspect", "enter", "inspect", "stats", help="on a selected reply: statistics"),
+    K("message.copy", "ctrl+y", "copy", "copy", help="on a selected reply: copy it"),
+    K(
+        "message.copy_code",
+        "ctrl+b",
+        "copy_code",
+        "copy code",
+        help="on a selected reply: copy its code blocks",
+    ),
+    K("message.help", "f5", "screen.show_help", "help", help="on a selected reply: this help", show=False),
+)
+
+# Keys that are no binding: what the prompt does with them, first in the help screen and `specchat --help`.
+TEXT_KEYS: tuple[tuple[str, str], ...] = (
+    ("enter", "send the message"),
+    ("ctrl+j / shift+enter", "new line in the prompt"),
+    ("ctrl+p", "command palette (presets, actions)"),
+    ("/attach PATH …", "typed in the prompt: the files' text goes in as fenced blocks"),
+)
+# Printable keys are never a reply's: typed with a reply selected they go to the prompt (a line says so).
+TYPING_NOTE = ("a–z, 0–9 …", "on a selected reply: typed into the prompt")
+
+# Commands of the palette with no key: (name, the chat screen's action, what it does).
+KEYLESS_COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("metrics: trend", "show_trend", "acceptance and speed over the last 7 days"),
 )
 
 # Every key, in the order the help screen and `specchat --help` list them.
@@ -205,6 +465,29 @@ def key_display(keys: str) -> str:
 def bound_keys(specs: tuple[KeySpec, ...], keymap: Mapping[str, str]) -> set[str]:
     """Every key `specs` are on once the user's keymap is applied, in Textual's key names ('c', 'question_mark')."""
     return {key for spec in specs for key in _keys_of(keymap.get(spec.id, spec.key))}
+
+
+# `specchat --help` names keys in words (a pipe or a log may not take arrows); the help screen uses Textual's glyphs.
+KEY_WORDS = {"escape": "esc", "pageup": "pgup", "pagedown": "pgdn"}
+
+
+def key_words(keys: str) -> str:
+    """Keys as `specchat --help` writes them: 'escape' -> 'esc', 'ctrl+h,f7' -> 'ctrl+h / f7'."""
+    shown = []
+    for key in keys.split(","):
+        *modifiers, base = key.strip().split("+")
+        shown.append("+".join([*modifiers, KEY_WORDS.get(base, base)]))
+    return " / ".join(shown)
+
+
+def keys_help() -> str:
+    """The key list at the end of `specchat --help`: every key of the table, its line and its binding id."""
+    rows = [(key, what) for key, what in TEXT_KEYS]
+    rows += [(key_words(spec.key), f"{spec.help} [{spec.id}]") for spec in ALL_KEYS]
+    rows.append(TYPING_NOTE)
+    width = max(len(key) for key, _ in rows)
+    head = 'keys in the chat (binding id in brackets; remap under [keymap] in config.toml, e.g. "reply.cancel" = "ctrl+g"):'
+    return "\n".join([head, *(f"  {key:<{width}}  {what}" for key, what in rows)]) + "\n"
 
 
 def key_for(binding_id: str, keymap: Mapping[str, str]) -> str:

@@ -15,41 +15,9 @@ import sys
 from types import ModuleType
 
 from tui.cli.common import EXIT_USAGE, CliError, OneLineParser, add_model_flags
+from tui.keymap import keys_help
 
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away
-
-KEYS_HELP = """\
-keys in the chat (binding id in brackets; remap under [keymap] in config.toml, e.g. "reply.cancel" = "ctrl+g"):
-  enter             send the message; ctrl+j (shift+enter where reported) adds a new line
-  f1 f2 f3 f4       preset auto / code / qa / creative, for the next reply
-                    [preset.auto] [preset.code] [preset.qa] [preset.creative]
-  ctrl+o            preset picker, user presets too [preset.pick]; ctrl+p: command palette
-  escape            stop the reply: partial text kept, the prompt comes back if nothing arrived [reply.cancel]
-  ctrl+r            regenerate the last reply (the old one stays as a variant) [reply.regenerate]
-  alt+left/right    page the older / newer variants of the last reply, or the branches of a selected message
-                    [reply.older_variant] [reply.newer_variant]
-  ctrl+e            edit the selected (or last) message; enter resends it as a new branch, esc cancels
-                    [reply.edit_last]
-  alt+c             continue the last reply where its token limit cut it [reply.continue]
-  ctrl+f            find text in the chat; again: the match before [chat.find]
-  ctrl+t            attach a text file (a picker); or type /attach PATH ... in the prompt [prompt.attach]
-  ctrl+y / ctrl+b   copy the reply / its code blocks, one per press [reply.copy] [reply.copy_code]
-  ctrl+s            statistics inspector of the selected reply [reply.inspect]
-  alt+up / alt+down select a message (yours or a reply), or click a reply [reply.previous] [reply.next]
-  on a reply        enter: stats, ctrl+y: copy, ctrl+b: copy code, f5: help; typing goes to the prompt
-                    [message.inspect] [message.copy] [message.copy_code] [message.help]
-  pageup/pagedown   scroll the chat from the prompt (shift+pageup/pagedown too) [chat.page_up] [chat.page_down]
-  f6                colour text the draft got right [view.draft_highlight]
-  f5                help [help.show]     ctrl+l  back to the prompt [prompt.focus]
-  f10               compose the message in $VISUAL / $EDITOR (vi if unset) [prompt.editor]
-  ctrl+u / alt+a    clear the prompt (ctrl+z brings it back) / select all of it [prompt.clear] [prompt.select_all]
-                    an unsent prompt is kept across ctrl+q and comes back at the next start
-  ctrl+n            new chat; the last one stays in the history [chat.new]  ctrl+q  quit [app.quit]
-  ctrl+h or f7      saved chats: search, open, rename, delete, export [chat.history]
-                    (f7 where the terminal sends ctrl+h as backspace)
-  f12               settings for this chat: model and draft (reloaded, the chat stays), system prompt,
-                    K, temperature, top_p, ramp, drafting [settings.open]
-"""
 
 # Each subcommand and its one-line help, in the order --help lists them; its module is tui.cli.<name>.
 SUBCOMMANDS = {
@@ -78,7 +46,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="specchat",
         description="Chat with a local LLM, with speculative decoding you can see and steer.",
-        epilog=KEYS_HELP,
+        epilog=keys_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_flags(parser)
