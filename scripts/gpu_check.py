@@ -491,6 +491,8 @@ def chosen_engines(args: argparse.Namespace) -> list[str]:
         return ["exllamav2", "exllamav3"]
     if args.engine:
         return [args.engine]
+    if args.dry_run:  # gpu_check.sh installs exllamav3 before the real run: the dry run shows what that runs
+        return ["exllamav2", "exllamav3"]
     import importlib.util
 
     return ["exllamav2", "exllamav3"] if importlib.util.find_spec("exllamav3") else ["exllamav2"]

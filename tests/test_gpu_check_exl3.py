@@ -90,7 +90,7 @@ def test_exllamav3_alone_without_it_says_so_and_exits_2(gpu_check, capsys, monke
 
 def test_dry_run_prints_every_step_with_its_expected_time():
     done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--dry-run", "--engine", "both"],
+        ["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--dry-run"],  # both engines without --engine too
         capture_output=True, text=True, timeout=120, cwd=ROOT,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
