@@ -237,3 +237,20 @@ async def test_a_model_that_does_not_load_brings_the_dialog_back_with_the_typed_
         assert app.focused is again.query_one("#settings-draft", Input)
         assert not [n for n in app._notifications if n.severity == "error"]  # said in the dialog, not a toast
         assert app.state == "ready"
+
+
+async def test_the_dialog_returns_its_values_to_whoever_opened_it_and_applies_nothing_itself():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        returned: list = []
+        dialog = SettingsScreen("be brief", {"k": 3}, check=lambda result: None, model="", draft="ngram")
+        app.push_screen(dialog, returned.append)
+        await wait_until(pilot, lambda: app.screen is dialog and dialog.query("#settings-temperature"))
+        fill(dialog, "temperature", "0.5")
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: returned)
+        assert returned[0]["system_prompt"] == "be brief"
+        assert returned[0]["overrides"]["temperature"] == 0.5 and returned[0]["overrides"]["k"] == 3
+        assert (returned[0]["model"], returned[0]["draft"]) == ("", "ngram")
+        assert app.session.overrides == {} and app.session.settings.system_prompt != "be brief"

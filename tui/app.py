@@ -91,7 +91,7 @@ class SpecchatApp(App[None]):
             self.push_screen(ErrorScreen("The configuration has a problem", self.startup_error))
         if self.load_on_mount:
             self.start_loading()
-        elif self.chat.startup_banner() is not None:
+        else:
             self.chat.show_startup_banner()
         if self.open_chat_id is not None:
             self.call_later(self.chat.show_chat, self.open_chat_id)

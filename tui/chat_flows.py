@@ -13,12 +13,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from textual import work
+
 from engine.errors import SpecchatError
 from engine.session.attachments import AttachmentError, attachment_block, expand_attach, parse_attach
+from tui.chat_settings import ChatSettings, draft_suggestions, model_suggestions
 from tui.clipboard import copy_text
 from tui.keymap import key_display, key_for
 from tui.reply_header import variant_header
 from tui.screens.inspector import InspectorScreen, context_line
+from tui.screens.settings import SettingsScreen
 from tui.widgets.message import ReplyMessage, UserMessage, code_blocks
 
 if TYPE_CHECKING:
@@ -53,6 +57,8 @@ class ChatFlows:
     _find_query = ""
     _presence_checked_at = 0.0
     _told_elsewhere: int | None = None  # the chat whose other window was already mentioned
+    # What the settings dialog applied while its model or draft loads: the dialog comes back with it on failure.
+    _settings_typed: dict[str, Any] | None = None
 
     if TYPE_CHECKING:  # Screen's and ChatScreen's own (never defined here: they would shadow them)
         app: App[None]
@@ -60,6 +66,8 @@ class ChatFlows:
         def notify(self, message: str, **kwargs: Any) -> None: ...
 
         def refresh_status(self) -> None: ...
+
+        def call_after_refresh(self, callback: Any, *args: Any) -> bool: ...
 
         def _mark_context(self) -> None: ...
 
@@ -366,6 +374,46 @@ class ChatFlows:
             self.notify(f"Attached {Path(path).name}: write your question, enter sends.", timeout=4)
 
         self.app.push_screen(PathPickerScreen("Attach a text file", Path.cwd()), picked)
+
+    # --- settings for this chat (F12): the dialog returns its values, applied here -----------------------
+
+    @work(exclusive=True, exit_on_error=False, group="settings")
+    async def action_show_settings(self, typed: dict[str, Any] | None = None, error: str = "") -> None:
+        """The settings dialog for this chat; `typed` and `error`: opened again with what was typed, and why that
+        model or draft did not load."""
+        form = ChatSettings.of(self.session, typed)
+        dialog = SettingsScreen(
+            form.system_prompt,
+            form.values,
+            lambda result: form.check(result, self._busy()),
+            form.title,
+            model=form.shown_model,
+            draft=form.shown_draft,
+            check_model=form.check_model,
+            check_draft=form.check_draft,
+            error=error,
+            model_names=model_suggestions(),
+            draft_names=draft_suggestions(),
+        )
+        result = await self.app.push_screen_wait(dialog)
+        if result is None:
+            return
+        form.apply(result)
+        if self.generating:
+            self.notify("The settings apply from the next reply.", timeout=2)
+        if form.model_changed(result):
+            # Kept until the load ends: where it fails, the dialog comes back with what was typed.
+            self._settings_typed = result
+            # After the dialog is gone from the screen: a load thread busy from the start keeps the app from
+            # repainting what the dialog covered (its border and keys stayed until the load ended).
+            self.call_after_refresh(self.app.start_reload, result["model"] or None, result["draft"])  # type: ignore[attr-defined]
+        self.refresh_status()
+
+    def _busy(self) -> str | None:
+        """Why the model cannot change now, or None."""
+        if self.generating:
+            return "a reply is streaming (esc stops it)"
+        return "a model is loading" if self.state == "loading" else None
 
     # --- what the chat says about itself --------------------------------------------------------------------
 

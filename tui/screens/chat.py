@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.message import Message
@@ -33,7 +31,6 @@ from tui.prompt_draft import load_draft, save_draft
 from tui.reply_header import started_header, variant_header
 from tui.screens.help import HelpScreen
 from tui.screens.presets import PresetPickerScreen
-from tui.screens.settings import open_chat_settings, reopen_after_failed_load
 from tui.streaming import RenderPace, ReplyBuffer
 from tui.widgets.chat_log import ChatLog
 from tui.widgets.footer import FittingFooter
@@ -161,37 +158,17 @@ class ChatScreen(ChatFlows, Screen[None]):
     # --- the model, as the app loads it ----------------------------------------------------------------------
 
     def show_loading(self, model: str | None = None, draft: str | None = None) -> None:
-        """The banner while a model loads: the first one, or (`draft` given) another one for this chat."""
-        if draft is None:
-            banner = Text.assemble(("◌ Loading the model…", "bold"), ("  you can type already", "dim"))
-        else:
-            name = Path(model).name if model else "the embedded model"
-            banner = Text.assemble(
-                ("◌ Loading ", "bold"),
-                (name, "bold"),
-                (f" (draft {Path(draft).name})", "bold"),
-                ("  the chat stays; you can type already", "dim"),
-            )
-        self.chat_log.set_banner(banner)
+        self.chat_log.show_loading(model, draft)
         self.refresh_status()
 
     def show_load_progress(self, stage: str) -> None:
-        self.chat_log.set_banner(Text.assemble(("◌ Loading the model: ", "bold"), stage))
+        self.chat_log.show_load_progress(stage)
         self.refresh_status()
 
-    def startup_banner(self) -> Text | None:
-        """What stays above the chat after loading: a config problem, and each preset file that was skipped."""
-        lines: list[Text] = []
-        startup_error = self.app.startup_error  # type: ignore[attr-defined]
-        if startup_error:
-            lines.append(Text.assemble(("✖ The configuration has a problem: ", "bold red"), startup_error))
-        for problem in self.session.skipped_presets.values():
-            lines.append(Text.assemble(("⚠ Preset file skipped: ", "bold yellow"), problem))
-        return Text("\n").join(lines) if lines else None
-
     def show_startup_banner(self) -> None:
-        banner = self.startup_banner()
-        self.chat_log.set_banner(banner, error=banner is not None)
+        """What stays above the chat after loading: a config problem, and each preset file that was skipped."""
+        startup_error = self.app.startup_error  # type: ignore[attr-defined]
+        self.chat_log.show_problems(startup_error, self.session.skipped_presets.values())
 
     async def model_loaded(self, info: Any, reloaded: bool = False) -> None:
         self.show_startup_banner()
@@ -227,28 +204,27 @@ class ChatScreen(ChatFlows, Screen[None]):
 
     def model_failed(self, title: str, message: str) -> None:
         """The model did not load: the banner says why, and a waiting message goes back to the prompt."""
-        self.chat_log.set_banner(Text.assemble((f"✖ {title}: ", "bold red"), message), error=True)
+        self.chat_log.show_load_failure(message, title)
         self.refresh_status()
         self._unqueue()
 
     def reload_failed(self, message: str) -> None:
         """Another model for this chat did not load: the old one (if any) stays, and so does everything typed."""
         if self.state == "failed":
-            self.chat_log.set_banner(
-                Text.assemble(("✖ The model did not load: ", "bold red"), message), error=True
-            )
+            self.chat_log.show_load_failure(message)
         else:
             self.show_startup_banner()
         loaded = self.session.info.model if self.session.info is not None else None
         still = f" · still on {loaded}" if loaded and self.state != "failed" else ""
-        # The settings dialog comes back with the typed path and the reason in it; a toast where none applied it.
-        if not reopen_after_failed_load(self, f"{message}{still}"):
+        # The settings dialog comes back with the typed path and the reason in it (a toast would vanish, and the
+        # typed path with it); a toast where no dialog applied it.
+        typed, self._settings_typed = self._settings_typed, None
+        if typed is not None:
+            self.action_show_settings(typed, f"not loaded: {message}{still}")
+        else:
             self.notify(f"{message}{still}", title="The model was not changed", severity="error", timeout=15)
         self.refresh_status()
         self._unqueue()
-
-    def start_reload(self, model: str | None, draft: str) -> None:
-        self.app.start_reload(model, draft)  # type: ignore[attr-defined]
 
     def _unqueue(self) -> None:
         if self._queued is not None:  # the waiting message goes back to the prompt: nothing typed is lost
@@ -481,9 +457,6 @@ class ChatScreen(ChatFlows, Screen[None]):
                 self.action_use_preset(name)
 
         self.app.push_screen(PresetPickerScreen(self.session.presets, self.session.mode), chosen)
-
-    def action_show_settings(self) -> None:
-        open_chat_settings(self)
 
     def action_show_help(self) -> None:
         self.app.push_screen(HelpScreen(dict(self.keymap)))

@@ -4,15 +4,14 @@ and drafting. The model and draft fields also take a model name (qwen2.5-coder-1
 The values are checked (by `check`: the session's preset rules, and that the model and draft paths hold models)
 before the dialog closes: a bad one shows a one-line error in the dialog and every edit stays. An empty number
 field leaves that value to the preset; an empty model field means the embedded model. The model and draft fields
-are checked as they are typed (Input validators); another model or draft is loaded by the app after the dialog
-closes, and the conversation stays. `open_chat_settings` opens the dialog for the app's chat and applies what
-comes back (the app's F12 action).
+are checked as they are typed (Input validators). The dialog returns its values (`dismiss`); the chat screen
+opens it (its F12 action, with `tui.chat_settings.ChatSettings`) and applies what comes back: another model or
+draft is loaded by the app after the dialog closes, and the conversation stays.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.text import Text
@@ -25,7 +24,6 @@ from textual.validation import ValidationResult, Validator
 from textual.widgets import Button, Input, Label, Static, Switch, TextArea
 
 from engine.errors import SpecchatError
-from engine.models.named import NAMED_MODELS
 from tui.widgets.footer import FittingFooter
 
 # (field, label, type) of the number fields, in dialog order.
@@ -89,9 +87,14 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
         check_model: Callable[[str], None] | None = None,
         check_draft: Callable[[str], None] | None = None,
         error: str = "",
+        model_names: Sequence[str] = (),
+        draft_names: Sequence[str] = (),
     ) -> None:
-        """`error`: shown in the dialog as it opens (why the model or draft last applied did not load)."""
+        """`error`: shown in the dialog as it opens (why the model or draft last applied did not load);
+        `model_names` / `draft_names`: what the model and draft fields complete as they are typed."""
         super().__init__()
+        self.model_names = list(model_names)
+        self.draft_names = list(draft_names)
         self.opening_error = error
         self.system_prompt = system_prompt or ""
         self.values = values
@@ -114,7 +117,7 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
                         id="settings-model",
                         validators=[ChoiceValidator(self.check_model)],
                         # Model names (qwen2.5-coder-1.5b) complete as they are typed; loading fetches them.
-                        suggester=SuggestFromList(list(NAMED_MODELS), case_sensitive=False),
+                        suggester=SuggestFromList(self.model_names, case_sensitive=False),
                         valid_empty=True,
                         compact=True,
                     )
@@ -128,7 +131,7 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
                         placeholder="ngram, none, or a draft model folder",
                         id="settings-draft",
                         validators=[ChoiceValidator(self.check_draft)],
-                        suggester=SuggestFromList(["ngram", "none", *NAMED_MODELS], case_sensitive=False),
+                        suggester=SuggestFromList(self.draft_names, case_sensitive=False),
                         compact=True,
                     )
                     yield Button(
@@ -250,84 +253,3 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
 
         title = "Pick the model folder or .gguf file" if field == "model" else "Pick the draft model"
         self.app.push_screen(PathPickerScreen(title, start_folder(target.value)), picked)
-
-
-def open_chat_settings(app: Any, typed: dict[str, Any] | None = None, error: str = "") -> None:
-    """Open this dialog for the chat screen `app` (its F12 action): the values shown are the preset's or the chat's,
-    and what is applied goes to the session; another model or draft is loaded by the app once the dialog is gone.
-    `typed` (a result this dialog returned) and `error`: reopened after that model or draft failed to load, with
-    what was typed and why (`reopen_after_failed_load`)."""
-    session = app.session
-    values: dict[str, Any] = dict(session.overrides)
-    if session.mode != "auto":
-        # A preset chosen by hand: show its values (with this chat's overrides) to edit.
-        preset = session.effective_preset(session.mode)
-        values = {f: getattr(preset, f) for f in ("k", "temperature", "top_p", "ramp_tokens", "ramp_start")}
-        values["drafting"] = preset.drafting
-    title = f"Settings for this chat · preset {session.mode}"
-
-    model, draft = session.model_dir or "", session.settings.draft
-    shown_model, shown_draft, system_prompt = model, draft, session.settings.system_prompt
-    if typed is not None:
-        values.update({k: v for k, v in typed["overrides"].items() if v is not None})
-        shown_model, shown_draft = typed["model"], typed["draft"]
-        system_prompt = typed["system_prompt"]
-
-    def same_choice(text: str, current: str) -> bool:
-        """'NGRAM' is ngram, '~/m/' is /home/me/m: only a real change reloads the model."""
-        if text.lower() in ("ngram", "none") or not text or not current:
-            return text.lower() == current.lower()
-        return Path(text).expanduser().resolve() == Path(current).expanduser().resolve()
-
-    def model_changed(result: dict[str, Any]) -> bool:
-        return not (same_choice(result["model"], model) and same_choice(result["draft"], draft))
-
-    def check(result: dict[str, Any]) -> None:
-        session.check_overrides(**result["overrides"])
-        if model_changed(result) and (app.generating or app.state == "loading"):
-            busy = "a reply is streaming (esc stops it)" if app.generating else "a model is loading"
-            raise SpecchatError(f"{busy}: change the model or draft when it is done")
-
-    def applied(result: dict[str, Any] | None) -> None:
-        if result is None:
-            return
-        overrides = dict(result["overrides"])
-        if session.mode == "auto" and overrides.get("drafting") and "drafting" not in session.overrides:
-            overrides["drafting"] = None  # left on: each routed preset keeps its own drafting
-        session.set_system_prompt(result["system_prompt"])
-        session.set_overrides(**overrides)
-        if app.generating:
-            app.notify("The settings apply from the next reply.", timeout=2)
-        if model_changed(result):
-            # Kept until the load ends: where it fails, the dialog comes back with what was typed.
-            app.settings_typed = result
-            # After the dialog is gone from the screen: a load thread busy from the start keeps the app
-            # from repainting what the dialog covered (its border and keys stayed until the load ended).
-            app.call_after_refresh(app.start_reload, result["model"] or None, result["draft"])
-        app.refresh_status()
-
-    app.app.push_screen(
-        SettingsScreen(
-            system_prompt,
-            values,
-            check,
-            title,
-            model=shown_model,
-            draft=shown_draft,
-            check_model=lambda text: session.check_model_choice(model=text or None),
-            check_draft=lambda text: session.check_model_choice(draft=text),
-            error=error,
-        ),
-        applied,
-    )
-
-
-def reopen_after_failed_load(app: Any, reason: str) -> bool:
-    """The model or draft applied in this dialog did not load: open it again with what was typed and `reason`
-    in its error line (a toast would vanish, and the typed path with it). False where no dialog applied it."""
-    typed = getattr(app, "settings_typed", None)
-    app.settings_typed = None
-    if typed is None:
-        return False
-    open_chat_settings(app, typed, f"not loaded: {reason}")
-    return True

@@ -1,5 +1,5 @@
 """The scrolling conversation, anchored to the bottom while new text arrives: its messages, the banner above them
-(loading, a config problem), and what is done to them as a whole (a stored chat shown, the last exchange taken
+(loading, a failed load, a config problem), and what is done to them as a whole (a stored chat shown, the last exchange taken
 back, a reply selected, draft colours on or off). The app decides when; this widget knows how.
 
 Turns trimmed out of the model's context stay on screen, dimmed (class `out-of-context`), with one
@@ -8,6 +8,8 @@ rule above the first message the model still sees (`mark_context`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from rich.text import Text
@@ -37,6 +39,39 @@ class ChatLog(VerticalScroll, can_focus=False):
         banner.set_class(error, "error")
         if text is not None:
             banner.update(text)
+
+    def show_loading(self, model: str | None = None, draft: str | None = None) -> None:
+        """The banner while a model loads: the first one, or (`draft` given) another one for this chat."""
+        if draft is None:
+            self.set_banner(
+                Text.assemble(("◌ Loading the model…", "bold"), ("  you can type already", "dim"))
+            )
+            return
+        name = Path(model).name if model else "the embedded model"
+        self.set_banner(
+            Text.assemble(
+                ("◌ Loading ", "bold"),
+                (name, "bold"),
+                (f" (draft {Path(draft).name})", "bold"),
+                ("  the chat stays; you can type already", "dim"),
+            )
+        )
+
+    def show_load_progress(self, stage: str) -> None:
+        self.set_banner(Text.assemble(("◌ Loading the model: ", "bold"), stage))
+
+    def show_load_failure(self, message: str, title: str = "The model did not load") -> None:
+        self.set_banner(Text.assemble((f"✖ {title}: ", "bold red"), message), error=True)
+
+    def show_problems(self, config_error: str | None, skipped_presets: Iterable[str]) -> None:
+        """What stays above the chat once the model is loaded: a config problem, and each preset file that was
+        skipped (no banner where there is neither)."""
+        lines: list[Text] = []
+        if config_error:
+            lines.append(Text.assemble(("✖ The configuration has a problem: ", "bold red"), config_error))
+        for problem in skipped_presets:
+            lines.append(Text.assemble(("⚠ Preset file skipped: ", "bold yellow"), problem))
+        self.set_banner(Text("\n").join(lines) if lines else None, error=bool(lines))
 
     async def add_notice(self, text: str) -> ChatNotice:
         """A line from specchat at the end of the chat (kept when the messages change: it is about the model)."""

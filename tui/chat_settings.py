@@ -1,0 +1,101 @@
+"""Settings for this chat (F12), between the session and the dialog: what the dialog shows, how its whole result is
+checked, and what applying it does. The dialog (tui/screens/settings.py) collects and checks the fields and returns
+its result; the chat screen opens it with a `ChatSettings` and applies what comes back (another model or draft is
+loaded by the app once the dialog is gone, and the conversation stays).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import SpecchatError
+from engine.models.named import NAMED_MODELS
+
+if TYPE_CHECKING:
+    from engine.session import ChatSession
+
+PRESET_FIELDS = ("k", "temperature", "top_p", "ramp_tokens", "ramp_start")
+
+
+def model_suggestions() -> list[str]:
+    """What the model field completes as it is typed: the model names (loading fetches them)."""
+    return list(NAMED_MODELS)
+
+
+def draft_suggestions() -> list[str]:
+    return ["ngram", "none", *NAMED_MODELS]
+
+
+def same_choice(text: str, current: str) -> bool:
+    """'NGRAM' is ngram, '~/m/' is /home/me/m: only a real change reloads the model."""
+    if text.lower() in ("ngram", "none") or not text or not current:
+        return text.lower() == current.lower()
+    return Path(text).expanduser().resolve() == Path(current).expanduser().resolve()
+
+
+@dataclass
+class ChatSettings:
+    """The dialog's starting point for one session: the values shown (the preset's or this chat's overrides), the
+    model and draft loaded now, and what the dialog opens with (a result it returned before, where that model or
+    draft did not load)."""
+
+    session: ChatSession
+    values: dict[str, Any] = field(default_factory=dict)
+    title: str = ""
+    model: str = ""  # loaded now
+    draft: str = ""
+    shown_model: str = ""  # in the fields as the dialog opens
+    shown_draft: str = ""
+    system_prompt: str | None = None
+
+    @classmethod
+    def of(cls, session: ChatSession, typed: dict[str, Any] | None = None) -> ChatSettings:
+        values: dict[str, Any] = dict(session.overrides)
+        if session.mode != "auto":
+            # A preset chosen by hand: show its values (with this chat's overrides) to edit.
+            preset = session.effective_preset(session.mode)
+            values = {f: getattr(preset, f) for f in PRESET_FIELDS}
+            values["drafting"] = preset.drafting
+        model, draft = session.model_dir or "", session.settings.draft
+        form = cls(
+            session,
+            values,
+            f"Settings for this chat · preset {session.mode}",
+            model,
+            draft,
+            model,
+            draft,
+            session.settings.system_prompt,
+        )
+        if typed is not None:
+            form.values.update({k: v for k, v in typed["overrides"].items() if v is not None})
+            form.shown_model, form.shown_draft = typed["model"], typed["draft"]
+            form.system_prompt = typed["system_prompt"]
+        return form
+
+    def model_changed(self, result: dict[str, Any]) -> bool:
+        return not (same_choice(result["model"], self.model) and same_choice(result["draft"], self.draft))
+
+    def check(self, result: dict[str, Any], busy: str | None) -> None:
+        """The whole result, as the session would take it (SpecchatError, one line); `busy`: why the model cannot
+        change now (a reply streams, a model loads), None where it can."""
+        self.session.check_overrides(**result["overrides"])
+        if busy and self.model_changed(result):
+            raise SpecchatError(f"{busy}: change the model or draft when it is done")
+
+    def check_model(self, text: str) -> None:
+        self.session.check_model_choice(model=text or None)
+
+    def check_draft(self, text: str) -> None:
+        self.session.check_model_choice(draft=text)
+
+    def apply(self, result: dict[str, Any]) -> None:
+        """The system prompt and the values go to the session (from the next reply); the model is the caller's."""
+        session = self.session
+        overrides = dict(result["overrides"])
+        if session.mode == "auto" and overrides.get("drafting") and "drafting" not in session.overrides:
+            overrides["drafting"] = None  # left on: each routed preset keeps its own drafting
+        session.set_system_prompt(result["system_prompt"])
+        session.set_overrides(**overrides)
