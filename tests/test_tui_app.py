@@ -11,6 +11,7 @@ from tui_helpers import SIZE, make_app, plain, send, status, wait_ready, wait_un
 
 from engine.backends.scripted import DEFAULT_REPLY, ScriptedBackend
 from engine.config import Settings
+from engine.errors import UserError
 from engine.presets import Preset
 from engine.session import ChatSession
 from tui.app import SpecchatApp
@@ -334,6 +335,44 @@ async def test_load_failure_is_shown_in_app_and_app_stays_open():
         await pilot.pause(0.1)
         assert not app.chat.chat_log.messages() and app.is_running
         assert any(message in n.message for n in app._notifications)
+
+
+class TitledError(UserError):
+    title = "llama.cpp crashed"
+
+
+@pytest.mark.parametrize(
+    ("error", "title", "message"),
+    [
+        (TitledError("signal 11 in the trial decode"), "llama.cpp crashed", "signal 11 in the trial decode"),
+        (RuntimeError("a bug"), "The model did not load", "RuntimeError: a bug"),
+    ],
+    ids=["user-error-with-title", "unexpected"],
+)
+async def test_every_failed_load_takes_the_one_path(monkeypatch, error, title, message):
+    # A user error keeps its own title; a bug is named by its type; either way: banner, dialog, the typed
+    # message back in the prompt, and the app open.
+    backend = ScriptedBackend(load_delay_s=0.5)
+    app = make_app(backend)
+
+    def load(progress=None):
+        backend.load(progress)
+        raise error
+
+    monkeypatch.setattr(app.session, "load", load)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "are you there?", wait=False)
+        await wait_until(
+            pilot, lambda: isinstance(app.screen, ErrorScreen) and app.screen.query("#error-message")
+        )
+        assert app.state == "failed" and app.load_error == message
+        assert plain(app.screen.query_one("#error-message")) == message
+        assert title in plain(app.screen.query_one(".title"))
+        assert f"{title}: {message}" in plain(app.chat.chat_log.banner)
+        assert app.chat.prompt.text == "are you there?"
+        await wait_until(pilot, lambda: not app.chat.chat_log.messages())
+        await pilot.press("enter")
+        assert app.is_running and not isinstance(app.screen, ErrorScreen)
 
 
 async def test_generation_failure_is_reported_on_the_reply():

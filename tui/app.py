@@ -19,13 +19,12 @@ from textual.worker import Worker, WorkerState
 
 from engine.backends.base import Backend
 from engine.config import ConfigError, Settings, save_setting
-from engine.errors import SpecchatError
 from engine.session import ChatSession
 from tui.commands import SpecchatCommands
 from tui.keymap import APP_KEYS, bindings, check_keymap
 from tui.messages import LoadProgressed
 from tui.screens.chat import ChatScreen
-from tui.screens.error import ErrorScreen
+from tui.screens.error import ErrorScreen, describe_error
 
 
 class SpecchatApp(App[None]):
@@ -155,20 +154,20 @@ class SpecchatApp(App[None]):
     # --- the one failure handler -----------------------------------------------------------------------------
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        """Failures nobody caught become a modal with the message; the app stays open."""
+        """Failures nobody caught become a modal with the message (a user error's title where it has one); a load
+        that failed is this path too, its one way to fail. The app stays open."""
         if event.state != WorkerState.ERROR:
             return
-        error = event.worker.error
-        message = str(error) if isinstance(error, SpecchatError) else f"{type(error).__name__}: {error}"
+        title, message = describe_error(event.worker.error)
         if event.worker.group == "load":
-            self._load_failed(message)
+            self._load_failed(message, title or "The model did not load")
             return
         if event.worker.group == "reload":
             self._reload_failed(message)
             return
         if event.worker.group == "generate":
             self.chat.reply_crashed(message)
-        self.push_screen(ErrorScreen("Something went wrong", message))
+        self.push_screen(ErrorScreen(title or "Something went wrong", message))
 
     # --- the remembered theme --------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from textual import work
 
-from engine.errors import SpecchatError
+from engine.errors import UserError
 from engine.session.attachments import AttachmentError, attachment_block, expand_attach, parse_attach
 from tui.chat_settings import ChatSettings, draft_suggestions, model_suggestions
 from tui.clipboard import copy_text
@@ -432,7 +432,7 @@ class ChatFlows:
             return
         try:
             others = self.session.open_elsewhere()
-        except (OSError, SpecchatError):
+        except (OSError, UserError):
             return
         if others:
             self._told_elsewhere = chat_id

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import SpecchatError
+from engine.errors import UserError
 from engine.models.named import NAMED_MODELS
 
 if TYPE_CHECKING:
@@ -79,11 +79,11 @@ class ChatSettings:
         return not (same_choice(result["model"], self.model) and same_choice(result["draft"], self.draft))
 
     def check(self, result: dict[str, Any], busy: str | None) -> None:
-        """The whole result, as the session would take it (SpecchatError, one line); `busy`: why the model cannot
+        """The whole result, as the session would take it (UserError, one line); `busy`: why the model cannot
         change now (a reply streams, a model loads), None where it can."""
         self.session.check_overrides(**result["overrides"])
         if busy and self.model_changed(result):
-            raise SpecchatError(f"{busy}: change the model or draft when it is done")
+            raise UserError(f"{busy}: change the model or draft when it is done")
 
     def check_model(self, text: str) -> None:
         self.session.check_model_choice(model=text or None)

@@ -21,7 +21,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.worker import Worker
 
-from engine.errors import SpecchatError
+from engine.errors import UserError
 from engine.events import Chunk, ContextTrimmed, ReplyFailed, ReplyFinished, ReplyStarted
 from tui.chat_flows import ChatFlows
 from tui.formatting import verdict_line
@@ -29,6 +29,7 @@ from tui.keymap import CHAT_KEYS, bindings, key_for
 from tui.messages import ReplyEventArrived, ReplyTextArrived
 from tui.prompt_draft import load_draft, save_draft
 from tui.reply_header import started_header, variant_header
+from tui.screens.error import describe_error
 from tui.screens.help import HelpScreen
 from tui.screens.presets import PresetPickerScreen
 from tui.streaming import RenderPace, ReplyBuffer
@@ -443,8 +444,9 @@ class ChatScreen(ChatFlows, Screen[None]):
     def action_use_preset(self, name: str) -> None:
         try:
             self.session.set_mode(name)
-        except SpecchatError as exc:
-            self.notify(str(exc), severity="error")
+        except UserError as exc:
+            title, message = describe_error(exc)
+            self.notify(message, title=title or "", severity="error")
             return
         # The status bar shows the switch at once; a toast only where it does not take effect at once.
         if self.generating:
@@ -542,8 +544,9 @@ class ChatScreen(ChatFlows, Screen[None]):
             return
         try:
             turns = self.session.open_chat(chat_id)
-        except SpecchatError as exc:
-            self.notify(str(exc), severity="error")
+        except UserError as exc:
+            title, message = describe_error(exc)
+            self.notify(message, title=title or "", severity="error")
             return
         await self.chat_log.show_turns(turns, self.highlight_drafts)
         self._mark_context()

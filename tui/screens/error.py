@@ -1,4 +1,8 @@
-"""A failure the user should read: a one-line message, never a traceback. The app stays open."""
+"""A failure the user should read: a one-line message, never a traceback. The app stays open.
+
+`describe_error` is how the TUI words any failure: a `UserError` (engine/errors.py) as its message, with its title
+where it has one; anything else (a bug) as its type and message.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,15 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from engine.errors import UserError
 from tui.widgets.footer import FittingFooter
+
+
+def describe_error(error: BaseException | None) -> tuple[str | None, str]:
+    """(title or None, one-line message) of a failure, as the TUI shows it."""
+    if isinstance(error, UserError):
+        return getattr(error, "title", None), str(error)
+    return None, f"{type(error).__name__}: {error}"
 
 
 class ErrorScreen(ModalScreen[None]):

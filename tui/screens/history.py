@@ -17,7 +17,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from engine.errors import SpecchatError
+from engine.errors import UserError
 from tui.formatting import stored_stats_line
 
 TITLE_CELLS = 40  # with the date and count the line fits the dialog at 80 columns: every entry one line high
@@ -107,7 +107,7 @@ class HistoryScreen(ModalScreen[int | None]):
         if self.mode == "rename" and self._target is not None:
             try:
                 self.session.rename_chat(self._target, event.value)
-            except SpecchatError as exc:
+            except UserError as exc:
                 self.say(str(exc))
                 return
             # The renamed chat stays highlighted: ctrl+x next exports that one, not the first row.
@@ -131,7 +131,7 @@ class HistoryScreen(ModalScreen[int | None]):
             if event.key == "y" and self._target is not None:
                 try:
                     self.session.delete_chat(self._target)
-                except SpecchatError as exc:
+                except UserError as exc:
                     self._back_to_search(str(exc))
                     return
                 self._back_to_search("deleted")
@@ -190,7 +190,7 @@ class HistoryScreen(ModalScreen[int | None]):
             folder.mkdir(parents=True, exist_ok=True)
             target = folder / f"chat-{chat_id}.md"
             target.write_bytes(data)
-        except (OSError, SpecchatError) as exc:
+        except (OSError, UserError) as exc:
             self.say(f"export failed: {exc}")
             return
         self.say(f"exported to {target}")

@@ -23,7 +23,7 @@ from textual.suggester import SuggestFromList
 from textual.validation import ValidationResult, Validator
 from textual.widgets import Button, Input, Label, Static, Switch, TextArea
 
-from engine.errors import SpecchatError
+from engine.errors import UserError
 from tui.widgets.footer import FittingFooter
 
 # (field, label, type) of the number fields, in dialog order.
@@ -49,7 +49,7 @@ def parse_number(field: str, text: str, kind: type) -> int | float | None:
 
 
 class ChoiceValidator(Validator):
-    """An Input validator around one of the session's checks (raises SpecchatError with a one-line message)."""
+    """An Input validator around one of the session's checks (raises UserError with a one-line message)."""
 
     def __init__(self, check: Callable[[str], None]) -> None:
         super().__init__()
@@ -58,14 +58,14 @@ class ChoiceValidator(Validator):
     def validate(self, value: str) -> ValidationResult:
         try:
             self.check(value)
-        except SpecchatError as exc:
+        except UserError as exc:
             return self.failure(str(exc))
         return self.success()
 
 
 class SettingsScreen(ModalScreen[dict[str, Any] | None]):
     """Dismisses with {"system_prompt": str, "overrides": {...}, "model": str, "draft": str} on apply, None on
-    escape. `check_model` / `check_draft` check one field's text (SpecchatError, one line); `check` the whole."""
+    escape. `check_model` / `check_draft` check one field's text (UserError, one line); `check` the whole."""
 
     BINDINGS = [
         Binding("escape", "dismiss(None)", "close", id="settings.close"),
@@ -98,7 +98,7 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
         self.opening_error = error
         self.system_prompt = system_prompt or ""
         self.values = values
-        self.check = check  # raises SpecchatError with a one-line message
+        self.check = check  # raises UserError with a one-line message
         self.title_text = title
         self.model = model
         self.draft = draft
@@ -227,7 +227,7 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
                 if result[field] or field == "draft":
                     check(result[field])
             self.check(result)
-        except (ValueError, SpecchatError) as exc:
+        except (ValueError, UserError) as exc:
             self.show_error(str(exc))
             return
         self.dismiss(result)
