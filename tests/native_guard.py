@@ -3,7 +3,7 @@
 llama.cpp is C++: a segfault in it (its AMX weight repacking on some Xeons, llama.cpp#20824) kills the pytest
 process and every test after it. Test modules that load quantized GGUFs call `survives(path)` in their model
 fixture first: a child process loads the model with the llama.cpp backend as the tests will (the same repack
-choice and trial, `engine.backends.llamacpp_native`) and generates a few tokens plainly and with n-gram
+choice and trial, `engine.backends.llamacpp.native`) and generates a few tokens plainly and with n-gram
 drafting. A child killed by a signal fails that fixture with one line naming the signal, so its tests fail and
 the rest of the suite goes on. Verdicts are kept per process, so each file is tried once per run.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.backends.llamacpp_native import signal_name
+from engine.backends.llamacpp.native import signal_name
 
 ROOT = Path(__file__).resolve().parents[1]
 _verdicts: dict[tuple, str | None] = {}

@@ -1,4 +1,4 @@
-"""The thread-count decisions (engine.backends.llamacpp_threads) on planted timings, and the backend's drop to one thread.
+"""The thread-count decisions (engine.backends.llamacpp.threads) on planted timings, and the backend's drop to one thread.
 
 No model here: the timings are the ones a busy machine gave (2 threads 680 ms a token beside another process,
 1 thread 30 ms), the ones an idle one gives (2 threads faster), and the ones a long context gives on an idle
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from engine.backends.llamacpp import LlamaCppBackend
-from engine.backends.llamacpp_threads import (
+from engine.backends.llamacpp.threads import (
     MAX_GROWTH_PER_1K,
     RECHECK_FIRST_S,
     RECHECK_MAX_S,

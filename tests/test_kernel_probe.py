@@ -1,4 +1,4 @@
-"""The kernel probe's verdict (engine/backends/llamacpp_probe.py) on a model whose kernels switch where we say.
+"""The kernel probe's verdict (engine/backends/llamacpp/probe.py) on a model whose kernels switch where we say.
 
 The stand-in computes each row's logits from the token and its position alone, as an exact kernel does, and adds
 one ulp to the rows of passes whose width falls in a planted set (a kernel that rounds otherwise): the probe must
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.backends.llamacpp_probe import (
+from engine.backends.llamacpp.probe import (
     LONG_PROBE_POSITION,
     PROBE_MAX_WIDTH,
     ProbeVerdict,

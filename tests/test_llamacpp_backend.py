@@ -341,7 +341,7 @@ def test_each_context_keeps_a_thread_pool_whose_workers_outlive_a_decode(smol: L
     import os
 
     from engine.backends.llamacpp import raw_bindings
-    from engine.backends.llamacpp_pool import ThreadPool
+    from engine.backends.llamacpp.pool import ThreadPool
 
     pool = smol.target.pool
     assert pool is not None and pool.handle and pool.threads >= smol.threads

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.backends import llamacpp_native as native
+from engine.backends.llamacpp import native as native
 from engine.errors import BackendError
 from tests import native_guard
 

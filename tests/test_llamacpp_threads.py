@@ -15,9 +15,9 @@ import pytest
 
 pytest.importorskip("llama_cpp")
 
-import engine.backends.llamacpp as llamacpp_module  # noqa: E402
+import engine.backends.llamacpp.backend as llamacpp_module  # noqa: E402
 from engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
-from engine.backends.llamacpp_threads import STALL_ROUNDS, StallWatch  # noqa: E402
+from engine.backends.llamacpp.threads import STALL_ROUNDS, StallWatch  # noqa: E402
 from engine.decoding.acceptance import AcceptanceAccounting  # noqa: E402
 from engine.events import Chunk, Done  # noqa: E402
 from engine.request import GenerationRequest, SamplerSettings  # noqa: E402

@@ -55,7 +55,7 @@ async def test_a_native_crash_in_the_trial_decode_is_a_message_and_the_app_stays
     # The trial child dies of a real SIGSEGV (planted), as llama.cpp's AMX path does on some Xeons: the open app
     # shows one line naming the signal instead of vanishing.
     pytest.importorskip("llama_cpp")
-    from engine.backends import llamacpp_native
+    from engine.backends.llamacpp import native as llamacpp_native
     from engine.models import ensure_embedded_gguf
 
     path = ensure_embedded_gguf(precision="q4_1")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.backends.llamacpp_threads import PassCost
+from engine.backends.llamacpp.threads import PassCost
 from engine.decoding.cost_model import VerifyCostModel
 
 MS = 0.001

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from engine.backends.llamacpp_native import choose_repack
+from engine.backends.llamacpp.native import choose_repack
 
 VERSION = "0.3.36"  # the llama-cpp-python sdist whose llama.cpp source scripts/build_llama_server.sh builds
 
@@ -73,7 +73,7 @@ class LlamaServer:
         ]  # fmt: skip
         if spec:
             self.args += ["--spec-type", "ngram-mod"]
-        # --no-repack where llama.cpp's AMX weight repacking crashes (engine.backends.llamacpp_native).
+        # --no-repack where llama.cpp's AMX weight repacking crashes (engine.backends.llamacpp.native).
         self.repack = choose_repack(exact=False)
         self.args += self.repack.server_args()
         self.args += list(extra)

@@ -98,7 +98,7 @@ def run_llamacpp_bench(
     import llama_cpp
 
     from engine.backends.llamacpp import LlamaCppBackend, patched_build
-    from engine.backends.llamacpp_native import choose_repack, model_defaults
+    from engine.backends.llamacpp.native import choose_repack, model_defaults
     from engine.benchmarks.runner import chat_presets, load_prompt_set
 
     max_new = max_new_tokens or (96 if quick else 192)

@@ -153,7 +153,7 @@ def run_pair_bench(
     )
     drafted.load()
     presets = chat_presets()
-    # The fixed-K run drafts FIXED_K, or as many as the exact kernels reach (engine/backends/llamacpp.py's probe).
+    # The fixed-K run drafts FIXED_K, or as many as the exact kernels reach (engine/backends/llamacpp/backend.py's probe).
     fixed_k = min(FIXED_K, (drafted.max_verify_width or FIXED_K + 1) - 1)
     k_by_category = {name: presets[name].k for name in ("code", "qa", "creative") if name in presets}
     servers, server_note = _start_servers(target_path, draft_path, plain.threads, max_context, with_server)

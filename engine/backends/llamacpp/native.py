@@ -20,7 +20,7 @@ retries the trial without repacking and, if that passes, loads so (with a note);
 one BackendError line naming the signal and what to do, and the chat stays up. The verdict is remembered in
 `<cache>/llamacpp-trials.json`, so a known (file, build, CPU) loads with no child at all.
 
-`python -m engine.backends.llamacpp_native --trial FILE [--no-repack]` is that child. For tests,
+`python -m engine.backends.llamacpp.native --trial FILE [--no-repack]` is that child. For tests,
 `SPECCHAT_PLANT_NATIVE_CRASH=load|decode` makes it kill itself with SIGSEGV at that point (a real signal, seen by
 the parent exactly as a crash inside llama.cpp), and `SPECCHAT_PLANT_NATIVE_CRASH_REPACK=1` limits that to
 trials with repacking on.
@@ -40,6 +40,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import engine
 from engine.errors import BackendError
 
 AMX_FLAGS = ("amx_bf16", "amx_int8", "amx_tile")
@@ -302,10 +303,12 @@ def trial_decode(
     known = load_verdicts(store).get(key)
     if isinstance(known, dict) and "crashed" in known:
         return Trial(known["crashed"], float(known.get("seconds", 0.0)), remembered=True)
-    command = [sys.executable, "-m", "engine.backends.llamacpp_native", "--trial", str(path)]
+    command = [sys.executable, "-m", "engine.backends.llamacpp.native", "--trial", str(path)]
     command += ["--threads", str(max(1, threads))] + ([] if repack else ["--no-repack"])
     start = time.perf_counter()
-    root = str(Path(__file__).resolve().parents[2])  # the child imports this package as the parent does
+    root = str(
+        Path(engine.__file__).resolve().parent.parent
+    )  # the child imports this package as the parent does
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)

@@ -35,13 +35,13 @@ from pathlib import Path
 
 import torch
 
-from engine.backends import llamacpp_probe
 from engine.backends.base import ProgressCallback
-from engine.backends.llamacpp_native import RepackChoice, choose_repack, plan_load
-from engine.backends.llamacpp_pool import ThreadPool
-from engine.backends.llamacpp_probe import LONG_PROBE_POSITION, ProbeVerdict, probe_widths  # noqa: F401 (re-exported)
-from engine.backends.llamacpp_text import ByteDetokenizer, GgufTokenizer, resolve_gguf
-from engine.backends.llamacpp_threads import (
+from engine.backends.llamacpp import probe as llamacpp_probe
+from engine.backends.llamacpp.native import RepackChoice, choose_repack, plan_load
+from engine.backends.llamacpp.pool import ThreadPool
+from engine.backends.llamacpp.probe import LONG_PROBE_POSITION, ProbeVerdict, probe_widths  # noqa: F401 (re-exported)
+from engine.backends.llamacpp.text import ByteDetokenizer, GgufTokenizer, resolve_gguf
+from engine.backends.llamacpp.threads import (
     PassCost,
     RecheckClock,
     StallWatch,
@@ -238,7 +238,7 @@ class LlamaCppModel:
             )
         self.n_batch = n_batch
         self.batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
-        # ggml's workers kept between decodes (engine/backends/llamacpp_pool.py); None: llama.cpp's own default.
+        # ggml's workers kept between decodes (engine/backends/llamacpp/pool.py); None: llama.cpp's own default.
         self.pool = ThreadPool.attach(raw_bindings(), self.ctx.ctx, threads) if gpu_layers == 0 else None
         self.ids: list[int] = []
         self.step_times: list[float] = []
@@ -646,7 +646,7 @@ class LlamaCppBackend(ThreadControl, RoundLoopBackend):
         return not verdict.pad and verdict.widest >= verdict.checked
 
     def _probe(self) -> ProbeVerdict:
-        """The kernel probe's verdict on the target (engine/backends/llamacpp_probe.py)."""
+        """The kernel probe's verdict on the target (engine/backends/llamacpp/probe.py)."""
         return probe_widths(self.target, self.encode_text, self.max_context)
 
     def _probe_once(self) -> ProbeVerdict:

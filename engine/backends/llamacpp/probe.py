@@ -142,9 +142,9 @@ def probe_widths(target, encode_text, max_context: int, widest: int = PROBE_MAX_
 
 
 def probe_key(path: Path, repack: bool, *, cache_type: str, threads: int, max_context: int) -> str:
-    """What a verdict depends on: the file, the build, the CPU's flags, repacking (engine/backends/llamacpp_native
+    """What a verdict depends on: the file, the build, the CPU's flags, repacking (engine/backends/llamacpp/native.py
     trial_key), and the context it ran on: cache type, thread count, the positions the context allows."""
-    from engine.backends.llamacpp_native import trial_key
+    from engine.backends.llamacpp.native import trial_key
 
     starts = ",".join(map(str, probe_starts(max_context)))
     text = f"{trial_key(path, repack)}|cache={cache_type}|threads={threads}|starts={starts}"
@@ -160,7 +160,7 @@ def probes_path() -> Path:
 
 def recall(key: str, store: Path | None = None) -> ProbeVerdict | None:
     """A verdict measured before under the same key; None where there is none (or it does not read)."""
-    from engine.backends.llamacpp_native import load_verdicts
+    from engine.backends.llamacpp.native import load_verdicts
 
     known = load_verdicts(store or probes_path()).get(key)
     try:
@@ -170,6 +170,6 @@ def recall(key: str, store: Path | None = None) -> ProbeVerdict | None:
 
 
 def remember(key: str, verdict: ProbeVerdict, store: Path | None = None) -> None:
-    from engine.backends.llamacpp_native import remember_verdict
+    from engine.backends.llamacpp.native import remember_verdict
 
     remember_verdict(store or probes_path(), key, asdict(verdict))
