@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.backends.hf import TransformersBackend
+from engine.backends.transformers import TransformersBackend
 from engine.decoding.adaptive_k import (
     PROBE_INTERVAL,
     PROBE_LENGTH,

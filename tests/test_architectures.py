@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import engine.backends.hf as hf
-from engine.backends.hf import TransformersBackend
+import engine.backends.transformers.backend as hf
+from engine.backends.transformers import TransformersBackend
 from tests.conftest import save_small_chat_tokenizer
 from tests.test_hf_backend import generate
 

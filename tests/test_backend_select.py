@@ -53,7 +53,7 @@ def test_the_embedded_model_takes_llama_cpp_from_its_gguf(smol_dir: Path) -> Non
 
 
 def test_without_bindings_auto_falls_back_to_transformers_and_says_why(smol_dir: Path, no_bindings) -> None:
-    from engine.backends.hf import TransformersBackend
+    from engine.backends.transformers import TransformersBackend
 
     backend, why = create_backend(settings_for(None, "auto"))
     assert isinstance(backend, TransformersBackend)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.backends.hf import TransformersBackend
+from engine.backends.transformers import TransformersBackend
 from engine.decoding.adaptive_k import AdaptiveK, drafting_can_pay
 from engine.decoding.cost_model import VerifyCostModel
 from engine.events import Done

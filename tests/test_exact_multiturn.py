@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.backends.hf import TransformersBackend
+from engine.backends.transformers import TransformersBackend
 from tests.conftest import COPY_CYCLE, FreeVerify
 from tests.test_hf_backend import generate
 

@@ -189,7 +189,7 @@ def qwen_pair() -> Iterator[Engine]:
 
 
 def transformers_smol() -> Iterator[Engine]:
-    from engine.backends.hf import TransformersBackend
+    from engine.backends.transformers import TransformersBackend
     from engine.models import ensure_embedded_model
 
     folder = ensure_embedded_model()

@@ -487,7 +487,7 @@ def test_any_import_failure_is_unusable_here_in_one_line(tmp_path, monkeypatch, 
             BackendError, match="^" + re.escape(f"exllamav2 is unusable here: {reason}; use --backend")
         ):
             create_backend(settings_for(smol_dir, "exllamav2"))
-        if pytest.importorskip("engine.backends.hf"):
+        if pytest.importorskip("engine.backends.transformers"):
             _, why = create_backend(settings_for(smol_dir, "auto"))
             assert (
                 why
@@ -515,7 +515,7 @@ def settings_for(model: Path, backend: str) -> SimpleNamespace:
 
 
 def test_auto_falls_back_to_transformers(smol_dir, monkeypatch):
-    hf = pytest.importorskip("engine.backends.hf", reason="engine/backends/hf.py is not written yet")
+    hf = pytest.importorskip("engine.backends.transformers", reason="engine/backends/transformers/backend.py is not written yet")
     from engine.backends import llamacpp
     from engine.backends.select import create_backend
 
@@ -589,7 +589,7 @@ def test_same_rounds_give_the_same_stats_as_the_scripted_backend(standin, make_m
 @pytest.mark.slow
 def test_same_rounds_give_the_same_stats_as_the_transformers_backend(standin, make_model, smol_dir):
     """Replay the transformers backend's real n-gram rounds through the stand-in and compare the stats."""
-    hf = pytest.importorskip("engine.backends.hf", reason="engine/backends/hf.py is not written yet")
+    hf = pytest.importorskip("engine.backends.transformers", reason="engine/backends/transformers/backend.py is not written yet")
     hf_backend = hf.TransformersBackend(smol_dir, draft="ngram", cache_mode="fp16", draft_cache_mode="fp16",
                                         max_context=1024)  # fmt: skip
     hf_backend.load()

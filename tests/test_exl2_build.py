@@ -176,7 +176,7 @@ def test_a_failed_build_is_one_line_with_the_log_and_auto_falls_back(tmp_path, m
         assert log.read_text(encoding="utf-8") == compiler_output
         usable, reason = probe_exllamav2()
         assert not usable and reason == f"its CUDA extension failed to build (compiler output: {log})"
-        pytest.importorskip("engine.backends.hf")
+        pytest.importorskip("engine.backends.transformers")
         settings = SimpleNamespace(
             model=smol_dir, draft="ngram", backend="auto", cache_mode="q8", draft_cache_mode="q8",
             max_context=1024, gpu_split=None,

@@ -111,7 +111,7 @@ def test_bundle_s_specchat_wheel_holds_every_package_and_its_data(bundle):
     for package in sorted(packages):
         assert f"{package}/__init__.py" in names, f"{package} is not in the wheel"
     for data in ("engine/benchmarks/prompts.jsonl", "engine/benchmarks/prompts_heldout.jsonl", "tui/app.tcss",
-                 "presets/code.toml", "engine/backends/rowlin.c"):  # fmt: skip
+                 "presets/code.toml", "engine/backends/transformers/rowlin.c"):  # fmt: skip
         assert data in names
 
 

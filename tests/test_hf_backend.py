@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from engine.backends.base import Backend
-from engine.backends.hf import TransformersBackend
-from engine.backends.hf_cache import INITIAL_CAPACITY, Int8Layer, SpecCache, full_precision_bytes
+from engine.backends.transformers import TransformersBackend
+from engine.backends.transformers.cache import INITIAL_CAPACITY, Int8Layer, SpecCache, full_precision_bytes
 from engine.errors import BackendError
 from engine.events import Chunk, Done
 from engine.request import GenerationRequest, SamplerSettings

@@ -2,7 +2,7 @@
 
 The tiny random models never repeat their own output, so the n-gram drafter never proposes there; the successor
 model (tests/conftest.py) continues a cycle of token ids, so the drafter finds long matches and the target accepts
-them. Each rule below was checked by breaking it in engine/backends/hf.py once and watching its test fail.
+them. Each rule below was checked by breaking it in engine/backends/transformers/backend.py once and watching its test fail.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.backends.hf import TransformersBackend
+from engine.backends.transformers import TransformersBackend
 from tests.conftest import COPY_CYCLE, FreeVerify
 from tests.test_hf_backend import Reply, generate
 

@@ -44,7 +44,7 @@ def test_text_that_does_not_loop_is_never_stopped() -> None:
 def test_a_looping_model_is_stopped_with_a_note_plain_and_drafting_alike(
     copy_model_dir: Path, monkeypatch
 ) -> None:
-    from engine.backends.hf import TransformersBackend
+    from engine.backends.transformers import TransformersBackend
 
     backend = TransformersBackend(copy_model_dir, draft="ngram", cache_mode="fp16")
     backend.load()

@@ -1,4 +1,4 @@
-"""The row-invariant C kernel (engine/backends/rowlin.c): built here, exact per row, and a clean fallback.
+"""The row-invariant C kernel (engine/backends/transformers/rowlin.c): built here, exact per row, and a clean fallback.
 
 Mutations checked by hand (each sent a test here red): accumulating a tile's rows in a different order than a
 single row's (a two-way split of k for tiles of more than one row), dropping the bias in the tile store, and a
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.backends import hf_kernels, rowlin
-from engine.backends.hf import TransformersBackend
+from engine.backends.transformers import TransformersBackend, rowlin
+from engine.backends.transformers import kernels as hf_kernels
 from engine.request import GenerationRequest, SamplerSettings
 
 needs_compiler = pytest.mark.skipif(
@@ -149,7 +149,7 @@ def test_the_backend_runs_every_pass_on_rowlin_and_stays_exact(smol_dir: Path) -
 
 def _history(kind: str, heads: int, length: int, head_dim: int, seed: int):
     """The same keys/values written into a plain and a fused layer of `kind` ("q8" or "fp32")."""
-    from engine.backends.hf_cache import GrowingLayer, Int8Layer
+    from engine.backends.transformers.cache import GrowingLayer, Int8Layer
 
     generator = torch.Generator().manual_seed(seed)
     keys = torch.randn(1, heads, length, head_dim, generator=generator)
@@ -196,7 +196,7 @@ def test_cache_attention_matches_sdpa_and_every_row_stands_alone(
 
 
 def test_a_fused_int8_layer_keeps_what_the_plain_one_keeps_across_crops_and_growth() -> None:
-    from engine.backends.hf_cache import INITIAL_CAPACITY, Int8Layer
+    from engine.backends.transformers.cache import INITIAL_CAPACITY, Int8Layer
 
     generator = torch.Generator().manual_seed(5)
     plain, fused = Int8Layer(), Int8Layer(fused=True)

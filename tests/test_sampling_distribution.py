@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import engine.decoding.round_loop as round_loop
-from engine.backends.hf import TransformersBackend
+from engine.backends.transformers import TransformersBackend
 from engine.decoding.sampling import (
     apply_repetition_penalty,
     choose_tokens,

@@ -247,7 +247,7 @@ def no_template_dir(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
 def test_transformers_without_a_template_stops_at_the_invented_user_turn(
     no_template_dir: Path, k: int
 ) -> None:
-    from engine.backends.hf import TransformersBackend
+    from engine.backends.transformers import TransformersBackend
 
     backend = TransformersBackend(no_template_dir, draft="ngram", max_context=512)
     backend.load()

@@ -115,7 +115,7 @@ def _folder_format(settings: Any) -> str:
 
 
 def _transformers(settings: Any, model_dir: Path) -> Backend:
-    from engine.backends.hf import TransformersBackend
+    from engine.backends.transformers import TransformersBackend
 
     extra = {}
     device = getattr(settings, "device", "auto")

@@ -85,8 +85,8 @@ def _reference(model_dir: Path, backend) -> Callable[[list[dict[str, str]]], lis
 def _candidates(settings) -> list[tuple[str, Callable[[], object]]]:
     """(row name, backend factory) for every backend that runs the reference's weights here, with the settings'
     cache mode (the default, `auto`, is full precision on both CPU backends: llama.cpp's q8 cache changes answers)."""
-    from engine.backends.hf import TransformersBackend
     from engine.backends.select import uses_embedded_model
+    from engine.backends.transformers import TransformersBackend
 
     model_dir = settings.model
     rows: list[tuple[str, Callable[[], object]]] = [
@@ -125,7 +125,7 @@ def _candidates(settings) -> list[tuple[str, Callable[[], object]]]:
 
 def run_answer_check(settings, prompts: list[dict[str, str]], out=sys.stdout) -> dict:
     """Greedy agreement with the fp32 reference per backend (plain and n-gram), and factual answers."""
-    from engine.backends.hf import TransformersBackend
+    from engine.backends.transformers import TransformersBackend
     from engine.models import ensure_embedded_model, print_progress
 
     model_dir = Path(settings.model or ensure_embedded_model(print_progress))

@@ -112,7 +112,7 @@ def run_bench(
     """`peers=False` leaves transformers' own generate() out (a shorter run for the adaptive-K comparison)."""
     from transformers import AutoModelForCausalLM
 
-    from engine.backends.hf import TransformersBackend
+    from engine.backends.transformers import TransformersBackend
     from engine.models import ensure_embedded_model, print_progress, progress_printer
 
     model_dir = settings.model or ensure_embedded_model(print_progress)
@@ -202,7 +202,7 @@ def run_bench(
 
 def _cache_speed(model_dir, reference, context: int, new_tokens: int = 24) -> dict[str, float]:
     """Plain decode tokens/s after `context` tokens, full-precision cache vs q8, side by side (best of 2)."""
-    from engine.backends.hf import TransformersBackend
+    from engine.backends.transformers import TransformersBackend
 
     text_ids = reference.encode_chat([{"role": "user", "content": load_prompt_set()[0]["prompt"]}])
     prompt = (text_ids * (context // len(text_ids) + 1))[:context]
@@ -234,7 +234,7 @@ def _cache_memory(backend, positions: int) -> dict[str, int]:
     """Bytes of the KV cache after `positions` tokens: fp32 (what the CPU runs), fp16 and our int8 `q8` cache."""
     import torch
 
-    from engine.backends.hf_cache import SpecCache, full_precision_bytes
+    from engine.backends.transformers.cache import SpecCache, full_precision_bytes
 
     ids = torch.arange(positions, dtype=torch.long).remainder(1000).add(100).unsqueeze(0)
     kwarg = backend.target.cache_kwarg

@@ -265,7 +265,7 @@ def check_environment(report: DoctorReport) -> bool:
             else ", stock build (float16 models pad plain steps; make install builds the patched one)"
         )
     report.add("llama_cpp", "pass" if usable else "warn", reason)
-    from engine.backends import rowlin
+    from engine.backends.transformers import rowlin
 
     kernel, why = rowlin.load()
     if kernel is not None:

@@ -183,7 +183,7 @@ class Int8Layer(GrowingLayer):
     """K/V stored as int8 with one float32 scale per (token, head).
 
     A token's scale comes from that token's own values, so what is stored does not depend on how many tokens
-    were written at once; with row-invariant kernels (engine/backends/hf_kernels.py) speculative and plain
+    were written at once; with row-invariant kernels (engine/backends/transformers/kernels.py) speculative and plain
     decoding store the same bytes and give the same text.
 
     With `fused` (the target model on the row-invariant C kernels) attention reads the int8 bytes as they are

@@ -4,8 +4,8 @@ The round loop is `engine.decoding.round_loop` (shared with llama.cpp): a drafte
 proposes k tokens; the target scores the last token plus the k drafts in one forward pass over its KV cache
 (`ModelState.score`) and samples every position with the message's own sampler; drafts are accepted while they
 equal the target's sample, the first mismatch ends the round with the target's token. This module supplies the
-models, their caches (`engine.backends.hf_cache`) and the row-invariant kernels (`hf_kernels`) that make a verify pass
-give each row the bits a one-row step gives.
+models, their caches (`cache.py`) and the row-invariant kernels (`kernels.py`, `rowlin.py`) that make a verify
+pass give each row the bits a one-row step gives.
 
 Sampling uses one uniform number per reply position, drawn up front from a generator seeded by the request,
 and inverse-CDF sampling. A token's value therefore depends only on its position and the tokens before it, not
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
-from engine.backends import hf_kernels
 from engine.backends.base import ProgressCallback
-from engine.backends.hf_cache import SpecCache
+from engine.backends.transformers import kernels as hf_kernels
+from engine.backends.transformers.cache import SpecCache
 from engine.chat_template import FALLBACK_NOTE, ChatTemplate, ChatTemplateError
 from engine.decoding.draft_compat import VocabView, check_draft_compatible, special_token_ids
 from engine.decoding.drafting import MAX_DRAFT_LENGTH, AdaptiveK, VerifyCostModel

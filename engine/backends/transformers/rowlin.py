@@ -95,7 +95,7 @@ class Kernel:
 
 def cached_attention(kernel: Kernel, query: torch.Tensor, layer, scale: float) -> torch.Tensor:
     """Attention of `query` [1, Hq, rows, D] (float32: the last `rows` of the layer's `length` tokens) over a
-    fused cache layer (engine/backends/hf_cache.py): keys [1, Hkv, capacity / hf_cache.KEY_BLOCK, D, KEY_BLOCK], values
+    fused cache layer (engine/backends/transformers/cache.py): keys [1, Hkv, capacity / hf_cache.KEY_BLOCK, D, KEY_BLOCK], values
     [1, Hkv, capacity, D], int8 with scales [1, Hkv, capacity, 1] or float32 without. Each query row sees
     exactly its own prefix. Returns [1, rows, Hq, D] (transformers' layout after attention)."""
     _, hq, rows, dim = query.shape
@@ -286,7 +286,7 @@ def self_check(kernel: Kernel) -> str | None:
 def _check_attention(kernel: Kernel, int8: bool, generator: torch.Generator) -> str | None:
     """Cache attention over a small fused layer (hf_cache's layout, 3 key blocks, grouped heads) against
     softmax(q·k)·v in PyTorch, and every query row alone against the same row in a 5-row call."""
-    from engine.backends.hf_cache import KEY_BLOCK  # the one layout constant (rowlin.c: KBLOCK)
+    from engine.backends.transformers.cache import KEY_BLOCK  # the one layout constant (rowlin.c: KBLOCK)
 
     kv_heads, query_heads, dim, capacity, length, rows = 2, 6, 64, 3 * KEY_BLOCK, 37, 5
     keys = torch.randn(1, kv_heads, capacity, dim, generator=generator)

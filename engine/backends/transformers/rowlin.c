@@ -1,4 +1,4 @@
-/* A row-invariant linear for short passes on the CPU (engine/backends/rowlin.py compiles and loads it).
+/* A row-invariant linear for short passes on the CPU (engine/backends/transformers/rowlin.py compiles and loads it).
 
    out[m, n] = bias[n] + sum over k of x[m, k] * W[n, k]
 

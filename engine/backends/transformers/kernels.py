@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.backends import rowlin
+from engine.backends.transformers import rowlin
 
 
 class KernelSwitch:
@@ -141,7 +141,7 @@ def rowwise_attention(
     layer = getattr(key, "specchat_layer", None)
     if (
         layer is not None
-    ):  # a fused cache layer (engine/backends/hf_cache.py) handed its buffers: attention reads them
+    ):  # a fused cache layer (engine/backends/transformers/cache.py) handed its buffers: attention reads them
         kernel, _ = rowlin.load()
         if rows <= ROWWISE_MAX_ROWS and kernel is not None:
             scale = scaling if scaling is not None else query.shape[-1] ** -0.5
