@@ -21,7 +21,7 @@ async def _shows_error(app: SpecchatApp, fragment: str, timeout: float = 60) -> 
         )
         assert fragment in plain(app.screen.query_one("#error-message"))
         await pilot.press("enter")
-        assert fragment in plain(app.chat_log.banner)
+        assert fragment in plain(app.chat.chat_log.banner)
         assert "model not loaded" in status(app)
         assert app.is_running
 
@@ -36,7 +36,7 @@ async def test_bad_config_opens_the_app_with_the_message_and_loads_on_defaults()
         assert "cache_mode: must be one of" in plain(app.screen.query_one("#error-message"))
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.state == "ready")
-        assert "cache_mode: must be one of" in plain(app.chat_log.banner)
+        assert "cache_mode: must be one of" in plain(app.chat.chat_log.banner)
         assert "model not loaded" not in status(app)
 
 
