@@ -22,6 +22,12 @@ from engine.backends.llamacpp.native import choose_repack
 VERSION = "0.3.36"  # the llama-cpp-python sdist whose llama.cpp source scripts/build_llama_server.sh builds
 
 
+def draft_simple_args(draft: Path) -> tuple[str, ...]:
+    """llama-server's draft-model speculation as its users start it: `-md DRAFT --spec-type draft-simple` (the
+    draft inherits `-t` and the repacking choice: llama.cpp copies the target's parameters for it)."""
+    return ("-md", str(draft), "--spec-type", "draft-simple", "-ngld", "0")
+
+
 def server_dir() -> Path:
     explicit = os.environ.get("SPECCHAT_LLAMA_SERVER_DIR")
     if explicit:

@@ -230,7 +230,7 @@ def _start_servers(
     if not wanted:
         return {}, None
     from engine.backends.remote import RemoteBackend
-    from engine.benchmarks.llama_server import LlamaServer, llama_server_binary
+    from engine.benchmarks.llama_server import LlamaServer, draft_simple_args, llama_server_binary
     from engine.errors import BackendError
 
     binary, why = llama_server_binary()
@@ -239,7 +239,7 @@ def _start_servers(
     servers: dict = {}
     extra = {
         "server-plain": (),
-        "server-draft": ("-md", str(draft), "--spec-type", "draft-simple", "-ngld", "0"),
+        "server-draft": draft_simple_args(draft),
     }
     try:
         for name in SERVER:

@@ -1,77 +1,66 @@
-"""`specchat bench --tasks SPLIT`: long-input task families and context-length rows, ours against llama-server.
+"""`specchat bench --tasks SPLIT`: long-input task families, the code family and context-length rows, ours against
+llama-server.
 
 The task families are the work where copying from the prompt pays and contexts are long: summarize a given text,
-answer over given passages, edit given code, translate, and multi-turn chats (5+ turns). Two splits ship:
-`tune` (prompts_long.jsonl beside this module, the one to tune the drafter on) and `heldout` (prompts_long_heldout.jsonl,
-never tuned on: report it). Each prompt is decoded greedily these ways, in rotating order so that machine noise
-hits all of them alike (each variant's figure is its best repeat; ngram-mod's is its first run, see below):
+answer over given passages, edit given code, translate, and multi-turn chats (5+ turns); and code work as users do
+it, function completions and rewrites (its two halves reported apart). The splits are in engine.benchmarks.task_sets
+(`tune` to tune on, `heldout` never tuned on: report it). Each prompt is decoded greedily these ways, in rotating
+order so that machine noise hits all of them alike (each variant's figure is its best repeat; ngram-mod's is its
+first run, see below):
   ours-plain / ours-ngram      our llama.cpp backend with its default settings (threads measured at load, f16
                                cache), drafting off / n-gram drafting with the preset's adaptive K
+  ours-draft                   with `draft`: the draft model, adaptive K with n-gram lookup beside it (the app's
+                               default with a draft model), on the same thread count
   server-plain / server-ngram-simple / server-ngram-mod   llama.cpp's own llama-server on the same GGUF, thread
-                               count and context, without drafting and with its two n-gram speculations
+                               count and context, as its users run it (its default weight repacking, off only on
+                               AMX CPUs where it crashes), without drafting and with its two n-gram speculations
+  server-draft-simple          with `draft`: `llama-server -md DRAFT --spec-type draft-simple`
 Speeds are decode tokens/s for every variant alike: tokens after the first chunk over the time from the first
-chunk to the last (prompt processing is apart: it is the same llama.cpp code on both sides). Then the context
-rows: a document prompt of about 100, 1k, 2k and 4k tokens, our plain against llama-server's plain.
-Ratios come from the same run; nothing is compared to a stored number. Nothing on the chat path imports this.
+chunk to the last (prompt processing is apart: it is the same llama.cpp code on both sides). Every drafting mode's
+greedy output is checked against ours-plain's on every prompt and repeat, and (`seeded_tokens`) its seeded sampled
+output too; each mismatch is printed and returned. Then the context rows: a document prompt of about 100, 1k, 2k
+and 4k tokens, our plain against llama-server's plain. Ratios come from the same run; nothing is compared to a
+stored number. Nothing on the chat path imports this.
 """
 
 from __future__ import annotations
 
-import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.benchmarks.runner import timed_reply
+from engine.benchmarks.task_sets import FAMILIES, TASK_SETS, load_task_set
+from engine.benchmarks.task_table import (
+    DRAFTING,
+    FamilyResult,
+    Figures,
+    first_difference,
+    fmt,
+    print_exactness,
+    print_families,
+)
 from engine.decoding.rates import decode_tokens_per_s
 from engine.errors import BackendError
-from engine.prompt_file import read_prompt_file
 
-FAMILIES = ("summarize", "passages", "code_edit", "translate", "chat")
-TASK_SETS = {"tune": "prompts_long.jsonl", "heldout": "prompts_long_heldout.jsonl"}
+__all__ = ["FAMILIES", "TASK_SETS", "Run", "counted_run", "load_task_set", "run_task_bench", "variant_plan"]
+
 OURS = ("ours-plain", "ours-ngram")
+OURS_DRAFT = "ours-draft"
 SERVERS = {
     "server-plain": (),
     "server-ngram-simple": ("--spec-type", "ngram-simple"),
     "server-ngram-mod": ("--spec-type", "ngram-mod"),
 }
+SERVER_DRAFT = "server-draft-simple"
 # llama-server's ngram-mod keeps one n-gram pool for all requests and never clears it between them: a repeat of a
 # prompt drafts the first run's whole reply back. Its figure is the first time its server sees each prompt (what a
 # user's new message gets); the repeats are printed apart.
 REMEMBERS_REPLIES = ("server-ngram-mod",)
 CONTEXT_ROWS = (100, 1000, 2000, 4000)
-# The preset whose K a family drafts with (the router's choice for such a prompt).
-FAMILY_PRESET = {"code_edit": "code"}
-
-
-@dataclass
-class Figures:
-    """One variant's sums over prompts (each prompt's best repeat)."""
-
-    tokens: int = 0  # decode tokens: after the first chunk
-    decode_s: float = 0.0
-    drafted: int = 0
-    accepted: int = 0
-    rounds: int = 0
-    emitted: int = 0  # every token of our replies (tau's numerator)
-    cost_steps: float = 0.0  # our rounds priced in plain steps by the backend's verify-cost curve
-
-    @property
-    def predicted(self) -> float | None:
-        """Speedup over plain decoding that tau and the measured r(k) predict: tokens per plain-step of cost."""
-        return self.emitted / self.cost_steps if self.cost_steps > 0 else None
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        return self.tokens / self.decode_s if self.decode_s > 0 else None
-
-    @property
-    def acceptance(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
-
-    @property
-    def tau(self) -> float | None:
-        return self.emitted / self.rounds if self.rounds else None
+# The preset whose K (and, for the seeded check, sampler) a family runs with (the router's choice for such a prompt).
+FAMILY_PRESET = {"code_edit": "code", "code_complete": "code", "code_rewrite": "code"}
+SEEDED_TOKENS = 48
 
 
 @dataclass
@@ -85,25 +74,15 @@ class Run:
     cost_steps: float = 0.0
 
 
-@dataclass
-class FamilyResult:
-    family: str
-    prompt_tokens: list[int] = field(default_factory=list)
-    figures: dict[str, Figures] = field(default_factory=dict)
-    identical: int = 0  # prompts where ours-ngram == ours-plain
-    prompts: int = 0
+def variant_plan(draft: Path | None) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
+    """Our variants and llama-server's (name -> its extra arguments), with a draft model or without."""
+    from engine.benchmarks.llama_server import draft_simple_args
 
-
-def load_task_set(name: str | Path) -> list[dict]:
-    """A task split ("tune", "heldout") or a JSON Lines file of {"category", "prompt"[, "messages"]} objects."""
-    path = Path(name)
-    if str(name) in TASK_SETS:
-        path = Path(__file__).resolve().parent / TASK_SETS[str(name)]
-    items = []
-    for _, obj in read_prompt_file(path):
-        messages = obj.get("messages") or [{"role": "user", "content": obj["prompt"]}]
-        items.append({"category": str(obj.get("category", "other")), "messages": list(messages)})
-    return items
+    servers = dict(SERVERS)
+    if draft is None:
+        return OURS, servers
+    servers[SERVER_DRAFT] = draft_simple_args(draft)
+    return (*OURS, OURS_DRAFT), servers
 
 
 def _ours(backend, prompt_ids: list[int], k: int, max_new: int, key: str) -> Run:
@@ -155,6 +134,23 @@ def _add(figures: Figures, run: Run) -> None:
     figures.cost_steps += run.cost_steps
 
 
+def greedy_mismatches(label: str, runs: dict[str, list[Run]]) -> dict[str, str]:
+    """Variant -> how its greedy output left ours-plain's first run (any repeat; ours-plain's own repeats too);
+    empty when every run agrees."""
+    plain = runs["ours-plain"][0].ids
+    found = {}
+    for variant in ("ours-plain", *DRAFTING):
+        for rep, run in enumerate(runs.get(variant, ())):
+            at = first_difference(plain, run.ids)
+            if at is not None:
+                found[variant] = (
+                    f"{label} {variant} greedy (repeat {rep + 1}): differs from ours-plain at token {at} "
+                    f"({len(run.ids)} tokens against {len(plain)})"
+                )
+                break
+    return found
+
+
 def document_prompt(backend, tokens: int) -> list[int]:
     """A chat prompt of about `tokens` tokens: paragraphs of the held-out texts, repeated as needed, then a
     request to continue (a plain decode over that many cached tokens)."""
@@ -177,14 +173,11 @@ def document_prompt(backend, tokens: int) -> list[int]:
     return ids
 
 
-def _fmt(value: float | None, pattern: str = "{:.1f}") -> str:
-    return "-" if value is None else pattern.format(value)
-
-
 def run_task_bench(
     gguf: Path,
     split: str = "heldout",
     *,
+    draft: Path | None = None,
     max_new: int = 128,
     repeats: int = 1,
     threads: int | None = None,
@@ -192,68 +185,102 @@ def run_task_bench(
     servers: bool = True,
     context_rows: tuple[int, ...] = CONTEXT_ROWS,
     families: tuple[str, ...] | None = None,
+    seeded_tokens: int = SEEDED_TOKENS,
     out=sys.stdout,
 ) -> dict:
-    """Run the families of `split`, then the context rows; print a table each and return the figures."""
+    """Run the families of `split` (all, or `families`), then the context rows; print a table each and return the
+    figures, with "mismatches": every drafting mode's output that left ours-plain's (empty when all agree)."""
     from engine.backends.llamacpp import LlamaCppBackend
-    from engine.backends.remote import RemoteBackend
-    from engine.benchmarks.llama_server import LlamaServer, llama_server_binary
     from engine.presets import load_presets
 
     items = load_task_set(split)
-    if families:
+    if families is not None:
         items = [i for i in items if i["category"] in families]
     presets = load_presets(None)
+    ours_variants, server_args = variant_plan(draft)
     ours = LlamaCppBackend(gguf, draft="ngram", cache_mode="auto", max_context=context, threads=threads)
     ours.load()
-    started: dict[str, LlamaServer] = {}
-    remotes: dict[str, RemoteBackend] = {}
+    drafted = None
+    started: dict = {}
+    remotes: dict = {}
     try:
-        if servers:
-            binary, why = llama_server_binary()
-            if binary is None:
-                print(f"llama-server peers skipped: {why}", file=out)
-            else:
-                for name, extra in SERVERS.items():
-                    server = LlamaServer(gguf, spec=False, extra=extra, threads=ours.threads, context=context)
-                    started[name] = server.start()
-                    remotes[name] = RemoteBackend(server.url)
-                    remotes[name].load()
-        variants = OURS + tuple(remotes)
+        if draft is not None:
+            # The draft model's backend runs on the thread count load chose for ours (as pair.py does).
+            drafted = LlamaCppBackend(
+                gguf, draft=str(draft), cache_mode="auto", max_context=context, threads=ours.threads
+            )
+            drafted.load()
+        server_note = (
+            _start_servers(gguf, server_args, ours.threads, context, started, remotes) if servers else ""
+        )
+        variants = ours_variants + tuple(name for name in server_args if name in remotes)
         print(
             f"specchat bench --tasks {split}: {len(items)} prompts, temperature 0, max {max_new} new tokens, "
-            f"{repeats} repeat(s), {ours.threads} thread(s) ({'; '.join(ours.info.notes)}), context {context}",
+            f"{repeats} repeat(s), {ours.threads} thread(s) ({'; '.join(ours.info.notes)}), context {context}; "
+            f"{gguf.name}{f', draft {draft.name}' if draft is not None else ''}",
             file=out,
         )
+        if server_note:
+            print(server_note, file=out)
+        by_variant = {"ours-plain": ours, "ours-ngram": ours, OURS_DRAFT: drafted}
         results: dict[str, FamilyResult] = {}
+        mismatches: list[str] = []
         again = {v: Figures() for v in variants if v in REMEMBERS_REPLIES}
         at_load = ours.threads
         fewer: list[str] = []  # our replies that ran on fewer threads than chosen at load (busy-CPU guard)
+        modes = [v for v in DRAFTING if v in variants]
         for index, item in enumerate(items):
             family = item["category"]
-            res = results.setdefault(family, FamilyResult(family, figures={v: Figures() for v in variants}))
+            res = results.setdefault(
+                family,
+                FamilyResult(
+                    family,
+                    figures={v: Figures() for v in variants},
+                    identical=dict.fromkeys(modes, 0),
+                    seeded_identical=dict.fromkeys(modes, 0),
+                ),
+            )
+            label = f"{family} #{res.prompts + 1}"
             prompt_ids = ours.encode_chat(item["messages"])
             preset = presets[FAMILY_PRESET.get(family, "qa")]
             runs: dict[str, list[Run]] = {v: [] for v in variants}
             for rep in range(repeats):
                 shift = (index + rep) % len(variants)
                 for variant in variants[shift:] + variants[:shift]:
-                    if variant in OURS:
-                        k = preset.k if variant == "ours-ngram" else 0
-                        runs[variant].append(_ours(ours, prompt_ids, k, max_new, f"tasks-{family}"))
-                        if ours.threads < at_load:
-                            fewer.append(f"{family} #{index + 1} {variant}")
+                    if variant in ours_variants:
+                        k = 0 if variant == "ours-plain" else preset.k
+                        backend = by_variant[variant]
+                        runs[variant].append(_ours(backend, prompt_ids, k, max_new, f"tasks-{family}"))
+                        if backend.threads < at_load:
+                            fewer.append(f"{label} {variant}")
                     else:
                         runs[variant].append(_server(remotes[variant], item["messages"], max_new))
+            rates = []
             for variant in variants:
                 counted, repeat = counted_run(variant, runs[variant])
                 _add(res.figures[variant], counted)
                 if repeat is not None:
                     _add(again[variant], repeat)
+                rates.append(
+                    f"{variant} {fmt(counted.tokens / counted.decode_s if counted.decode_s else None)}"
+                )
+            # One line per prompt as it finishes (a run on a real pair takes most of an hour).
+            print(f"  {label} ({len(prompt_ids)} prompt tok): {', '.join(rates)} tok/s", file=out, flush=True)
             res.prompts += 1
             res.prompt_tokens.append(len(prompt_ids))
-            res.identical += runs["ours-plain"][0].ids == runs["ours-ngram"][0].ids
-        _print_families(out, results, variants)
+            wrong = greedy_mismatches(label, runs)
+            mismatches += wrong.values()
+            for mode in modes:
+                res.identical[mode] += mode not in wrong
+            if seeded_tokens:
+                wrong = _seeded_mismatches(
+                    label, by_variant, modes, prompt_ids, preset, seeded_tokens, family
+                )
+                mismatches += wrong.values()
+                for mode in modes:
+                    res.seeded_identical[mode] += mode not in wrong
+        print_families(out, results, variants)
+        print_exactness(out, results, mismatches, seeded_tokens)
         if fewer:
             print(
                 f"our replies on fewer than {at_load} threads (the busy-CPU guard dropped them; figures above "
@@ -264,7 +291,7 @@ def run_task_bench(
             if figures.decode_s:
                 print(
                     f"{variant} on a repeat of each prompt (its pool holds the first run's reply; not counted "
-                    f"above): {_fmt(figures.tokens_per_s)} tok/s, acceptance {_fmt(figures.acceptance, '{:.0%}')}",
+                    f"above): {fmt(figures.tokens_per_s)} tok/s, acceptance {fmt(figures.acceptance, '{:.0%}')}",
                     file=out,
                 )
         rows = _context_rows(ours, remotes.get("server-plain"), context_rows, context, max_new, repeats, out)
@@ -276,74 +303,71 @@ def run_task_bench(
             remote.close()
         for server in started.values():
             server.close()
+        if drafted is not None:
+            drafted.close()
         ours.close()
-    return {"families": results, "context_rows": rows, "threads": ours.threads}
+    return {
+        "families": results,
+        "context_rows": rows,
+        "threads": ours.threads,
+        "variants": variants,
+        "mismatches": mismatches,
+    }
 
 
-def _print_families(out, results: dict[str, FamilyResult], variants: tuple[str, ...]) -> None:
-    heads = [
-        "family",
-        "prompts",
-        "prompt tok",
-        *variants,
-        "ngram/plain",
-        "predicted",
-        "ngram/srv",
-        "ngram/srv-spec",
-        "tau",
-        "accept",
-        "same",
-    ]
-    print(" | ".join(heads), file=out)
-    totals = {v: Figures() for v in variants}
-    for res in results.values():
-        for v in variants:
-            for name in ("tokens", "decode_s", "drafted", "accepted", "rounds", "emitted", "cost_steps"):
-                setattr(totals[v], name, getattr(totals[v], name) + getattr(res.figures[v], name))
-        print(" | ".join(_family_cells(res.family, res, res.figures, variants)), file=out)
-    every = FamilyResult("overall", prompts=sum(r.prompts for r in results.values()))
-    every.prompt_tokens = [t for r in results.values() for t in r.prompt_tokens]
-    every.identical = sum(r.identical for r in results.values())
-    print(" | ".join(_family_cells("overall", every, totals, variants)), file=out)
-    print(
-        "tok/s: decode tokens after the first over first-to-last chunk; predicted: ours-ngram's speedup that its "
-        "tau and the measured verify costs r(k) predict; ngram/srv-spec: ours-ngram over llama.cpp's best n-gram "
-        "speculation of the row; server acceptance is its own count (accepted/drafted); same: prompts where "
-        "ours-ngram == ours-plain",
-        file=out,
-    )
+def _start_servers(
+    gguf: Path, server_args: dict, threads: int, context: int, started: dict, remotes: dict
+) -> str:
+    """Start llama-server once per variant (an idle one costs no CPU, so prompts rotate among them), filling
+    `started` and `remotes`; returns the line to print: how they run, or why (some) did not start."""
+    from engine.backends.remote import RemoteBackend
+    from engine.benchmarks.llama_server import LlamaServer, llama_server_binary
+
+    binary, why = llama_server_binary()
+    if binary is None:
+        return f"llama-server peers skipped: {why}"
+    failed = []
+    repack = ""
+    for name, extra in server_args.items():
+        server = LlamaServer(gguf, spec=False, extra=extra, threads=threads, context=context)
+        repack = server.repack.reason
+        try:
+            started[name] = server.start()
+            remotes[name] = RemoteBackend(server.url)
+            remotes[name].load()
+        except (RuntimeError, BackendError) as exc:
+            server.close()
+            started.pop(name, None)
+            remotes.pop(name, None)
+            failed.append(f"{name} did not start ({' '.join(str(exc).split())[:200]})")
+    line = f"llama-server: -t {threads}, -c {context}, {repack}"
+    return "; ".join([line, *failed])
 
 
-def _family_cells(name: str, res: FamilyResult, figures: dict[str, Figures], variants) -> list[str]:
-    tps = {v: figures[v].tokens_per_s for v in variants}
-    plain, ngram = tps.get("ours-plain"), tps.get("ours-ngram")
-    server = tps.get("server-plain")
-    srv_accept = [
-        f"{v.removeprefix('server-')} {_fmt(figures[v].acceptance, '{:.0%}')}"
-        for v in variants
-        if v.startswith("server-ngram")
-    ]
-    ours = figures["ours-ngram"]
-    spec = [tps[v] for v in variants if v.startswith("server-ngram") and tps[v]]
-    return [
-        name,
-        str(res.prompts),
-        str(round(statistics.mean(res.prompt_tokens))) if res.prompt_tokens else "-",
-        *(_fmt(tps[v]) for v in variants),
-        _fmt(ngram / plain if plain and ngram else None, "{:.2f}x"),
-        _fmt(ours.predicted, "{:.2f}x"),
-        _fmt(ngram / server if server and ngram else None, "{:.2f}x"),
-        _fmt(ngram / max(spec) if spec and ngram else None, "{:.2f}x"),
-        _fmt(ours.tau, "{:.2f}"),
-        f"ours {_fmt(ours.acceptance, '{:.0%}')}" + "".join(f", {a}" for a in srv_accept),
-        f"{res.identical}/{res.prompts}",
-    ]
+def _seeded_mismatches(label, by_variant, modes, prompt_ids, preset, tokens, family) -> dict[str, str]:
+    """Each drafting mode sampled with the family preset's sampler and the fixed seed against ours-plain sampled
+    the same way (the first `tokens` tokens; untimed)."""
+    sampler = preset.sampler()
+    key = f"tasks-{family}-seeded"
+    plain, *_ = timed_reply(by_variant["ours-plain"], prompt_ids, 0, tokens, sampler=sampler, key=key)
+    found = {}
+    for mode in modes:
+        ids, *_ = timed_reply(by_variant[mode], prompt_ids, preset.k, tokens, sampler=sampler, key=key)
+        at = first_difference(plain, ids)
+        if at is not None:
+            found[mode] = (
+                f"{label} {mode} seeded: differs from ours-plain sampled at token {at} "
+                f"({len(ids)} tokens against {len(plain)})"
+            )
+    return found
 
 
 def _context_rows(ours, server, lengths, context, max_new, repeats, out) -> list[dict]:
     """Our plain against llama-server's plain on a document prompt of each length (that fits the context)."""
     new = min(max_new, 64)
     rows = []
+    if not lengths:
+        return rows
     print("\ncontext | prompt tok | ours-plain | server-plain | ours/server", file=out)
     for length in lengths:
         length = min(length, context - new - 8)
@@ -367,7 +391,7 @@ def _context_rows(ours, server, lengths, context, max_new, repeats, out) -> list
         b = theirs.tokens / theirs.decode_s if theirs is not None and theirs.decode_s else None
         rows.append({"context": length, "prompt_tokens": len(ids), "ours_plain": a, "server_plain": b})
         print(
-            f"{length} | {len(ids)} | {_fmt(a)} | {_fmt(b)} | {_fmt(a / b if a and b else None, '{:.2f}x')}",
+            f"{length} | {len(ids)} | {fmt(a)} | {fmt(b)} | {fmt(a / b if a and b else None, '{:.2f}x')}",
             file=out,
         )
     return rows

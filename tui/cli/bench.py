@@ -26,8 +26,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tasks",
         metavar="SPLIT",
-        help="instead: the long-input task families (summarize, passages, code_edit, translate, chat) and the "
-        "context rows, ours against llama-server on the same GGUF: heldout, tune, or a JSON Lines file",
+        help="instead: the task families (summarize, passages, code_edit, translate, chat, code: function "
+        "completions and rewrites) and the context rows, ours against llama-server on the same GGUF (with --draft "
+        "a GGUF: our draft model and its draft-simple too): heldout, tune, or a JSON Lines file",
+    )
+    parser.add_argument(
+        "--families",
+        metavar="NAMES",
+        help="with --tasks: only these families, comma-separated (code = its completions and rewrites; add "
+        "'context' for the context rows)",
     )
 
 
@@ -37,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     from engine.benchmarks.runner import load_prompt_set
 
     settings = cli_settings(args)
+    if args.families and not args.tasks:
+        raise CliError("--families goes with --tasks")
     if args.tasks:
         return _run_tasks(settings, args)
     prompt_set = args.prompts
@@ -92,10 +101,20 @@ def run(args: argparse.Namespace) -> int:
 def _run_tasks(settings, args: argparse.Namespace) -> int:
     from engine.backends.llamacpp import probe_llamacpp
     from engine.backends.select import is_gguf_path, uses_embedded_model
-    from engine.benchmarks.tasks import TASK_SETS, run_task_bench
+    from engine.benchmarks.task_sets import parse_families
+    from engine.benchmarks.tasks import CONTEXT_ROWS, TASK_SETS, run_task_bench
 
     if args.tasks not in TASK_SETS and not Path(args.tasks).is_file():
         raise CliError(f"--tasks: choose heldout or tune, or give a JSON Lines file (got {args.tasks!r})")
+    try:
+        families, context_rows = parse_families(args.families)
+    except ValueError as exc:
+        raise CliError(f"--families: {exc}") from None
+    draft = None
+    if settings.draft not in ("ngram", "none"):
+        if not is_gguf_path(Path(settings.draft)):
+            raise CliError("--tasks runs on llama.cpp: give a GGUF draft model (or --draft ngram)")
+        draft = Path(settings.draft)
     usable, reason = probe_llamacpp()
     if not usable:
         raise CliError(f"--tasks runs on llama.cpp: {reason}")
@@ -107,12 +126,16 @@ def _run_tasks(settings, args: argparse.Namespace) -> int:
         path = Path(settings.model)
     else:
         raise CliError("--tasks runs on llama.cpp: give a GGUF model (or none, for the embedded one)")
-    run_task_bench(
+    result = run_task_bench(
         path,
         args.tasks,
+        draft=draft,
         max_new=64 if args.quick else 128,
         repeats=1 if args.quick else 2,
         threads=getattr(settings, "threads", None),
         context=settings.max_context,
+        families=families,
+        context_rows=CONTEXT_ROWS if context_rows else (),
     )
-    return 0
+    # A drafting mode whose output left our plain's is a broken promise, not a slow figure: exit non-zero.
+    return 1 if not result or result["mismatches"] else 0
