@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.backends.exl2 import ExLlamaV2Backend, probe_exllamav2
+from engine.backends.exllamav2 import ExLlamaV2Backend, probe_exllamav2
 from engine.backends.exllamav3 import ExLlamaV3Backend, probe_exllamav3
 from engine.decoding.acceptance import AcceptanceAccounting
 from engine.errors import BackendError

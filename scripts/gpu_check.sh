@@ -111,7 +111,7 @@ PY
     built="$("$py" - <<'PY'
 import sys
 from engine.backends.base import BackendError
-from engine.backends.exl2 import import_exllamav2
+from engine.backends.exllamav2 import import_exllamav2
 from engine.models import print_progress
 try:
     print("exllamav2", import_exllamav2(print_progress).version)

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.backends.exl2 import (
+from engine.backends.exllamav2 import (
     MAX_DRAFT_TOKENS,
     ExLlamaV2Backend,
     import_exllamav2,
@@ -25,7 +25,7 @@ from engine.backends.exl2 import (
     probe_exllamav2,
     round_up_to_page,
 )
-from engine.backends.exl2_rounds import build_sampler_settings, round_origins, sampler_fields, stop_reason_of
+from engine.backends.held_rounds import build_sampler_settings, round_origins, sampler_fields, stop_reason_of
 from engine.decoding.acceptance import AcceptanceAccounting
 from engine.errors import BackendError
 from engine.events import Chunk, Done
@@ -515,7 +515,9 @@ def settings_for(model: Path, backend: str) -> SimpleNamespace:
 
 
 def test_auto_falls_back_to_transformers(smol_dir, monkeypatch):
-    hf = pytest.importorskip("engine.backends.transformers", reason="engine/backends/transformers/backend.py is not written yet")
+    hf = pytest.importorskip(
+        "engine.backends.transformers", reason="engine/backends/transformers/backend.py is not written yet"
+    )
     from engine.backends import llamacpp
     from engine.backends.select import create_backend
 
@@ -589,7 +591,9 @@ def test_same_rounds_give_the_same_stats_as_the_scripted_backend(standin, make_m
 @pytest.mark.slow
 def test_same_rounds_give_the_same_stats_as_the_transformers_backend(standin, make_model, smol_dir):
     """Replay the transformers backend's real n-gram rounds through the stand-in and compare the stats."""
-    hf = pytest.importorskip("engine.backends.transformers", reason="engine/backends/transformers/backend.py is not written yet")
+    hf = pytest.importorskip(
+        "engine.backends.transformers", reason="engine/backends/transformers/backend.py is not written yet"
+    )
     hf_backend = hf.TransformersBackend(smol_dir, draft="ngram", cache_mode="fp16", draft_cache_mode="fp16",
                                         max_context=1024)  # fmt: skip
     hf_backend.load()
@@ -793,7 +797,7 @@ def adaptive_request(backend: ExLlamaV2Backend, k: int) -> GenerationRequest:
 def test_adaptive_k_turns_a_useless_draft_off_between_replies_and_probes_later(
     standin, make_model, reply_ids
 ):
-    from engine.backends.exl2 import PROBE_INTERVAL_ROUNDS
+    from engine.backends.exllamav2 import PROBE_INTERVAL_ROUNDS
     from engine.decoding.adaptive_k import PROBE_LENGTH
     from engine.decoding.cost_model import VerifyCostModel
 

@@ -1,4 +1,4 @@
-"""First start of exllamav2 on a GPU: build progress, MAX_JOBS, and a failed build (engine/backends/exl2_build.py).
+"""First start of exllamav2 on a GPU: build progress, MAX_JOBS, and a failed build (engine/backends/extension_build.py).
 
 CUDA cannot run here, so the build itself is not run; what is tested: the progress parser on a build.ninja that
 torch 2.13's JIT loader wrote for exllamav2 0.3.2's 47 sources and a ninja log in ninja's own format, the watcher
@@ -17,8 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.backends import exl2_build
-from engine.backends.exl2 import import_exllamav2, probe_exllamav2
+from engine.backends import extension_build
+from engine.backends.exllamav2 import import_exllamav2, probe_exllamav2
 from engine.errors import BackendError
 
 DATA = Path(__file__).parent / "data" / "exl2_build"
@@ -40,26 +40,28 @@ def recorded_build(folder: Path) -> Path:
 
 def test_progress_from_torch_s_build_ninja_and_a_ninja_log(tmp_path):
     folder = recorded_build(tmp_path / "exllamav2_ext")
-    objects = exl2_build.ninja_objects((folder / "build.ninja").read_text())
+    objects = extension_build.ninja_objects((folder / "build.ninja").read_text())
     assert len(objects) == 47 and "unit_exl2_3b.cuda.o" in objects and "ext_bindings.o" in objects
     assert "exllamav2_ext.so" not in objects  # the link step is not a compiled file
     # 12 of the 47 finished; an entry left from an older build ("old_unit.cuda.o") does not count.
-    assert exl2_build.build_progress(folder) == (12, 47)
+    assert extension_build.build_progress(folder) == (12, 47)
     (folder / ".ninja_log").unlink()
-    assert exl2_build.build_progress(folder) == (0, 47)
-    assert exl2_build.build_progress(tmp_path / "nothing-yet") == (0, None)
+    assert extension_build.build_progress(folder) == (0, 47)
+    assert extension_build.build_progress(tmp_path / "nothing-yet") == (0, None)
 
 
 def test_watcher_reports_files_and_elapsed_then_the_last_word(tmp_path):
     folder = recorded_build(tmp_path / "exllamav2_ext")
     reports: list[tuple[str, float | None]] = []
-    with exl2_build.BuildWatcher(folder, lambda s, f: reports.append((s, f)), poll_s=0.05, heartbeat_s=60):
+    with extension_build.BuildWatcher(
+        folder, lambda s, f: reports.append((s, f)), poll_s=0.05, heartbeat_s=60
+    ):
         pass
-    assert reports[0][0].startswith(exl2_build.BUILD_STAGE) and reports[0][1] == 0.0
+    assert reports[0][0].startswith(extension_build.BUILD_STAGE) and reports[0][1] == 0.0
     stage, fraction = reports[-1]
-    assert stage.startswith(f"{exl2_build.BUILD_STAGE}: 12/47 files, ") and stage.endswith("s")
+    assert stage.startswith(f"{extension_build.BUILD_STAGE}: 12/47 files, ") and stage.endswith("s")
     assert fraction == pytest.approx(12 / 47)
-    assert exl2_build.format_elapsed(5) == "5s" and exl2_build.format_elapsed(671) == "11m 11s"
+    assert extension_build.format_elapsed(5) == "5s" and extension_build.format_elapsed(671) == "11m 11s"
 
 
 @pytest.mark.skipif(NINJA is None, reason="ninja is not installed")
@@ -81,7 +83,9 @@ def test_watcher_follows_a_real_ninja_build(tmp_path):
     (folder / "build.ninja").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     reports: list[tuple[str, float | None]] = []
-    with exl2_build.BuildWatcher(folder, lambda s, f: reports.append((s, f)), poll_s=0.05, heartbeat_s=60):
+    with extension_build.BuildWatcher(
+        folder, lambda s, f: reports.append((s, f)), poll_s=0.05, heartbeat_s=60
+    ):
         subprocess.run([NINJA, "-j", "1"], cwd=folder, check=True, capture_output=True, timeout=60)
     counts = [s.split(": ")[1].split(" files")[0] for s, _ in reports[1:]]
     assert counts[-1] == "6/6" and reports[-1][1] == 1.0
@@ -93,9 +97,9 @@ def test_max_jobs_is_every_core_unless_set(monkeypatch):
     monkeypatch.delenv("MAX_JOBS", raising=False)
     import os
 
-    assert exl2_build.use_all_cores() == str(os.cpu_count())
+    assert extension_build.use_all_cores() == str(os.cpu_count())
     monkeypatch.setenv("MAX_JOBS", "3")
-    assert exl2_build.use_all_cores() == "3"
+    assert extension_build.use_all_cores() == "3"
 
 
 def fake_exllamav2(root: Path, body: str) -> Path:
@@ -128,8 +132,8 @@ def test_build_message_shows_only_when_a_build_is_coming(tmp_path, monkeypatch):
     try:
         with pytest.raises(BackendError, match="stop here"):
             import_exllamav2(lambda s, f: reports.append(s))
-        assert reports[0].startswith(exl2_build.BUILD_STAGE)
-        assert reports[-1].startswith(f"{exl2_build.BUILD_STAGE}: 12/47 files, ")
+        assert reports[0].startswith(extension_build.BUILD_STAGE)
+        assert reports[-1].startswith(f"{extension_build.BUILD_STAGE}: 12/47 files, ")
 
         # Built before (the JIT library is there), or a prebuilt wheel's module: no message.
         (tmp_path / "ext" / "exllamav2_ext" / "exllamav2_ext.so").write_bytes(b"")
@@ -164,7 +168,7 @@ def test_a_failed_build_is_one_line_with_the_log_and_auto_falls_back(tmp_path, m
     body = f"raise RuntimeError({compiler_output!r})\n"
     monkeypatch.syspath_prepend(str(fake_exllamav2(tmp_path / "pkg", body)))
     _forget_exllamav2()
-    log = tmp_path / "ext" / "exllamav2_ext" / exl2_build.BUILD_LOG_NAME
+    log = tmp_path / "ext" / "exllamav2_ext" / extension_build.BUILD_LOG_NAME
     try:
         with pytest.raises(BackendError) as info:
             import_exllamav2()
@@ -217,7 +221,7 @@ def test_build_progress_reaches_the_session_s_progress_callback(tmp_path, monkey
         session.load(progress)
     finally:
         _forget_exllamav2()
-    assert any(s.startswith(f"{exl2_build.BUILD_STAGE}: 12/47 files") for s in stages)
+    assert any(s.startswith(f"{extension_build.BUILD_STAGE}: 12/47 files") for s in stages)
     assert session.backend_reason.startswith("auto: exllamav2 unusable (")
 
 

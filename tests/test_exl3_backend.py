@@ -481,11 +481,11 @@ def test_backend_exllamav3_without_cuda_is_one_line(make_model):
 
 
 def test_auto_on_a_gpu_picks_the_engine_the_folder_needs(make_model, monkeypatch):
-    from engine.backends import exl2, exllamav3, select
-    from engine.backends.exl2 import ExLlamaV2Backend
+    from engine.backends import exllamav2, exllamav3, select
+    from engine.backends.exllamav2 import ExLlamaV2Backend
 
     monkeypatch.setattr(exllamav3, "probe_exllamav3", lambda progress=None: (True, "exllamav3 1.6.5 on H200"))
-    monkeypatch.setattr(exl2, "probe_exllamav2", lambda progress=None: (True, "exllamav2 0.3.2 on H200"))
+    monkeypatch.setattr(exllamav2, "probe_exllamav2", lambda progress=None: (True, "exllamav2 0.3.2 on H200"))
     backend, why = select.create_backend(_settings(make_model("exl3"), "auto"))
     assert (
         isinstance(backend, ExLlamaV3Backend)
@@ -502,7 +502,9 @@ def test_auto_on_a_gpu_picks_the_engine_the_folder_needs(make_model, monkeypatch
         and backend.drafter == "mtp"
         and why.startswith("auto: --draft mtp")
     )
-    monkeypatch.setattr(exl2, "probe_exllamav2", lambda progress=None: (False, "exllamav2 is not installed"))
+    monkeypatch.setattr(
+        exllamav2, "probe_exllamav2", lambda progress=None: (False, "exllamav2 is not installed")
+    )
     backend, why = select.create_backend(_settings(make_model("fp16b", quant_method=None), "auto"))
     assert isinstance(backend, ExLlamaV3Backend)
     assert (

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-import engine.backends.exl2_rounds as exl2_rounds
 import engine.backends.exllamav3.backend as backend_module
+import engine.backends.held_rounds as held_rounds
 from engine.backends.exllamav3.sampling import cache_kwargs, combo_sampler_kwargs
 from engine.request import SamplerSettings
 from tests.exl3_real import real_exllamav3, unpacked_source
@@ -103,7 +103,7 @@ def result_strings() -> tuple[set[str], set[str]]:
     """(result keys, result values) the backend and the shared stop-reason reader look for in iterate() results."""
     keys: set[str] = set()
     values: set[str] = set()
-    trees = [ast.parse(BACKEND_SOURCE), ast.parse(inspect.getsource(exl2_rounds.stop_reason_of))]
+    trees = [ast.parse(BACKEND_SOURCE), ast.parse(inspect.getsource(held_rounds.stop_reason_of))]
     for tree in trees:
         for node in ast.walk(tree):
             if (

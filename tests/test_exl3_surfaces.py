@@ -31,12 +31,12 @@ def test_doctor_has_an_exllamav3_line_without_cuda():
 def test_doctor_on_a_gpu_says_what_exllamav3_runs(monkeypatch):
     import torch
 
-    from engine.backends import exl2, exllamav3
+    from engine.backends import exllamav2, exllamav3
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H200")
     monkeypatch.setattr(
-        exl2, "probe_exllamav2", lambda progress=None: (True, "exllamav2 0.3.2 on NVIDIA H200")
+        exllamav2, "probe_exllamav2", lambda progress=None: (True, "exllamav2 0.3.2 on NVIDIA H200")
     )
     monkeypatch.setattr(
         exllamav3, "probe_exllamav3", lambda progress=None: (True, "exllamav3 1.6.5 on NVIDIA H200")

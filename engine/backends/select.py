@@ -80,7 +80,7 @@ def uses_remote(settings: Any) -> bool:
 
 
 def _exllamav2(settings: Any, model_dir: Path) -> Backend:
-    from engine.backends.exl2 import ExLlamaV2Backend
+    from engine.backends.exllamav2 import ExLlamaV2Backend
 
     return ExLlamaV2Backend(
         model_dir,
@@ -159,7 +159,7 @@ def create_backend(settings: Any, progress: ProgressCallback | None = None) -> t
         return _remote(settings), (
             "remote: chosen in settings" if choice == "remote" else "auto: an endpoint is set -> remote"
         )
-    from engine.backends.exl2 import probe_exllamav2
+    from engine.backends.exllamav2 import probe_exllamav2
     from engine.backends.llamacpp import probe_llamacpp
 
     gguf = settings.model is not None and is_gguf_path(Path(settings.model))

@@ -216,7 +216,7 @@ def check_environment(report: DoctorReport) -> bool:
         else:
             why = "a CPU build of torch" if torch.version.cuda is None else "no CUDA GPU visible"
             report.add("cuda", "warn", f"{why}: ExLlamaV2 cannot run; the CPU backends run (slower)")
-    from engine.backends.exl2 import probe_exllamav2
+    from engine.backends.exllamav2 import probe_exllamav2
 
     usable, reason = probe_exllamav2() if cuda else (False, "no CUDA GPU")
     version = _version("exllamav2")

@@ -8,7 +8,7 @@ How the generator is driven (exllamav3/generator/generator.py and job.py of the 
   and V bits), built **before** `model.load()`; the draft loads first and the target's load is told about it.
 - One `iterate()` call is one verification round for our job. The job's `accepted_draft_tokens` /
   `rejected_draft_tokens` counters, read after every call, give the round's counts, turned into Chunks by the
-  same `HeldRounds` as exllamav2's (engine/backends/exl2_rounds.py).
+  same `HeldRounds` as exllamav2's (engine/backends/held_rounds.py).
 - K: the generator is built once with the largest K (`MAX_DRAFT_TOKENS`, which sizes its draft buffer and the
   speculative headroom the cache keeps), and `generator.num_draft_tokens` is set between replies.
   With a draft model or MTP head, K is floored at 1: at K = 0 exllamav3 skips the draft forward altogether
@@ -27,7 +27,7 @@ How the generator is driven (exllamav3/generator/generator.py and job.py of the 
 - A failed job comes back as a `"stage": "error"` result (the generator stays usable): one line, never a traceback.
 - A new Generator over the same cache disables the old one, so one backend holds one generator and `close()`s it.
 
-What exllamav3 cannot tell us exactly, as for exllamav2 (engine/backends/exl2.py): the last round's drafts at a stop
+What exllamav3 cannot tell us exactly, as for exllamav2 (engine/backends/exllamav2/backend.py): the last round's drafts at a stop
 token count as rejected in 1.6.5 (the round's `drafted` includes them); the temperature ramp moves per reply, not
 per token (the job's sampler is fixed when it is built: the reply samples at the ramp's first temperature); draft
 and target passes are not timed apart, so the cost ratio is not measured (Done.draft_step_s is 0).
@@ -46,10 +46,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from engine.backends.base import ProgressCallback
-from engine.backends.exl2_rounds import HeldRounds, ids_of, stop_reason_of
 from engine.backends.exllamav3.folder import check_model_folder, has_mtp_head
 from engine.backends.exllamav3.library import PINNED_VERSION, import_exllamav3, short_cause
 from engine.backends.exllamav3.sampling import build_sampler, cache_kwargs
+from engine.backends.held_rounds import HeldRounds, ids_of, stop_reason_of
 from engine.chat_template import ChatTemplate, ChatTemplateError
 from engine.decoding.drafting import PROBE_LENGTH, AdaptiveK
 from engine.errors import BackendError

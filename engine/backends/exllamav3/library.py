@@ -3,7 +3,7 @@
 exllamav3 ships as a pure-Python wheel with ~194 C++/CUDA sources that `exllamav3/ext.py` compiles with torch's JIT
 loader on the first import (unless a prebuilt `exllamav3_ext` module is importable), so `import exllamav3` happens
 only inside these functions and every failure becomes one line. The build is announced and followed file by file
-by the same watcher as exllamav2's (engine/backends/exl2_build.py, with exllamav3's names).
+by the same watcher as exllamav2's (engine/backends/extension_build.py, with exllamav3's names).
 
 The backend is written against one release, `PINNED_VERSION`: unknown keywords to `Generator` and `Job` are
 swallowed by `**kwargs` there, so tests/test_exl3_signatures.py checks every name used here against that release's
@@ -38,19 +38,19 @@ def short_cause(exc: BaseException) -> str:
 
 def import_exllamav3(progress: ProgressCallback | None = None) -> SimpleNamespace:
     """The exllamav3 names the backend uses; BackendError where the package cannot be imported here."""
-    from engine.backends import exl2_build
+    from engine.backends import extension_build
 
-    exl2_build.use_all_cores()
-    folder = exl2_build.build_coming(PACKAGE, EXTENSION) if progress is not None else None
+    extension_build.use_all_cores()
+    folder = extension_build.build_coming(PACKAGE, EXTENSION) if progress is not None else None
     try:
         if folder is not None and progress is not None:
-            with exl2_build.BuildWatcher(folder, progress, stage=BUILD_STAGE):
+            with extension_build.BuildWatcher(folder, progress, stage=BUILD_STAGE):
                 import exllamav3
         import exllamav3
         from exllamav3.generator.sampler import ComboSampler
     except Exception as exc:
-        if exl2_build.is_build_failure(exc, EXTENSION):
-            log = exl2_build.write_build_log(folder or _build_folder_or_none(), exc)
+        if extension_build.is_build_failure(exc, EXTENSION):
+            log = extension_build.write_build_log(folder or _build_folder_or_none(), exc)
             raise BackendError(
                 f"exllamav3 is unusable here: its CUDA extension failed to build (compiler output: {log}); "
                 f"{UNUSABLE_HINT}"
@@ -86,10 +86,10 @@ def _installed_version(module: object) -> str:
 
 
 def _build_folder_or_none() -> Path | None:
-    from engine.backends import exl2_build
+    from engine.backends import extension_build
 
     try:
-        return exl2_build.build_directory(EXTENSION)
+        return extension_build.build_directory(EXTENSION)
     except Exception:
         return None
 

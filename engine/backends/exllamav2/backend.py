@@ -2,7 +2,7 @@
 
 `import exllamav2` compiles a CUDA extension and fails without CUDA, so the package is imported lazily, only
 inside this module's functions, and every failure becomes a one-line `BackendError`. The first import's build
-is announced and followed file by file through the load's progress callback (engine/backends/exl2_build.py).
+is announced and followed file by file through the load's progress callback (engine/backends/extension_build.py).
 
 How the generator is driven (see DESIGN.md "ExLlamaV2 facts"):
 
@@ -40,7 +40,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from engine.backends.base import ProgressCallback
-from engine.backends.exl2_rounds import HeldRounds, build_sampler_settings, ids_of, stop_reason_of
+from engine.backends.held_rounds import HeldRounds, build_sampler_settings, ids_of, stop_reason_of
 from engine.chat_template import ChatTemplate, ChatTemplateError
 from engine.decoding.drafting import PROBE_LENGTH, AdaptiveK, VerifyCostModel
 from engine.errors import BackendError
@@ -95,22 +95,22 @@ def import_exllamav2(progress: ProgressCallback | None = None) -> SimpleNamespac
     """The exllamav2 names this backend uses; BackendError where the package cannot be imported here.
 
     The first import on a GPU compiles exllamav2's CUDA extension: `progress` hears that it is coming and then
-    files compiled / total and the elapsed time (engine/backends/exl2_build.py); the build uses every core.
+    files compiled / total and the elapsed time (engine/backends/extension_build.py); the build uses every core.
     """
-    from engine.backends import exl2_build
+    from engine.backends import extension_build
 
-    exl2_build.use_all_cores()
-    folder = exl2_build.build_coming() if progress is not None else None
+    extension_build.use_all_cores()
+    folder = extension_build.build_coming() if progress is not None else None
     try:
         if folder is not None and progress is not None:
-            with exl2_build.BuildWatcher(folder, progress):
+            with extension_build.BuildWatcher(folder, progress):
                 import exllamav2
         import exllamav2
         import exllamav2.attn as attn
         from exllamav2.generator import ExLlamaV2DynamicGenerator, ExLlamaV2DynamicJob, ExLlamaV2Sampler
     except Exception as exc:
-        if exl2_build.is_build_failure(exc):
-            log = exl2_build.write_build_log(folder or _build_folder_or_none(), exc)
+        if extension_build.is_build_failure(exc):
+            log = extension_build.write_build_log(folder or _build_folder_or_none(), exc)
             raise BackendError(
                 f"exllamav2 is unusable here: its CUDA extension failed to build (compiler output: {log}); "
                 f"{UNUSABLE_HINT}"
@@ -132,10 +132,10 @@ def import_exllamav2(progress: ProgressCallback | None = None) -> SimpleNamespac
 
 
 def _build_folder_or_none() -> Path | None:
-    from engine.backends import exl2_build
+    from engine.backends import extension_build
 
     try:
-        return exl2_build.build_directory()
+        return extension_build.build_directory()
     except Exception:
         return None
 
