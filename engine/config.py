@@ -27,6 +27,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from engine.endpoint import normalize_endpoint
 from engine.errors import UserError
 
 APP_NAME = "specchat"
@@ -287,8 +288,6 @@ class Settings(BaseSettings):
     def _check_endpoint(cls, value: str | None) -> str | None:
         if value is None or not value.strip():
             return None
-        from engine.backends.remote_servers import normalize_endpoint
-
         return normalize_endpoint(value)
 
     @field_validator("api_key_env", mode="after")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.backends.remote_servers import build_profile
+from engine.backends.remote.servers import build_profile
 from engine.benchmarks.doctor import CHECK_NAMES, DoctorReport, check_environment
 from engine.config import BACKEND_NAMES
 from tests.test_cli_errors import assert_one_line_error, run_cli

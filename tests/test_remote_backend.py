@@ -11,14 +11,10 @@ import pytest
 from rich.console import Console
 
 from engine.backends.remote import RemoteBackend
-from engine.backends.remote_servers import (
-    detect_kind,
-    insecure_warning,
-    normalize_endpoint,
-    spec_counters,
-)
+from engine.backends.remote.servers import detect_kind, spec_counters
 from engine.config import ConfigError, load_settings
 from engine.decoding.acceptance import solve_alpha
+from engine.endpoint import insecure_warning, normalize_endpoint
 from engine.errors import BackendError
 from engine.events import Chunk, ReplyFailed, ReplyFinished
 from engine.session import ChatSession

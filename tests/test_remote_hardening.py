@@ -22,9 +22,9 @@ from collections.abc import Iterator
 import pytest
 from rich.console import Console
 
-from engine.backends import remote
 from engine.backends.remote import RemoteBackend
-from engine.backends.remote_servers import (
+from engine.backends.remote import backend as remote
+from engine.backends.remote.servers import (
     EventStreamReader,
     StreamCounters,
     StreamLimitError,

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from engine.backends.remote import RemoteBackend
-from engine.backends.remote_servers import spec_counters
+from engine.backends.remote.servers import spec_counters
 from engine.benchmarks.llama_server import LlamaServer, free_port, llama_server_binary
 from engine.config import load_settings
 from engine.errors import BackendError

@@ -16,11 +16,8 @@ import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 ServerKind = Literal["llama-server", "vllm", "tabbyapi", "other"]
-
-LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0")
 
 # The largest count taken from a server (2**53: a float counter is still exact there); past it, a count is
 # a server's bug, not a reply's figure.
@@ -61,34 +58,6 @@ SPEC_COUNTERS: dict[str, tuple[str, str, str, str]] = {
         "vllm:spec_decode_num_accepted_tokens_per_pos_total",
     ),
 }
-
-
-def normalize_endpoint(url: str) -> str:
-    """The server's base URL (no trailing slash, no trailing /v1); ValueError with a one-line reason."""
-    url = (url or "").strip()
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"endpoint {url!r} is not an http:// or https:// URL (e.g. http://127.0.0.1:8080)")
-    if parts.username or parts.password:
-        raise ValueError(
-            "endpoint must not carry a user or password: put the API key in an environment variable "
-            "and pass --api-key-env VAR"
-        )
-    if parts.query or parts.fragment:
-        raise ValueError(f"endpoint {url!r} must be a base URL without ?query or #fragment")
-    base = url.rstrip("/")
-    if base.endswith("/v1"):
-        base = base[: -len("/v1")]
-    return base
-
-
-def insecure_warning(url: str) -> str | None:
-    """A warning for plain http:// to a host other than this machine (the API key and chat go in clear)."""
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    if parts.scheme == "http" and host not in LOCAL_HOSTS and not host.startswith("127."):
-        return f"warning: {host} is not this machine and the endpoint is plain http: the chat and API key travel unencrypted"
-    return None
 
 
 @dataclass(frozen=True, slots=True)

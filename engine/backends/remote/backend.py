@@ -1,7 +1,7 @@
 """Remote backend: the chat runs on an OpenAI-compatible server (llama.cpp's llama-server, vLLM, TabbyAPI, ...).
 
 The server drafts and verifies; this client streams `/v1/chat/completions` (httpx, and a capped event-stream
-reader of its own), sends what the server honours of the preset (engine.backends.remote_servers), and reports
+reader of its own), sends what the server honours of the preset (engine.backends.remote.servers), and reports
 speculation only from what the server says: llama-server's per-token `timings` (live) and `/metrics` deltas
 (rounds), vLLM's `/metrics` counters (polled at most twice a second while a reply streams, and their before/after
 difference), TabbyAPI's finish fields where it forwards them. Anything else stays empty with a reason. Tokens/s and TTFT are the client's own.
@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 
 from engine.backends.base import ProgressCallback
-from engine.backends.remote_servers import (
+from engine.backends.remote.servers import (
     DRAFT_FIELDS,
     EXTRA_SAMPLER_FIELDS,
     EventStreamReader,
@@ -41,11 +41,10 @@ from engine.backends.remote_servers import (
     count,
     detect_kind,
     error_message,
-    insecure_warning,
-    normalize_endpoint,
     read_spec_counters,
     spec_counters,
 )
+from engine.endpoint import insecure_warning, normalize_endpoint
 from engine.errors import BackendError
 from engine.events import BackendInfo, Chunk, Done, ServerStats, StopReason
 from engine.request import GenerationRequest
