@@ -10,16 +10,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from engine.backends.llamacpp.backend import (
-        BACKEND_NAME,
-        LlamaCppBackend,
-        LlamaCppModel,
+    from engine.backends.llamacpp.backend import BACKEND_NAME, LlamaCppBackend
+    from engine.backends.llamacpp.library import (
         ggml_cpu_library,
         patched_build,
         physical_cores,
         probe_llamacpp,
         raw_bindings,
     )
+    from engine.backends.llamacpp.model import LlamaCppModel
     from engine.backends.llamacpp.probe import LONG_PROBE_POSITION, ProbeVerdict, probe_widths
     from engine.backends.llamacpp.text import resolve_gguf
 
@@ -27,12 +26,12 @@ if TYPE_CHECKING:
 _SOURCES = {
     "BACKEND_NAME": "backend",
     "LlamaCppBackend": "backend",
-    "LlamaCppModel": "backend",
-    "ggml_cpu_library": "backend",
-    "patched_build": "backend",
-    "physical_cores": "backend",
-    "probe_llamacpp": "backend",
-    "raw_bindings": "backend",
+    "LlamaCppModel": "model",
+    "ggml_cpu_library": "library",
+    "patched_build": "library",
+    "physical_cores": "library",
+    "probe_llamacpp": "library",
+    "raw_bindings": "library",
     "LONG_PROBE_POSITION": "probe",
     "ProbeVerdict": "probe",
     "probe_widths": "probe",

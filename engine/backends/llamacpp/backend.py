@@ -27,19 +27,19 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
-import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
 from engine.backends.base import ProgressCallback
 from engine.backends.llamacpp import probe as llamacpp_probe
+from engine.backends.llamacpp.library import patched_build, physical_cores, probe_llamacpp
+from engine.backends.llamacpp.model import LlamaCppModel
 from engine.backends.llamacpp.native import RepackChoice, choose_repack, plan_load
-from engine.backends.llamacpp.pool import ThreadPool
-from engine.backends.llamacpp.probe import LONG_PROBE_POSITION, ProbeVerdict, probe_widths  # noqa: F401 (re-exported)
+from engine.backends.llamacpp.probe import ProbeVerdict, probe_widths
 from engine.backends.llamacpp.text import ByteDetokenizer, GgufTokenizer, resolve_gguf
 from engine.backends.llamacpp.threads import (
     PassCost,
@@ -57,7 +57,7 @@ from engine.chat_template import (
 )
 from engine.decoding.draft_compat import VocabView, check_draft_compatible
 from engine.decoding.drafting import AdaptiveK, VerifyCostModel
-from engine.decoding.round_loop import LoopSetup, RoundLoopBackend, common_prefix
+from engine.decoding.round_loop import LoopSetup, RoundLoopBackend
 from engine.errors import BackendError
 from engine.events import BackendInfo, Chunk, Done, DraftMode
 from engine.request import GenerationRequest, resolve_cache_mode
@@ -65,95 +65,9 @@ from engine.request import GenerationRequest, resolve_cache_mode
 BACKEND_NAME = "llama.cpp"
 # cache_mode -> llama.cpp K/V cache type name; llama.cpp has no 6-bit cache type, q6 takes q8_0.
 CACHE_TYPE_NAMES = {"fp16": "f16", "q8": "q8_0", "q6": "q8_0", "q4": "q4_0"}
-# Prompt tokens per decode call while prefilling; the cancel event is checked between slices.
-PREFILL_SLICE = 256
 # Verify-pass widths timed at load for the cost model (later passes refine it), those up to the widest pass the
 # loop may send: wide ones too, so that a long-match draft is priced by a measured pass, not by extrapolation.
 CALIBRATION_WIDTHS = (1, 2, 3, 5, 9, 17, 33, 49)
-# Exported by specchat's patched llama.cpp build (scripts/patch_llama_cpp.py).
-PATCH_SYMBOL = "ggml_vec_dot_f16_f32"
-
-
-def probe_llamacpp() -> tuple[bool, str]:
-    """(usable, reason): whether the llama.cpp bindings import here."""
-    try:
-        import llama_cpp
-    except Exception as exc:  # ImportError, or OSError from a shared library that does not load
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return False, f"llama-cpp-python is not installed or does not load ({first})"
-    return True, f"llama-cpp-python {getattr(llama_cpp, '__version__', '?')} imports"
-
-
-def ggml_cpu_library() -> Path | None:
-    """The CPU backend library (libggml-cpu) of the installed llama-cpp-python; None where there is none. Its
-    soname first: the file libllama maps (a wheel's `.so` is a separate copy, and opening it maps ggml twice)."""
-    try:
-        import llama_cpp
-        from llama_cpp import llama_cpp as raw
-    except Exception:  # no bindings, or bindings that do not load
-        return None
-    base = Path(getattr(raw, "_base_path", Path(llama_cpp.__file__).parent / "lib"))
-    return next(
-        (
-            base / name
-            for name in ("libggml-cpu.so.0", "libggml-cpu.so", "libggml-cpu.dylib", "ggml-cpu.dll")
-            if (base / name).is_file()
-        ),
-        None,
-    )
-
-
-def raw_bindings():
-    """llama_cpp.llama_cpp (the ctypes layer: `_lib`, `_base_path`); None where it does not import."""
-    try:
-        from llama_cpp import llama_cpp as raw
-    except Exception:  # no bindings, or bindings that do not load
-        return None
-    return raw
-
-
-def patched_build() -> bool:
-    """Whether the loaded llama.cpp carries specchat's patch (scripts/patch_llama_cpp.py, applied by make install):
-    float16 weights times float32 activations, one token computed exactly as a row of a batch."""
-    library = ggml_cpu_library()
-    if library is None:
-        return False
-    try:
-        return hasattr(ctypes.CDLL(str(library)), PATCH_SYMBOL)
-    except Exception:  # a library that does not load: not ours
-        return False
-
-
-def physical_cores() -> int:
-    """Physical cores this process may use: llama.cpp's matrix kernels gain nothing from hyper-threads."""
-    try:
-        allowed = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        allowed = os.cpu_count() or 1
-    cores: set[tuple[str, str]] = set()
-    try:
-        physical = core = ""
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                key, _, value = line.partition(":")
-                key, value = key.strip(), value.strip()
-                if key == "physical id":
-                    physical = value
-                elif key == "core id":
-                    core = value
-                elif not key and core:
-                    cores.add((physical, core))
-                    physical = core = ""
-        if core:
-            cores.add((physical, core))
-    except OSError:
-        pass
-    return max(1, min(allowed, len(cores) or allowed))
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 @contextlib.contextmanager
@@ -170,212 +84,6 @@ def torch_sampling_thread():
         yield
     finally:
         torch.set_num_threads(before)
-
-
-class LlamaCppModel:
-    """One GGUF model with its llama.cpp context (KV cache) and the token ids whose keys/values it holds."""
-
-    def __init__(
-        self,
-        lib,
-        path: Path,
-        n_ctx: int,
-        threads: int,
-        cache_type: int,
-        n_batch: int,
-        gpu_layers: int,
-        repack: bool = True,
-    ) -> None:
-        from llama_cpp import _internals
-
-        self._lib = lib
-        params = lib.llama_model_default_params()
-        params.n_gpu_layers = gpu_layers
-        # Weight repacking into llama.cpp's extra buffer types (AMX, the CPU repack): see llamacpp_native.
-        params.use_extra_bufts = repack
-        self.repack = repack
-        try:
-            self.model = _internals.LlamaModel(path_model=str(path), params=params, verbose=False)
-        except (ValueError, OSError) as exc:
-            raise BackendError(f"llama.cpp could not load {path}: {_first_line(exc)}") from exc
-        self.n_ctx_train = int(self.model.n_ctx_train())
-        self.n_vocab = int(self.model.n_vocab())
-        ctx_params = lib.llama_context_default_params()
-        ctx_params.n_ctx = n_ctx
-        ctx_params.n_batch = n_batch
-        ctx_params.n_ubatch = n_batch
-        ctx_params.n_seq_max = 1
-        ctx_params.n_threads = threads
-        ctx_params.n_threads_batch = threads
-        ctx_params.type_k = cache_type
-        ctx_params.type_v = cache_type
-        # Flash attention: a quantized V cache needs it, and on the CPU its kernel computes each query row
-        # alike in a batch of one and of many (the plain matrix-product attention does not).
-        if cache_type != lib.GGML_TYPE_F16 or gpu_layers == 0:
-            ctx_params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        # Set where llama.cpp could not make the quantized cache asked for (a head size that is not a multiple
-        # of its block, 32) and an f16 cache was taken instead; the backend says so in a note.
-        self.cache_fallback: str | None = None
-        try:
-            self.ctx = _internals.LlamaContext(model=self.model, params=ctx_params, verbose=False)
-        except (ValueError, OSError) as exc:
-            self.ctx = None
-            # Only a quantized cache is retried, as f16 (which needs more memory, so it cannot mend anything else).
-            if cache_type != lib.GGML_TYPE_F16:
-                ctx_params.type_k = ctx_params.type_v = lib.GGML_TYPE_F16
-                with contextlib.suppress(ValueError, OSError):
-                    self.ctx = _internals.LlamaContext(model=self.model, params=ctx_params, verbose=False)
-            if self.ctx is None:
-                self.model.close()
-                raise BackendError(
-                    f"llama.cpp could not create a context for {path.name} ({n_ctx} tokens): "
-                    f"{_first_line(exc)}; lower max_context"
-                ) from exc
-            metadata = self.model.metadata()
-            head = metadata.get(f"{metadata.get('general.architecture')}.attention.key_length")
-            self.cache_fallback = "llama.cpp could not make a quantized cache for this model" + (
-                f" (head size {head}; its blocks are 32 wide)" if head else ""
-            )
-        self.n_batch = n_batch
-        self.batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
-        # ggml's workers kept between decodes (engine/backends/llamacpp/pool.py); None: llama.cpp's own default.
-        self.pool = ThreadPool.attach(raw_bindings(), self.ctx.ctx, threads) if gpu_layers == 0 else None
-        self.ids: list[int] = []
-        self.step_times: list[float] = []
-        # Cached tokens under the latest timed pass (what its attention read besides its own rows).
-        self.pass_context = 0
-        # Round cost by width (1 + drafts), in seconds, for the n-gram drafter; None: not measured.
-        self.costs: VerifyCostModel | None = None
-        # One-token decodes go through the batched kernels (a throw-away second position): set by the backend
-        # where llama.cpp's single-token and batched kernels round differently.
-        self.pad_single = False
-        # False once the memory refused to drop a tail (crop then re-prefills).
-        self.can_crop = True
-
-    def clear(self) -> None:
-        self.ctx.kv_cache_clear()
-        self.ids = []
-
-    def crop(self, length: int) -> None:
-        """Keep exactly the first `length` cached positions.
-
-        A memory that refuses to drop a tail (recurrent and hybrid models) is cleared and the prefix decoded
-        again, the way it was built (same slices, same padding): exact, but it costs a prefill. `can_crop` turns
-        False then, so the backend stops drafting for such a model (every rejected draft would re-prefill)."""
-        if length >= len(self.ids):
-            return
-        if self.ctx.kv_cache_seq_rm(0, length, -1):
-            del self.ids[length:]
-            return
-        self.can_crop = False
-        kept = self.ids[:length]
-        self.clear()
-        self.prefill(kept)
-
-    def decode(self, tokens: Sequence[int], outputs: int, timed: bool = False, pad: bool | None = None):
-        """Run `tokens` on top of the cache; a (outputs, n_vocab) float32 array of the last `outputs` rows.
-
-        A single token (with `pad`, by default `pad_single`) is decoded with a throw-away second position that
-        is removed again, so it runs through the batched kernels. `timed` records the step time and feeds it to
-        the cost model as a pass of len(tokens) rows.
-        """
-        pad = self.pad_single if pad is None else pad
-        if timed:
-            self.pass_context = len(self.ids)
-            if self.costs is not None:
-                self.costs.context = self.pass_context
-        start = time.perf_counter()
-        if pad and len(tokens) == 1:
-            logits = self._decode([tokens[0], tokens[0]], outputs=2 if outputs else 0)
-            self.crop(len(self.ids) - 1)
-            logits = None if logits is None else logits[:1]
-        else:
-            logits = self._decode(tokens, outputs)
-        if timed:
-            elapsed = time.perf_counter() - start
-            self.step_times.append(elapsed)
-            if self.costs is not None:
-                self.costs.observe(len(tokens), elapsed)
-        return logits
-
-    def _decode(self, tokens: Sequence[int], outputs: int):
-        import numpy as np
-
-        n = len(tokens)
-        if n > self.n_batch:
-            raise BackendError(f"internal: a decode of {n} tokens exceeds the batch of {self.n_batch}")
-        batch = self.batch.batch
-        base = len(self.ids)
-        for i, token in enumerate(tokens):
-            batch.token[i] = token
-            batch.pos[i] = base + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = i >= n - outputs
-        batch.n_tokens = n
-        code = self._lib.llama_decode(self.ctx.ctx, batch)
-        if code != 0:
-            self.clear()  # after a failed decode the cache may hold part of the batch
-            if code == 1:
-                raise BackendError(
-                    "llama.cpp found no room in its KV cache: lower max_new_tokens or the context"
-                )
-            raise BackendError(f"llama.cpp decode failed (code {code})")
-        self.ids.extend(tokens)
-        logits = None
-        if outputs:
-            pointer = self._lib.llama_get_logits(self.ctx.ctx)
-            logits = np.ctypeslib.as_array(pointer, shape=(outputs, self.n_vocab)).copy()
-        return logits
-
-    def prefill(self, ids: Sequence[int], cancel: threading.Event | None = None) -> int:
-        """Bring the cache to `ids` (a prefix of it when `cancel` is set between slices), reusing the longest
-        common prefix; the reused length.
-
-        With `pad_single`, a one-token slice gets a throw-away second position (removed again), so that every
-        position's keys and values come from the batched kernels.
-        """
-        reused = common_prefix(self.ids, ids)
-        self.crop(reused)
-        for start in range(reused, len(ids), PREFILL_SLICE):
-            if cancel is not None and cancel.is_set():
-                break
-            self.decode(list(ids[start : start + PREFILL_SLICE]), outputs=0)
-        return reused
-
-    def score(self, tokens: Sequence[int]) -> torch.Tensor:
-        """The round loop's verify pass: logits of every row of `tokens`, timed as a round of that width."""
-        return torch.from_numpy(self.decode(tokens, outputs=len(tokens), timed=True))
-
-    def next_logits(self, tokens: Sequence[int]) -> torch.Tensor:
-        """A draft step: the logits after the last of `tokens`, timed. The draft's rounding does not matter
-        (the target verifies), so its steps take llama.cpp's fast single-token path."""
-        return torch.from_numpy(self.decode(tokens, outputs=1, timed=True, pad=False)[-1])
-
-    def special_ids(self, end_of_turn_id: int | None) -> dict[str, int | None]:
-        def known(token: int) -> int | None:
-            return token if token is not None and token >= 0 else None
-
-        ids = {"bos": known(self.model.token_bos()), "eos": known(self.model.token_eos())}
-        if end_of_turn_id is not None:
-            ids["end_of_turn"] = end_of_turn_id
-        return ids
-
-    def token_text(self, token: int) -> str | None:
-        if token is None or token < 0 or token >= self.n_vocab:
-            return None
-        return self._lib.llama_vocab_get_text(self.model.vocab, token).decode("utf-8", "replace")
-
-    def single_token_id(self, text: str) -> int | None:
-        ids = self.model.tokenize(text.encode("utf-8"), add_bos=False, special=True)
-        return ids[0] if len(ids) == 1 else None
-
-    def close(self) -> None:
-        self.batch.close()
-        self.ctx.close()
-        if self.pool is not None:
-            self.pool.close()  # after the context that used it
-        self.model.close()
 
 
 # The kernel probe's verdict is remembered only for llama.cpp's own decodes (not a test's planted kernel).

@@ -1,0 +1,94 @@
+"""The installed llama-cpp-python, read without loading a model: whether its bindings import, which ggml CPU library
+they map, whether it is specchat's patched build, and how many physical cores this process may use.
+
+Light: llama_cpp is imported inside the functions, and nothing here imports torch (the registry's probe and the
+trial child read it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+from engine.backends.base import ProgressCallback
+
+# Exported by specchat's patched llama.cpp build (scripts/patch_llama_cpp.py).
+PATCH_SYMBOL = "ggml_vec_dot_f16_f32"
+
+
+def probe_llamacpp(progress: ProgressCallback | None = None) -> tuple[bool, str]:
+    """(usable, reason): whether the llama.cpp bindings import here."""
+    try:
+        import llama_cpp
+    except Exception as exc:  # ImportError, or OSError from a shared library that does not load
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return False, f"llama-cpp-python is not installed or does not load ({first})"
+    return True, f"llama-cpp-python {getattr(llama_cpp, '__version__', '?')} imports"
+
+
+def ggml_cpu_library() -> Path | None:
+    """The CPU backend library (libggml-cpu) of the installed llama-cpp-python; None where there is none. Its
+    soname first: the file libllama maps (a wheel's `.so` is a separate copy, and opening it maps ggml twice)."""
+    try:
+        import llama_cpp
+        from llama_cpp import llama_cpp as raw
+    except Exception:  # no bindings, or bindings that do not load
+        return None
+    base = Path(getattr(raw, "_base_path", Path(llama_cpp.__file__).parent / "lib"))
+    return next(
+        (
+            base / name
+            for name in ("libggml-cpu.so.0", "libggml-cpu.so", "libggml-cpu.dylib", "ggml-cpu.dll")
+            if (base / name).is_file()
+        ),
+        None,
+    )
+
+
+def raw_bindings():
+    """llama_cpp.llama_cpp (the ctypes layer: `_lib`, `_base_path`); None where it does not import."""
+    try:
+        from llama_cpp import llama_cpp as raw
+    except Exception:  # no bindings, or bindings that do not load
+        return None
+    return raw
+
+
+def patched_build() -> bool:
+    """Whether the loaded llama.cpp carries specchat's patch (scripts/patch_llama_cpp.py, applied by make install):
+    float16 weights times float32 activations, one token computed exactly as a row of a batch."""
+    library = ggml_cpu_library()
+    if library is None:
+        return False
+    try:
+        return hasattr(ctypes.CDLL(str(library)), PATCH_SYMBOL)
+    except Exception:  # a library that does not load: not ours
+        return False
+
+
+def physical_cores() -> int:
+    """Physical cores this process may use: llama.cpp's matrix kernels gain nothing from hyper-threads."""
+    try:
+        allowed = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        allowed = os.cpu_count() or 1
+    cores: set[tuple[str, str]] = set()
+    try:
+        physical = core = ""
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if key == "physical id":
+                    physical = value
+                elif key == "core id":
+                    core = value
+                elif not key and core:
+                    cores.add((physical, core))
+                    physical = core = ""
+        if core:
+            cores.add((physical, core))
+    except OSError:
+        pass
+    return max(1, min(allowed, len(cores) or allowed))
