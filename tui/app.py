@@ -31,6 +31,7 @@ class SpecchatApp(App[None]):
     TITLE = "specchat"
     CSS_PATH = Path(__file__).with_name("app.tcss")
     BINDINGS = bindings(APP_KEYS)
+    DEFAULT_MODE = "chat"
     COMMANDS = App.COMMANDS | {SpecchatCommands}
 
     def __init__(
@@ -61,6 +62,9 @@ class SpecchatApp(App[None]):
             {} if any(p.severity == "error" for p in self.keymap_problems) else dict(settings.keymap)
         )
         self.chat = ChatScreen()
+        # The chat as a mode of its own, not the default screen: the app starts once it is mounted (its prompt
+        # focused), so a question typed while specchat was starting reaches the prompt.
+        self.add_mode("chat", lambda: self.chat)
 
     def get_driver_class(self) -> type[Driver]:
         # A paste with escape sequences in it must arrive whole (tui/terminal.py): our parser on Linux and macOS.
@@ -71,14 +75,10 @@ class SpecchatApp(App[None]):
             return PasteSafeLinuxDriver
         return driver
 
-    def get_default_screen(self) -> ChatScreen:
-        return self.chat
-
     def on_mount(self) -> None:
+        # The chat screen is mounted by now (a mode's first screen is, before the app's Mount).
         self.set_keymap(dict(self.keymap))
         self._apply_saved_theme()
-
-    def on_chat_screen_opened(self) -> None:
         for problem in self.keymap_problems:
             self.notify(problem.message, severity=problem.severity, timeout=12)
         for problem in self.session.skipped_presets.values():

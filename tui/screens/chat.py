@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from textual import on, work
 from textual.app import ComposeResult
-from textual.message import Message
 from textual.screen import Screen
 from textual.worker import Worker
 
@@ -50,9 +49,6 @@ STATUS_INTERVAL_S = 0.25
 
 class ChatScreen(ChatFlows, Screen[None]):
     BINDINGS = bindings(CHAT_KEYS)
-
-    class Opened(Message):
-        """The chat is on screen, its parts mounted: the app can start (load the model, show a dialog)."""
 
     def __init__(self) -> None:
         super().__init__(id="chat")
@@ -108,7 +104,6 @@ class ChatScreen(ChatFlows, Screen[None]):
         # A dialog shows the chat dimmed behind it: the chat's scrollbar beside the dialog's read as a second one.
         self.watch(self, "stack_updates", self._chat_covered, init=False)
         self.refresh_status()
-        self.app.post_message(self.Opened())
 
     def _chat_covered(self) -> None:
         self.chat_log.set_class(self.app.screen is not self, "covered")
