@@ -1,4 +1,5 @@
-"""The thread-count decisions (engine.backends.llamacpp.threads) on planted timings, and the backend's drop to one thread.
+"""The thread-count decisions (engine.backends.llamacpp.threads) on planted timings, and the backend's thread control
+(`ThreadControl`, the object `LlamaCppBackend` holds) dropping to one thread.
 
 No model here: the timings are the ones a busy machine gave (2 threads 680 ms a token beside another process,
 1 thread 30 ms), the ones an idle one gives (2 threads faster), and the ones a long context gives on an idle
@@ -11,7 +12,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.backends.llamacpp import LlamaCppBackend
 from engine.backends.llamacpp.threads import (
     MAX_GROWTH_PER_1K,
     RECHECK_FIRST_S,
@@ -27,6 +27,7 @@ from engine.backends.llamacpp.threads import (
     RecheckClock,
     StallWatch,
     ThreadChoice,
+    ThreadControl,
     choose_threads,
     close_call,
 )
@@ -72,29 +73,28 @@ def test_more_than_two_counts_and_no_samples() -> None:
     assert empty.threads == 1 and empty.note() == "1 thread"
 
 
-def measured_backend(timings: dict[int, list[float]]) -> tuple[LlamaCppBackend, dict[int, int]]:
-    """A backend whose one-token decodes take the planted seconds per thread count, in turn."""
-    backend = LlamaCppBackend("unused.gguf")
-    backend.threads = 2
-    backend.target = SimpleNamespace(n_vocab=100, ids=[], clear=lambda: None, prefill=lambda ids: None)
-    backend.set_threads = lambda count: setattr(backend, "threads", count)
+def measured_control(timings: dict[int, list[float]]) -> tuple[ThreadControl, dict[int, int]]:
+    """A control whose one-token decodes take the planted seconds per thread count, in turn."""
+    control = ThreadControl(2, [])
+    control.target = SimpleNamespace(n_vocab=100, ids=[], clear=lambda: None, prefill=lambda ids: None)
+    control.set_threads = lambda count: setattr(control, "threads", count)
     taken = {n: 0 for n in timings}
 
     def time_decodes(tokens) -> float:
-        n = backend.threads
+        n = control.threads
         taken[n] += 1
         return timings[n][taken[n] - 1]
 
-    backend._time_decodes = time_decodes
-    return backend, taken
+    control.time_decodes = time_decodes
+    return control, taken
 
 
 def test_a_close_call_at_load_samples_on_before_it_keeps_one_thread() -> None:
     # The first 5 each read 2 threads 15.8 ms against 17.3 (within the margin); 5 more show the idle machine.
-    backend, taken = measured_backend(
+    control, taken = measured_control(
         {1: [17.3 * MS] * 5 + [20 * MS] * 5, 2: [15.8 * MS] * 5 + [13 * MS] * 5}
     )
-    choice = backend._measure_threads(counts=(1, 2))
+    choice = control.measure(counts=(1, 2))
     assert taken == {1: THREAD_CLOSE_SAMPLES, 2: THREAD_CLOSE_SAMPLES}
     assert choice.threads == 2
     assert close_call(choose_threads({1: [17.3 * MS] * 5, 2: [15.8 * MS] * 5}))
@@ -106,8 +106,8 @@ def test_a_clear_result_at_load_stops_at_the_usual_samples() -> None:
         ({1: [20 * MS] * 10, 2: [40 * MS] * 10}, 1),  # busy: more threads slower
         ({1: [20 * MS] * 10, 2: [20 * MS] * 10}, 1),  # a tie is no close call
     ):
-        backend, taken = measured_backend(timings)
-        assert backend._measure_threads(counts=(1, 2)).threads == threads
+        control, taken = measured_control(timings)
+        assert control.measure(counts=(1, 2)).threads == threads
         assert taken == {1: THREAD_SAMPLES, 2: THREAD_SAMPLES}
     assert not close_call(choose_threads({1: [20 * MS] * 5, 2: [12 * MS] * 5}))
     assert not close_call(choose_threads({1: [20 * MS] * 5}))
@@ -148,42 +148,42 @@ def test_no_prediction_never_stalls() -> None:
     assert not any(watch.observe(5.0, 1) for _ in range(10))
 
 
-# --- the backend's reaction (no model: the hook alone) ---------------------------------------------------
+# --- the thread control's reaction (no model: the hook alone) ---------------------------------------------------
 
 
-def planted_backend(step_seconds: list[float]) -> tuple[LlamaCppBackend, list[int]]:
-    backend = LlamaCppBackend("unused.gguf")
+def planted_control(step_seconds: list[float]) -> tuple[ThreadControl, list[int]]:
+    control = ThreadControl(2, [])
     switched: list[int] = []
-    backend.set_threads = lambda count: (switched.append(count), setattr(backend, "threads", count))
-    backend.threads = 2
-    backend.target = SimpleNamespace(step_times=step_seconds, pass_context=0)
-    backend.notes = ["2 threads: measured at load"]
-    backend._thread_note = 0
-    backend._stall_watch = StallWatch(predicted)
-    return backend, switched
+    control.set_threads = lambda count: (switched.append(count), setattr(control, "threads", count))
+    control.threads = 2
+    control.target = SimpleNamespace(step_times=step_seconds, pass_context=0)
+    control.notes = ["2 threads: measured at load"]
+    control.thread_note = 0
+    control.stall_watch = StallWatch(predicted)
+    return control, switched
 
 
 def test_a_stall_drops_to_one_thread_with_a_note_on_the_reply_and_the_backend() -> None:
-    backend, switched = planted_backend([])
+    control, switched = planted_control([])
     notes: list[str] = []
     for _ in range(STALL_ROUNDS):
-        backend.target.step_times.append(300 * MS)  # the decode the round loop just timed
-        backend._on_round(300 * MS, 1, notes)
-    assert switched == [1] and backend.threads == 1
+        control.target.step_times.append(300 * MS)  # the decode the round loop just timed
+        control.on_round(300 * MS, 1, notes)
+    assert switched == [1] and control.threads == 1
     assert notes == [STALL_NOTE.format(slowdown=30, rounds=STALL_ROUNDS)]
-    assert backend.info.notes == tuple(notes)  # the thread line is replaced, not added to
+    assert tuple(control.notes) == tuple(notes)  # the thread line is replaced, not added to
     assert "dropped to 1 thread" in notes[0] and "30x slower" in notes[0]
-    backend._on_round(300 * MS, 1, notes)  # later rounds: no second drop, no second note
+    control.on_round(300 * MS, 1, notes)  # later rounds: no second drop, no second note
     assert switched == [1] and len(notes) == 1
 
 
 def test_the_decode_time_counts_not_the_round_s_python_work() -> None:
     # The round loop's seconds include sampling; a slow Python side (the TUI redrawing) is no thread stall.
-    backend, switched = planted_backend([])
+    control, switched = planted_control([])
     notes: list[str] = []
     for _ in range(STALL_ROUNDS * 2):
-        backend.target.step_times.append(10 * MS)
-        backend._on_round(300 * MS, 1, notes)
+        control.target.step_times.append(10 * MS)
+        control.on_round(300 * MS, 1, notes)
     assert switched == [] and notes == []
 
 
@@ -242,7 +242,7 @@ def test_the_verify_cost_ratios_are_read_at_the_context_of_the_pass() -> None:
     assert costs.as_dict()[9] == pytest.approx(23.5 / 11, rel=1e-4)
     costs.context = 64
     assert costs.ratio(9) == pytest.approx(23.5 / 11, rel=1e-4)
-    # Without a shape (another backend): the context-blind ratios.
+    # Without a shape (another control): the context-blind ratios.
     blind = VerifyCostModel.from_samples({1: 11 * MS, 9: 23.5 * MS})
     blind.context = 2000
     assert blind.ratio(9) == pytest.approx(23.5 / 11)
@@ -297,35 +297,35 @@ def test_the_recheck_clock_waits_longer_each_time_one_thread_stays() -> None:
     assert clock.wait == RECHECK_MAX_S
 
 
-def long_backend() -> tuple[LlamaCppBackend, list[int], list[float]]:
-    backend, switched = planted_backend([])
-    backend.pass_cost = long_context_cost()
-    backend._pass_cost_threads = 2
-    backend._stall_watch = StallWatch(backend._predicted_cost())
+def long_control() -> tuple[ThreadControl, list[int], list[float]]:
+    control, switched = planted_control([])
+    control.pass_cost = long_context_cost()
+    control.pass_cost_threads = 2
+    control.stall_watch = StallWatch(control.predicted_cost())
     now = [1000.0]
-    backend.clock = lambda: now[0]
-    return backend, switched, now
+    control.clock = lambda: now[0]
+    return control, switched, now
 
 
 def test_the_backend_keeps_its_threads_over_a_long_context_and_drops_on_a_stall_there() -> None:
-    backend, switched, _ = long_backend()
+    control, switched, _ = long_control()
     notes: list[str] = []
     for i in range(60):  # a reply over 3,700 cached tokens at idle speed
-        backend.target.pass_context = 3700 + i
-        backend.target.step_times.append(68 * MS)
-        backend._on_round(70 * MS, 1, notes)
+        control.target.pass_context = 3700 + i
+        control.target.step_times.append(68 * MS)
+        control.on_round(70 * MS, 1, notes)
     assert switched == [] and notes == []
     for _ in range(STALL_ROUNDS):  # then another process takes a core
-        backend.target.step_times.append(900 * MS)
-        backend._on_round(900 * MS, 1, notes)
+        control.target.step_times.append(900 * MS)
+        control.on_round(900 * MS, 1, notes)
     assert switched == [1] and len(notes) == 1 and notes[0].startswith("dropped to 1 thread")
 
 
 def test_after_a_drop_the_counts_are_measured_again_and_the_cores_come_back() -> None:
-    backend, switched, now = long_backend()
-    backend.thread_choice = ThreadChoice(2, {1: 30 * MS, 2: 15 * MS})
-    backend.max_context = 8192
-    backend.target.ids = list(range(3700))
+    control, switched, now = long_control()
+    control.thread_choice = ThreadChoice(2, {1: 30 * MS, 2: 15 * MS})
+    control.max_context = 8192
+    control.target.ids = list(range(3700))
     measured: list[tuple] = []
     busy = [True]
 
@@ -333,34 +333,34 @@ def test_after_a_drop_the_counts_are_measured_again_and_the_cores_come_back() ->
         measured.append((tuple(counts), on_cache))
         return choose_threads({1: [30 * MS], 2: [200 * MS if busy[0] else 15 * MS]})
 
-    backend._measure_threads = measure
+    control.measure = measure
     notes: list[str] = []
     for _ in range(STALL_ROUNDS):
-        backend.target.step_times.append(900 * MS)
-        backend._on_round(900 * MS, 1, notes)
+        control.target.step_times.append(900 * MS)
+        control.on_round(900 * MS, 1, notes)
     assert switched == [1]
     # The next replies start before the wait is over: nothing measured.
-    backend._recheck_threads(notes)
+    control.recheck_threads(notes)
     assert measured == []
     # Still busy at the first check: one thread stays, the next check waits twice as long.
     now[0] += RECHECK_FIRST_S
-    backend._recheck_threads(notes)
+    control.recheck_threads(notes)
     assert measured == [((1, 2), True)] and switched == [1, 1] and len(notes) == 1
     now[0] += RECHECK_FIRST_S
-    backend._recheck_threads(notes)
+    control.recheck_threads(notes)
     assert len(measured) == 1
-    # The busy spell is over: back to two threads, said on the reply and in the backend's thread line.
+    # The busy spell is over: back to two threads, said on the reply and in the control's thread line.
     busy[0] = False
     now[0] += RECHECK_FIRST_S
     reply_notes: list[str] = []
-    backend._recheck_threads(reply_notes)
-    assert switched == [1, 1, 2] and backend.threads == 2
+    control.recheck_threads(reply_notes)
+    assert switched == [1, 1, 2] and control.threads == 2
     assert reply_notes == [
         RECHECK_NOTE.format(threads="2 threads", timings="1 thread 30.0 ms, 2 threads 15.0 ms")
     ]
-    assert backend.info.notes == tuple(reply_notes)
+    assert tuple(control.notes) == tuple(reply_notes)
     # ... and a new stall is caught again.
     for _ in range(STALL_ROUNDS):
-        backend.target.step_times.append(900 * MS)
-        backend._on_round(900 * MS, 1, reply_notes)
+        control.target.step_times.append(900 * MS)
+        control.on_round(900 * MS, 1, reply_notes)
     assert switched == [1, 1, 2, 1]

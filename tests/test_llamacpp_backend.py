@@ -387,7 +387,7 @@ def test_the_verify_cost_model_reads_its_ratios_at_the_pass_context(smol: LlamaC
     # Load measured what a pass costs over 64 and 576 cached tokens; the round loop's cost model reads its
     # ratios at the context of the latest pass (a wide pass over a long chat costs more plain steps).
     costs = smol.target.costs
-    assert smol.pass_cost is not None and smol.pass_cost.growth
+    assert smol.thread_control.pass_cost is not None and smol.thread_control.pass_cost.growth
     before = costs.context
     try:
         costs.context = 64
@@ -396,7 +396,7 @@ def test_the_verify_cost_model_reads_its_ratios_at_the_pass_context(smol: LlamaC
         long = costs.ratio(9)
     finally:
         costs.context = before
-    shape = smol.pass_cost
+    shape = smol.thread_control.pass_cost
     assert long / short == pytest.approx(
         (shape.predict(9, 1800) / shape.predict(1, 1800)) / (shape.predict(9, 64) / shape.predict(1, 64)),
         rel=1e-6,

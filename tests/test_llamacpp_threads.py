@@ -17,7 +17,7 @@ pytest.importorskip("llama_cpp")
 
 import engine.backends.llamacpp.backend as llamacpp_module  # noqa: E402
 from engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
-from engine.backends.llamacpp.threads import STALL_ROUNDS, StallWatch  # noqa: E402
+from engine.backends.llamacpp.threads import STALL_ROUNDS, StallWatch, ThreadControl  # noqa: E402
 from engine.decoding.acceptance import AcceptanceAccounting  # noqa: E402
 from engine.events import Chunk, Done  # noqa: E402
 from engine.request import GenerationRequest, SamplerSettings  # noqa: E402
@@ -44,16 +44,16 @@ def two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
 def plant_measurement(monkeypatch: pytest.MonkeyPatch, slow_count: int, seen: list[int]) -> None:
     """Load-time decodes at `slow_count` threads seem 60 ms a token, the other count 10 ms; `seen` gets the thread
     count llama.cpp reported for every timed run."""
-    real = LlamaCppBackend._time_decodes
+    real = ThreadControl.time_decodes
 
-    def timed(self: LlamaCppBackend, tokens) -> float:
+    def timed(self: ThreadControl, tokens) -> float:
         count = self.context_threads()
         seen.append(count)
         real(self, tokens)  # the decodes really run at that count; the figure that decides is planted whole,
         # so a busy test machine (where 1 thread can be 50 ms a token slower than 2 for real) cannot flip it
         return 0.06 if count == slow_count else 0.01
 
-    monkeypatch.setattr(LlamaCppBackend, "_time_decodes", timed)
+    monkeypatch.setattr(ThreadControl, "time_decodes", timed)
 
 
 def load(gguf: Path, threads: int | None = None) -> LlamaCppBackend:
@@ -87,9 +87,9 @@ def plant_normal_speed(backend: LlamaCppBackend, monkeypatch: pytest.MonkeyPatch
     def generous(width: int, context: int = 0) -> float:
         return 3600.0
 
-    monkeypatch.setattr(backend, "_predicted_cost", lambda: generous)
-    if backend._stall_watch is not None:
-        backend._stall_watch = StallWatch(generous)
+    monkeypatch.setattr(backend.thread_control, "predicted_cost", lambda: generous)
+    if backend.thread_control.stall_watch is not None:
+        backend.thread_control.stall_watch = StallWatch(generous)
 
 
 def plant_stall(backend: LlamaCppBackend, at_threads: int) -> list[int]:
@@ -164,8 +164,8 @@ def test_a_stall_mid_reply_drops_to_one_thread_for_the_session_with_a_note(
         assert backend.threads == 1 and backend.context_threads() == 1
         # From now on a reply is judged against what a pass costs at one thread (the load-time medians: one
         # thread planted 6x slower), not at the load-time count.
-        measured = backend.pass_cost.predict(1, 64)
-        assert backend._predicted_cost()(1, 64) == pytest.approx(6 * measured)
+        measured = backend.thread_control.pass_cost.predict(1, 64)
+        assert backend.thread_control.predicted_cost()(1, 64) == pytest.approx(6 * measured)
         # The rest of the session stays at one thread, and the note is the first reply's alone.
         plant_normal_speed(backend, monkeypatch)
         _, later = reply(backend)
@@ -222,20 +222,20 @@ def test_a_long_context_alone_keeps_the_threads_and_a_stall_there_still_drops(
     backend = LlamaCppBackend(gguf, draft="ngram", cache_mode="fp16", max_context=4096)
     backend.load()
     try:
-        assert backend.context_threads() == 2 and backend.pass_cost is not None
-        assert backend.pass_cost.growth, "load timed passes over a longer context too"
+        assert backend.context_threads() == 2 and backend.thread_control.pass_cost is not None
+        assert backend.thread_control.pass_cost.growth, "load timed passes over a longer context too"
         prompt = long_document(backend, 3000)
         target = backend.target
         # What a one-token pass over this context really costs here (best of several: what the machine does
         # when nothing disturbs it), against what the guard predicts for it.
         target.prefill(prompt[:-1])
         idle = float("inf")
-        for _ in range(7):  # timed here: _time_decodes is planted above
+        for _ in range(7):  # timed here: time_decodes is planted above
             start = time.perf_counter()
             target.decode(prompt[-1:], outputs=1)
             idle = min(idle, time.perf_counter() - start)
             target.crop(len(prompt) - 1)
-        predicted = backend._predicted_cost()(1, len(prompt) - 1)
+        predicted = backend.thread_control.predicted_cost()(1, len(prompt) - 1)
         # Never under half the real cost (then a pass at idle speed stays far below the 4x of a stall; before, a
         # long context was predicted at its 64-token cost, ~1/4 of it); a load-time figure that another process
         # inflated may predict more (seen: 0.31x on a machine at load average 15), never absurdly more.
@@ -243,20 +243,20 @@ def test_a_long_context_alone_keeps_the_threads_and_a_stall_there_still_drops(
 
         judged: list[float] = []
         dropped_at: list[int] = []
-        real_on_round = backend._on_round
+        real_on_round = backend.thread_control.on_round
 
         def on_round(seconds, width, notes, busy=None):
-            watching = backend._stall_watch is not None
+            watching = backend.thread_control.stall_watch is not None
             real_on_round(seconds, width, notes, busy)
             # The pass against this context's idle cost, scaled to its width as the guard scales it.
             judged.append(
                 target.step_times[-1]
-                / (idle * backend._predicted_cost()(width, target.pass_context) / predicted)
+                / (idle * backend.thread_control.predicted_cost()(width, target.pass_context) / predicted)
             )
-            if watching and backend._stall_watch is None:
+            if watching and backend.thread_control.stall_watch is None:
                 dropped_at.append(len(judged))
 
-        monkeypatch.setattr(backend, "_on_round", on_round)
+        monkeypatch.setattr(backend.thread_control, "on_round", on_round)
         request = GenerationRequest(
             prompt_ids=tuple(prompt),
             sampler=SamplerSettings(temperature=0.0),
@@ -276,7 +276,7 @@ def test_a_long_context_alone_keeps_the_threads_and_a_stall_there_still_drops(
         # Another process taking a core at that length is a stall: every pass at 2 threads seems 5x what the guard
         # predicts for it (relative, so that a busy test machine's load-time figures cannot hide it).
         backend.set_threads(2)
-        backend._stall_watch = StallWatch(backend._predicted_cost())
+        backend.thread_control.stall_watch = StallWatch(backend.thread_control.predicted_cost())
         real_score = target.score
         counts: list[int] = []
 
@@ -284,7 +284,9 @@ def test_a_long_context_alone_keeps_the_threads_and_a_stall_there_still_drops(
             logits = real_score(tokens)
             counts.append(backend.context_threads())
             if counts[-1] == 2:
-                target.step_times[-1] += 5 * backend._predicted_cost()(len(tokens), target.pass_context)
+                target.step_times[-1] += 5 * backend.thread_control.predicted_cost()(
+                    len(tokens), target.pass_context
+                )
             return logits
 
         target.score = score

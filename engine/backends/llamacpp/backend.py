@@ -42,10 +42,7 @@ from engine.backends.llamacpp.native import RepackChoice, choose_repack, plan_lo
 from engine.backends.llamacpp.probe import ProbeVerdict, probe_widths
 from engine.backends.llamacpp.text import ByteDetokenizer, GgufTokenizer, resolve_gguf
 from engine.backends.llamacpp.threads import (
-    PassCost,
-    RecheckClock,
     StallWatch,
-    ThreadChoice,
     ThreadControl,
     threads_label,
 )
@@ -90,7 +87,7 @@ def torch_sampling_thread():
 _REAL_DECODES = (LlamaCppModel.decode, LlamaCppModel._decode)
 
 
-class LlamaCppBackend(ThreadControl, RoundLoopBackend):
+class LlamaCppBackend(RoundLoopBackend):
     """The llama.cpp engine. Construct, `load()`, then `generate()` one reply at a time."""
 
     name = BACKEND_NAME
@@ -116,17 +113,6 @@ class LlamaCppBackend(ThreadControl, RoundLoopBackend):
         self.requested_max_context = max_context
         # An explicit count (SPECCHAT_THREADS / config) is used as given: no measuring, no switching.
         self.requested_threads = threads
-        # The count llama.cpp runs with now: the physical cores until load measures, 1 after a stall.
-        self.threads = threads or physical_cores()
-        self.thread_choice: ThreadChoice | None = None
-        self._stall_watch: StallWatch | None = None
-        # What a pass should cost by width and cached tokens at `_pass_cost_threads` threads (measured at load).
-        self.pass_cost: PassCost | None = None
-        self._pass_cost_threads = 0
-        # Set after a drop to one thread: when to measure the counts again.
-        self._recheck: RecheckClock | None = None
-        self.clock = time.monotonic  # the recheck's clock (tests plant one)
-        self._thread_note: int | None = None  # index of the thread line in `notes`
         self.fast_plain = fast_plain
         self.probe_kernels = probe_kernels
         # Whether plain steps (and one-token prefill slices) need the throw-away position; set at load.
@@ -145,6 +131,8 @@ class LlamaCppBackend(ThreadControl, RoundLoopBackend):
         self.end_of_turn_id: int | None = None
         self.max_context = max_context or 0
         self.notes: list[str] = []
+        # The thread count over the session (the physical cores until load measures, 1 after a stall).
+        self.thread_control = ThreadControl(threads or physical_cores(), self.notes)
         self._adds_bos = False
         self._lib = None
         self._lock = threading.Lock()
@@ -156,6 +144,19 @@ class LlamaCppBackend(ThreadControl, RoundLoopBackend):
         # Per tuning key (preset): acceptance by draft position and, for n-gram drafts, by match length;
         # learnt across replies.
         self.tuners: dict[str, AdaptiveK] = {}
+
+    @property
+    def threads(self) -> int:
+        """The thread count llama.cpp runs with now."""
+        return self.thread_control.threads
+
+    def set_threads(self, count: int) -> None:
+        """Run the target (and the draft model) with `count` threads from the next decode on."""
+        self.thread_control.set_threads(count)
+
+    def context_threads(self) -> int:
+        """The thread count the target's llama.cpp context runs with (what llama.cpp itself reports)."""
+        return self.thread_control.context_threads()
 
     # --- loading -------------------------------------------------------------------------------------------
 
@@ -267,16 +268,18 @@ class LlamaCppBackend(ThreadControl, RoundLoopBackend):
                     "llama.cpp's single-token and batched kernels differ for this model: plain steps decode "
                     f"two positions so that speculation stays exact{hint}"
                 )
+        control = self.thread_control
+        control.attach(llama_cpp, self.target, self.draft_state, self.max_context)
         measure = self.requested_threads is None and self.threads > 1 and self.device == "cpu"
         if measure:
             report("measuring threads", 0.92)
-            self.thread_choice = self._measure_threads()
-            self.set_threads(self.thread_choice.threads)
-            thread_note = self.thread_choice.note()
+            control.thread_choice = control.measure()
+            control.set_threads(control.thread_choice.threads)
+            thread_note = control.thread_choice.note()
         else:
             given = " (set in the config)" if self.requested_threads is not None else ""
             thread_note = threads_label(self.threads) + given
-        self._thread_note = len(self.notes)
+        control.thread_note = len(self.notes)
         self.notes.append(thread_note)
         if self.draft_mode in ("ngram", "model"):
             report("measuring verify cost", 0.95)
@@ -284,13 +287,13 @@ class LlamaCppBackend(ThreadControl, RoundLoopBackend):
             if self.draft_state is not None:
                 self._calibrate_draft(self.target.costs)
         if self.device == "cpu":
-            self.pass_cost = self._measure_pass_cost()
-            self._pass_cost_threads = self.threads
-            if self.target.costs is not None and self.pass_cost.growth:
+            cost = control.pass_cost = control.measure_pass_cost(self._loop_options()["max_draft"])
+            control.pass_cost_threads = self.threads
+            if self.target.costs is not None and cost.growth:
                 # the verify-cost ratios (calibrated over as many cached tokens) read at each pass's context
-                self.target.costs.set_context_shape(self.pass_cost.predict, self.pass_cost.short_context)
+                self.target.costs.set_context_shape(cost.predict, cost.short_context)
         if measure and self.threads > 1:
-            self._stall_watch = StallWatch(self._predicted_cost())
+            control.stall_watch = StallWatch(control.predicted_cost())
         report("ready", 1.0)
 
     def _plan_loads(self, path: Path, draft_path: Path | None, report) -> None:
@@ -457,9 +460,10 @@ class LlamaCppBackend(ThreadControl, RoundLoopBackend):
     def _prepare_setup(self, setup: LoopSetup) -> None:
         # Per reply, a watch that only speaks: where the thread count cannot drop (one thread already, or a count
         # set in the config), a busy CPU is said under the reply instead of leaving a slow reply unexplained.
-        self._recheck_threads(setup.notes)
-        busy = StallWatch(self._predicted_cost())
-        setup.on_round = lambda seconds, width: self._on_round(seconds, width, setup.notes, busy)
+        control = self.thread_control
+        control.recheck_threads(setup.notes)
+        busy = StallWatch(control.predicted_cost())
+        setup.on_round = lambda seconds, width: control.on_round(seconds, width, setup.notes, busy)
 
     def close(self) -> None:
         for state in (self.draft_state, self.target):

@@ -11,7 +11,7 @@ Two decisions, both pure (timings in, a thread count out), so they can be tested
 - `StallWatch`: during a reply, verify passes compared with what `PassCost` predicts for their width and the
   tokens already cached; several far slower passes in a row mean the machine got busy after load, and the
   backend drops to one thread (and measures again later: `RecheckClock`).
-`ThreadControl`, mixed into the llama.cpp backend, times llama.cpp for them and acts on what they decide.
+`ThreadControl`, an object the llama.cpp backend holds, times llama.cpp for them and acts on what they decide.
 
 `PassCost` is what a pass should cost on an idle machine: timed at load at a short and a longer context (a pass
 over 3,700 cached tokens legitimately takes ~4x one over 64: attention reads every cached key), extrapolated
@@ -26,6 +26,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 # More threads must beat fewer by this fraction of the time (median against median) to be chosen.
 THREAD_MARGIN = 0.10
@@ -245,30 +246,47 @@ class RecheckClock:
 
 
 class ThreadControl:
-    """The llama.cpp backend's thread count over a session, mixed into `LlamaCppBackend`: measured at load, watched
-    per verify pass against `PassCost`, dropped to one thread on a stall and measured again later. Uses the
-    backend's `target` (its LlamaCppModel), `draft_state`, `_lib`, `notes` and `max_context`."""
+    """The llama.cpp backend's thread count over a session: measured at load, watched per verify pass against
+    `PassCost`, dropped to one thread on a stall and measured again later.
 
-    threads: int
-    thread_choice: ThreadChoice | None
-    pass_cost: PassCost | None
-    _pass_cost_threads: int
-    notes: list[str]
-    max_context: int
-    clock: Callable[[], float]
+    The backend holds one (`LlamaCppBackend.thread_control`) and hands it the loaded models with `attach`; the
+    thread line it keeps in the backend's notes (`notes`, the backend's own list) is replaced as the count changes.
+    """
+
+    def __init__(self, threads: int, notes: list[str], clock: Callable[[], float] = time.monotonic) -> None:
+        # The count llama.cpp runs with now: the physical cores (or the configured count) until load measures.
+        self.threads = threads
+        self.notes = notes
+        self.clock = clock  # the recheck's clock (tests plant one)
+        self.thread_choice: ThreadChoice | None = None
+        self.stall_watch: StallWatch | None = None
+        # What a pass should cost by width and cached tokens at `pass_cost_threads` threads (measured at load).
+        self.pass_cost: PassCost | None = None
+        self.pass_cost_threads = 0
+        # Set after a drop to one thread: when to measure the counts again.
+        self.recheck: RecheckClock | None = None
+        self.thread_note: int | None = None  # index of the thread line in `notes`
+        self.lib: Any = None
+        self.target: Any = None  # the target's LlamaCppModel
+        self.draft: Any = None  # the draft model's, or None
+        self.max_context = 0
+
+    def attach(self, lib: Any, target: Any, draft: Any, max_context: int) -> None:
+        """The loaded models this count applies to (llama_cpp's bindings, the target's and draft's LlamaCppModel)."""
+        self.lib, self.target, self.draft, self.max_context = lib, target, draft, max_context
 
     def set_threads(self, count: int) -> None:
         """Run the target (and the draft model) with `count` threads from the next decode on."""
-        for state in (self.target, self.draft_state):
+        for state in (self.target, self.draft):
             if state is not None:
-                self._lib.llama_set_n_threads(state.ctx.ctx, count, count)
+                self.lib.llama_set_n_threads(state.ctx.ctx, count, count)
         self.threads = count
 
     def context_threads(self) -> int:
         """The thread count the target's llama.cpp context runs with (what llama.cpp itself reports)."""
-        return int(self._lib.llama_n_threads(self.target.ctx.ctx))
+        return int(self.lib.llama_n_threads(self.target.ctx.ctx))
 
-    def _measure_threads(self, counts: Sequence[int] | None = None, on_cache: bool = False) -> ThreadChoice:
+    def measure(self, counts: Sequence[int] | None = None, on_cache: bool = False) -> ThreadChoice:
         """Time short runs of one-token decodes at 1 thread and at the physical cores, interleaved, and choose.
 
         `on_cache`: on top of the conversation's cache, which is kept (a re-measure between replies must not
@@ -286,7 +304,7 @@ class ThreadControl:
             for sample in range(THREAD_CLOSE_SAMPLES):
                 for count in counts if sample % 2 == 0 else counts[::-1]:
                     self.set_threads(count)
-                    per_token = self._time_decodes(filler[64:])
+                    per_token = self.time_decodes(filler[64:])
                     samples[count].append(per_token)
                     spent += per_token * THREAD_SAMPLE_STEPS
                 if sample >= 1 and spent > THREAD_BUDGET_S:
@@ -300,36 +318,36 @@ class ThreadControl:
                 target.clear()
         return choose_threads(samples)
 
-    def _recheck_threads(self, notes: list[str]) -> None:
+    def recheck_threads(self, notes: list[str]) -> None:
         """After a drop to one thread, once the recheck clock says so (at the start of a reply): measure 1 and
         the load-time count again on top of the cache; where more threads are clearly faster again, go back to
         them (the stall watch armed anew) and say so on the reply; else wait longer before the next check."""
-        clock = self._recheck
+        clock = self.recheck
         if clock is None or self.thread_choice is None or not clock.due(self.clock()):
             return
         target = self.target
         if len(target.ids) + THREAD_SAMPLE_STEPS + 2 > self.max_context:
             clock.still_one(self.clock())  # no room on top of this cache; the next reply may have some
             return
-        choice = self._measure_threads(counts=(1, self.thread_choice.threads), on_cache=True)
+        choice = self.measure(counts=(1, self.thread_choice.threads), on_cache=True)
         if choice.threads <= 1:
             self.set_threads(1)
             clock.still_one(self.clock())
             return
-        self._recheck = None
+        self.recheck = None
         self.set_threads(choice.threads)
-        self._stall_watch = StallWatch(self._predicted_cost())
+        self.stall_watch = StallWatch(self.predicted_cost())
         timings = ", ".join(
             f"{threads_label(n)} {s * 1000:.1f} ms" for n, s in sorted(choice.medians.items())
         )
         note = RECHECK_NOTE.format(threads=threads_label(choice.threads), timings=timings)
         notes.append(note)
-        if self._thread_note is not None:
-            self.notes[self._thread_note] = note
+        if self.thread_note is not None:
+            self.notes[self.thread_note] = note
         else:
             self.notes.append(note)
 
-    def _time_decodes(self, tokens: Sequence[int]) -> float:
+    def time_decodes(self, tokens: Sequence[int]) -> float:
         """Seconds per token of one-token decodes of `tokens` at the current thread count (padded where plain
         steps are: the kernels replies run); the cache is put back as it was."""
         target = self.target
@@ -341,13 +359,13 @@ class ThreadControl:
         target.crop(length)
         return elapsed / max(1, len(tokens))
 
-    def _measure_pass_cost(self) -> PassCost:
+    def measure_pass_cost(self, max_draft: int) -> PassCost:
         """Best-of timings of passes of 1 and PASS_COST_WIDTH tokens over 64 cached tokens and over
         CONTEXT_CALIBRATION (where the context has room): the busy-CPU guard's idea of an idle machine."""
         target = self.target
         # The widest pass the loop may send is timed too (a long-match draft's), so that no width it sends is
         # priced by extrapolation.
-        widest = max(PASS_COST_WIDTH, min(self._loop_options()["max_draft"] + 1, PASS_COST_WIDEST))
+        widest = max(PASS_COST_WIDTH, min(max_draft + 1, PASS_COST_WIDEST))
         short = 64
         long = min(CONTEXT_CALIBRATION, self.max_context - widest - 8)
         widths = (1, PASS_COST_WIDTH, widest) if widest > PASS_COST_WIDTH else (1, PASS_COST_WIDTH)
@@ -374,11 +392,11 @@ class ThreadControl:
             target.clear()
         return PassCost(short_s, short, long_s, long if long_s else None)
 
-    def _predicted_cost(self):
+    def predicted_cost(self):
         """(width, cached tokens) -> seconds a verify pass should take at the chosen count on an idle machine:
         `pass_cost` where load measured it; else the load-time cost by width alone."""
         if self.pass_cost is not None:
-            predict, scale = self.pass_cost.predict, self._thread_scale()
+            predict, scale = self.pass_cost.predict, self.thread_scale()
             return predict if scale == 1.0 else lambda width, context=0: predict(width, context) * scale
         costs = self.target.costs
         one = costs.one_token_s if costs is not None and costs.one_token_s else None
@@ -394,42 +412,42 @@ class ThreadControl:
 
         return predicted
 
-    def _thread_scale(self) -> float:
+    def thread_scale(self) -> float:
         """How much slower a pass runs at the current thread count than at the count `pass_cost` was measured at
         (the load-time one-token medians of both counts): after a drop to one thread, a reply is judged against
         what one thread costs, not the load-time count."""
-        measured = self._pass_cost_threads
+        measured = self.pass_cost_threads
         if not measured or self.threads == measured or self.thread_choice is None:
             return 1.0
         medians = self.thread_choice.medians
         now, then = medians.get(self.threads), medians.get(measured)
         return now / then if now and then else 1.0
 
-    def _on_round(self, seconds: float, width: int, notes: list[str], busy: StallWatch | None = None) -> None:
+    def on_round(self, seconds: float, width: int, notes: list[str], busy: StallWatch | None = None) -> None:
         """After each round: a verify pass (its llama.cpp decode alone) against what a pass of its width over
         its cached tokens should cost; a stall of several rounds drops to one thread (measured again later),
         noted on the reply and the backend. Where the count cannot drop, `busy` notes the stall on the reply
         (once). Passes at normal speed teach the cost model how the context adds to a pass."""
-        watch = self._stall_watch
+        watch = self.stall_watch
         decode_s = self.target.step_times[-1] if self.target.step_times else seconds
         context = self.target.pass_context
         judge = watch if watch is not None else busy
         if judge is None:
             return
         fired = judge.observe(decode_s, width, context)
-        if not judge.last_slow and self.pass_cost is not None and self.threads == self._pass_cost_threads:
+        if not judge.last_slow and self.pass_cost is not None and self.threads == self.pass_cost_threads:
             self.pass_cost.learn(width, context, decode_s)
         if not fired:
             return
         if watch is None:
             notes.append(BUSY_NOTE.format(slowdown=judge.slowdown(), threads=threads_label(self.threads)))
             return
-        self._stall_watch = None
-        self._recheck = RecheckClock(self.clock())
+        self.stall_watch = None
+        self.recheck = RecheckClock(self.clock())
         self.set_threads(1)
         note = STALL_NOTE.format(slowdown=watch.slowdown(), rounds=watch.rounds)
         notes.append(note)
-        if self._thread_note is not None:
-            self.notes[self._thread_note] = note
+        if self.thread_note is not None:
+            self.notes[self.thread_note] = note
         else:
             self.notes.append(note)
