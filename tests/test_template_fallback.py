@@ -20,6 +20,7 @@ import pytest
 
 from engine.chat_template import FALLBACK_NOTE, ChatTemplate
 from engine.decoding.adaptive_k import AdaptiveK
+from engine.decoding.drafters import DraftModelDrafter
 from engine.decoding.round_loop import LoopSetup, StopStringWatch, run_reply
 from engine.events import Chunk, Done
 from engine.request import GenerationRequest, SamplerSettings
@@ -170,16 +171,15 @@ def scripted_reply(script: list[str], k: int) -> tuple[list[Chunk], Done, Script
     ids = [TOKEN[t] for t in script]
     target = ScriptedModel(len(prompt), ids)
     draft = ScriptedModel(len(prompt), ids) if k else None
+    drafters = [DraftModelDrafter(draft, len(VOCAB), None, AdaptiveK(), adaptive=False)] if draft else []
     setup = LoopSetup(
         target=target,
-        draft=draft,
-        ngram=False,
+        drafters=drafters,
         stop_token_ids=frozenset({TOKEN["</s>"]}),
         end_of_turn_id=None,
         max_context=256,
         vocab_size=len(VOCAB),
         new_text=JoinedText,
-        tuner=AdaptiveK(),
         stop_strings=FALLBACK_STOPS,
     )
     request = GenerationRequest(

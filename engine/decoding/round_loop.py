@@ -31,10 +31,8 @@ import torch
 
 from engine.chat_template import ChatTemplate, ChatTemplateError
 from engine.decoding.adaptive_k import AdaptiveK
-from engine.decoding.cost_model import FreeDraftCosts, VerifyCostModel, round_cost, round_limit
-from engine.decoding.drafters.base import common_prefix
-from engine.decoding.drafters.draft_model import draft_greedy
-from engine.decoding.drafters.ngram import NgramDrafter
+from engine.decoding.cost_model import VerifyCostModel, round_cost, round_limit
+from engine.decoding.drafters import DraftContext, Drafter, best_plan, build_drafters, common_prefix
 from engine.decoding.sampling import choose_tokens, count_accepted, reply_uniforms
 from engine.errors import BackendError
 from engine.events import Chunk, Done, StopReason
@@ -85,14 +83,13 @@ class LoopSetup:
     """What a backend hands the loop for one reply: its models, tokens and limits."""
 
     target: CachedModel
-    draft: CachedModel | None  # a draft model; None for n-gram drafting or none
-    ngram: bool  # n-gram drafting (when `draft` is None)
+    # The drafters asked every round, the primary first (engine/decoding/drafters/); none: plain decoding.
+    drafters: list[Drafter]
     stop_token_ids: frozenset[int]
     end_of_turn_id: int | None
     max_context: int
     vocab_size: int  # drafts are never proposed past the target's vocabulary
     new_text: Callable[[], TextStream]
-    tuner: AdaptiveK
     # Text that ends a reply where no single token does (a plain fallback template's "\nUser:").
     stop_strings: tuple[str, ...] = ()
     # The most drafts one verify pass may carry (a backend's batch size, or the widest pass proven exact).
@@ -196,13 +193,11 @@ def _run_reply(
     if len(prompt) >= setup.max_context:
         yield Done("context", prompt_tokens=len(prompt))
         return
-    target, draft = setup.target, setup.draft
+    target = setup.target
     settings = request.sampler
     max_new = max(0, request.max_new_tokens)
-    k_requested = max(0, min(request.effective_k, setup.max_draft))
+    k_requested = max(0, min(request.effective_k, setup.max_draft)) if setup.drafters else 0
     capped = request.effective_k > setup.max_draft  # the cap shaped this reply (said in its notes)
-    if draft is None and not setup.ngram:
-        k_requested = 0
     if k_requested and not target.can_crop:
         # Every rejected draft would re-prefill the whole context: decode plainly instead, and say so.
         k_requested = 0
@@ -210,37 +205,18 @@ def _run_reply(
     seed = request.seed if request.seed is not None else random.getrandbits(63)
     uniforms = reply_uniforms(seed, max_new)
     adaptive = request.k_mode == "adaptive"
-    tuner = setup.tuner
-    draft = draft if k_requested else None
-    ngram = (
-        NgramDrafter(costs=target.costs, fixed=not adaptive, tuner=tuner)
-        if k_requested and draft is None and setup.ngram
-        else None
-    )
-    # Beside a draft model (adaptive K), n-gram lookup too: where the context repeats itself its drafts are free
-    # (no draft-model steps), and a round takes whichever drafter promises more tokens per unit of time; where the
-    # draft model cannot pay (a compute-bound CPU), n-gram still can. Both are verified alike: same output.
-    combined = (
-        NgramDrafter(costs=FreeDraftCosts(target.costs), acceptance=tuner.ngram)
-        if draft is not None and adaptive and target.costs is not None
-        else None
-    )
+    # Every round asks each drafter for its plan and sends the best (drafters/base.py): where the context repeats
+    # itself, n-gram lookup beside a draft model costs no draft-model steps. All are verified alike: same output.
+    drafters = list(setup.drafters) if k_requested else []
     target.step_times = []
-    draft_times: list[float] = []
-    # c's two sides, as they run in this reply: one-token draft steps, and the target's one-token passes (the
-    # rounds that did not draft; they are what a plain step costs here).
-    draft_step_times: list[float] = []
+    # A plain step as it runs in this reply: the target's one-token passes (the rounds that did not draft).
     plain_pass_times: list[float] = []
 
     # Prefill everything but the last prompt token: it opens the first round, which can then draft too.
     start = time.perf_counter()
     cached = target.prefill(prompt[:-1], cancel)
-    if draft is not None and not cancel.is_set():
-        draft.step_times = []
-        draft.prefill(prompt[:-1], cancel)
-    for lookup in (ngram, combined):
-        if lookup is not None:
-            lookup.reset(prompt)
+    for drafter in drafters:
+        drafter.begin(prompt, cancel)
     prefill_s = time.perf_counter() - start
 
     seq = list(prompt)  # prompt + reply; seq[-1] is not in the target's cache yet
@@ -269,50 +245,19 @@ def _run_reply(
             if stop is not None:
                 break
             # Long-match mode's ceiling: what the round could take beyond the preset's K (adaptive only).
-            k_long = (
-                round_limit(
-                    cancelled=False,
-                    produced=len(reply),
-                    max_new=max_new,
-                    context_used=len(seq),
-                    max_context=setup.max_context,
-                    k_requested=setup.max_draft,
-                )[1]
-                if k > 0 and adaptive
-                else 0
+            k_long = _long_room(setup, len(reply), max_new, len(seq)) if k > 0 and adaptive else 0
+            plan = (
+                best_plan([drafter.plan(k, k_long) for drafter in drafters]) if k > 0 and drafters else None
             )
-            drafts: list[int] = []
-            looked_up = False  # this round's drafts came from n-gram lookup beside the draft model
-            if k > 0 and combined is not None:
-                # The better of the two by expected tokens per unit of time: n-gram's match or the draft model's
-                # plan (whose rate is 1.0 where it does not pay).
-                found = combined.propose(k, k_long)
-                if found and combined.last_rate > tuner.plan(k, target.costs)[1]:
-                    drafts, looked_up = found, True
-                else:
-                    combined.feedback(0, 0)  # not sent: nothing to learn from this round
-            if k > 0 and adaptive and draft is not None and not looked_up:
-                k = tuner.choose(k, target.costs)
-
-            if k > 0 and ngram is not None:
-                t0 = time.perf_counter()
-                drafts = ngram.propose(k, k_long)
-                draft_times.append(time.perf_counter() - t0)
-            elif k > 0 and draft is not None and not looked_up:
-                drafts = draft_greedy(draft, seq, k, setup.vocab_size, target.costs, draft_step_times)
-            lookup = ngram if ngram is not None else combined if looked_up else None
-            if lookup is not None and lookup.wanted_longer and k_long >= setup.max_draft:
+            drafts = plan.drafter.draft(plan, seq) if plan is not None else []
+            if plan is not None and plan.wanted_longer and k_long >= setup.max_draft:
                 capped = True  # a long match would have drafted past the widest proven pass
             if len(drafts) > k_requested:
                 long_rounds += 1
                 longest = max(longest, len(drafts))
-            if looked_up:
-                round_costs.append(round_cost(FreeDraftCosts(target.costs), len(drafts)))
-            elif target.costs is not None:
-                round_costs.append(round_cost(target.costs, len(drafts)))
-            else:
-                draft_s = _mean(draft.step_times) if draft is not None else 0.0
-                round_costs.append(round_cost(None, len(drafts), draft_s, _mean(target.step_times)))
+            if target.costs is not None:
+                # What this round cost in plain steps, as its drafter counts it (lookups take no draft steps).
+                round_costs.append(round_cost(plan.drafter.costs if plan else target.costs, len(drafts)))
 
             t0 = time.perf_counter()
             logits = target.score([seq[-1], *drafts])
@@ -359,19 +304,16 @@ def _run_reply(
             delta = watch.release(final=stop is not None, end=cut)
             kept_drafts = min(accepted, len(emitted))
             # One figure for what users see and what the drafters learn: drafts past a stop (a stop token or
-            # string among the accepted ones) are not counted as accepted by either.
-            if ngram is not None:
-                ngram.feedback(len(drafts), kept_drafts)
-            if combined is not None:
-                combined.feedback(len(drafts), kept_drafts)  # learns only from its own proposals
-            if not looked_up:
-                tuner.record(len(drafts), kept_drafts)  # the draft model's per-position acceptance
+            # string among the accepted ones) are not counted as accepted by either. The drafters whose plan
+            # did not go out learn nothing from this round.
+            for drafter in drafters:
+                sent = plan is not None and drafter is plan.drafter
+                drafter.accept(len(drafts) if sent else 0, kept_drafts if sent else 0)
             origins = [True] * kept_drafts + [False] * (len(emitted) - kept_drafts)
             reply.extend(emitted)
             seq.extend(emitted)
-            for lookup in (ngram, combined):
-                if lookup is not None:
-                    lookup.extend(emitted)
+            for drafter in drafters:
+                drafter.extend(emitted)
             if not emitted and not drafts and not delta:
                 break  # the round produced nothing (its own tokens, before any wait for their text)
             if watch.stops:  # the tokens whose text is out: all of them once the reply ends
@@ -388,17 +330,15 @@ def _run_reply(
                 t=time.perf_counter(),
                 temperature=settings.temperature_at(max(0, len(reply) - 1)),
                 k=len(drafts),
-                drafter=None if not drafts else "ngram" if ngram is not None or looked_up else "model",
+                drafter=plan.drafter.name if drafts and plan is not None else None,
             )
     finally:
         # Whatever stopped the reply: no stop token, nothing past a stop string, no rejected draft stays cached.
         kept = prompt + reply
         target.crop(common_prefix(target.ids, kept))
-        if draft is not None:
-            draft.crop(common_prefix(draft.ids, kept))
+        for drafter in drafters:
+            drafter.end(kept)
 
-    if stop is None:
-        stop = "eos"
     if long_rounds:
         setup.notes.append(
             f"long-match mode: {long_rounds} round{'s' if long_rounds != 1 else ''} copied from the context "
@@ -406,23 +346,34 @@ def _run_reply(
         )
     if capped and setup.cap_note:
         setup.notes.append(setup.cap_note)
-    draft_step_s = _mean(draft_step_times if draft is not None else draft_times)
     # A plain step: this reply's one-token passes, else (every round drafted) the one measured at load.
     one_token_s = target.costs.one_token_s if target.costs is not None else None
-    target_step_s = _mean(plain_pass_times) or one_token_s or _mean(target.step_times)
     yield Done(
-        stop_reason=stop,
+        stop_reason=stop or "eos",
         prompt_tokens=len(prompt),
         cached_tokens=cached,
         prefill_s=prefill_s,
-        draft_step_s=draft_step_s,
-        target_step_s=target_step_s,
+        # The primary drafter's steps (a draft model's one-token steps, or the lookups of n-gram alone).
+        draft_step_s=_mean(drafters[0].step_times) if drafters else 0.0,
+        target_step_s=_mean(plain_pass_times) or one_token_s or _mean(target.step_times),
         verify_cost=tuple(target.costs.ratio(w) for w in range(2, k_requested + 2))
         if target.costs is not None
         else (),
-        round_cost=_mean(round_costs) if round_costs and target.costs is not None else None,
+        round_cost=_mean(round_costs) if round_costs else None,
         notes=tuple(setup.notes),
     )
+
+
+def _long_room(setup: LoopSetup, produced: int, max_new: int, context_used: int) -> int:
+    """The most drafts a round could take past the preset's K: token budget, context, the widest exact pass."""
+    return round_limit(
+        cancelled=False,
+        produced=produced,
+        max_new=max_new,
+        context_used=context_used,
+        max_context=setup.max_context,
+        k_requested=setup.max_draft,
+    )[1]
 
 
 class RoundLoopBackend:
@@ -472,18 +423,23 @@ class RoundLoopBackend:
         if not self._lock.acquire(blocking=False):
             raise BackendError("a reply is already being generated")
         try:
-            draft = self.draft_state if self.draft_mode == "model" else None
             template = self.template
+            options = self._loop_options()
+            context = DraftContext(
+                target=self.target,
+                draft=self.draft_state,
+                tuner=self.tuner(request.tuning_key, request.acceptance_prior),
+                adaptive=request.k_mode == "adaptive",
+                vocab_size=options["vocab_size"],
+            )
             setup = LoopSetup(
                 target=self.target,
-                draft=draft,
-                ngram=self.draft_mode == "ngram",
+                drafters=build_drafters(self.draft_mode, context),
                 stop_token_ids=self.stop_token_ids,
                 end_of_turn_id=self.end_of_turn_id,
                 max_context=self.max_context,
-                tuner=self.tuner(request.tuning_key, request.acceptance_prior),
                 stop_strings=template.text_stops() if template is not None else (),
-                **self._loop_options(),
+                **options,
             )
             self._prepare_setup(setup)
             yield from run_reply(setup, request, cancel)

@@ -1,1 +1,46 @@
-"""The drafters: what proposes the tokens a verify pass checks, one per file."""
+"""The drafters: what proposes the tokens a verify pass checks, one per file, behind one interface.
+
+`base` is the interface (`Drafter`: begin, plan, draft, accept; `Plan`; `best_plan`), `ngram` the n-gram lookup
+drafter with its suffix index, `draft_model` the draft-model drafter, `registry` the name map that every list of
+drafter names reads. Adding a drafter: one file here and one entry in `registry.DRAFTERS`.
+"""
+
+from engine.decoding.drafters.base import DraftContext, Drafter, Plan, best_plan, common_prefix
+from engine.decoding.drafters.draft_model import DraftModelDrafter, draft_greedy
+from engine.decoding.drafters.ngram import NgramDrafter, SuffixIndex
+from engine.decoding.drafters.registry import (
+    DRAFTERS,
+    NO_DRAFTING,
+    DrafterSpec,
+    build_drafters,
+    draft_choices,
+    draft_help,
+    draft_keywords,
+    draft_mode_of,
+    drafts,
+    is_draft_keyword,
+    spec_of_mode,
+)
+
+__all__ = [
+    "DRAFTERS",
+    "NO_DRAFTING",
+    "DraftContext",
+    "DraftModelDrafter",
+    "Drafter",
+    "DrafterSpec",
+    "NgramDrafter",
+    "Plan",
+    "SuffixIndex",
+    "best_plan",
+    "build_drafters",
+    "common_prefix",
+    "draft_choices",
+    "draft_greedy",
+    "draft_help",
+    "draft_keywords",
+    "draft_mode_of",
+    "drafts",
+    "is_draft_keyword",
+    "spec_of_mode",
+]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from engine.decoding.drafters.base import common_prefix
+from engine.decoding.drafters.base import DraftContext, Plan, common_prefix
 
 if TYPE_CHECKING:
+    from engine.decoding.adaptive_k import AdaptiveK
     from engine.decoding.cost_model import VerifyCostModel
     from engine.decoding.round_loop import CachedModel
 
@@ -48,3 +50,61 @@ def draft_greedy(
         drafts.append(token)
         pending = [token]
     return drafts
+
+
+class DraftModelDrafter:
+    """Drafts from a draft model: k greedy steps on its own cache, k from adaptive K (or the preset's K)."""
+
+    name = "model"
+
+    def __init__(
+        self,
+        model: CachedModel,
+        vocab_size: int,
+        costs: VerifyCostModel | None,
+        tuner: AdaptiveK,
+        adaptive: bool,
+    ) -> None:
+        self.model = model
+        self.vocab_size = vocab_size
+        self.costs = costs  # the target's: its draft-model steps are timed into it (c)
+        self.tuner = tuner
+        self.adaptive = adaptive
+        self.step_times: list[float] = []  # one-token draft steps only (a catch-up pass is wider)
+
+    def begin(self, prompt: Sequence[int], cancel: threading.Event) -> None:
+        if cancel.is_set():
+            return
+        self.model.step_times = []
+        self.model.prefill(prompt[:-1], cancel)
+
+    def plan(self, k: int, k_long: int) -> Plan:
+        # Adaptive K's best rate at the per-position acceptance measured so far (no side effects: the K it sends,
+        # probes included, is chosen in `draft`, only where this plan goes out). The steps come later: always
+        # offered.
+        rate = self.tuner.plan(k, self.costs)[1] if self.adaptive else 1.0
+        return Plan(self, k, rate)
+
+    def draft(self, plan: Plan, seq: Sequence[int]) -> list[int]:
+        k = self.tuner.choose(plan.k, self.costs) if self.adaptive else plan.k
+        if k <= 0:
+            return []
+        return draft_greedy(self.model, seq, k, self.vocab_size, self.costs, self.step_times)
+
+    def accept(self, drafted: int, accepted: int) -> None:
+        self.tuner.record(drafted, accepted)  # the draft model's per-position acceptance
+
+    def extend(self, token_ids: Sequence[int]) -> None:
+        """Nothing: the draft's cache catches up at its next step (`draft_greedy`)."""
+
+    def end(self, kept: Sequence[int]) -> None:
+        self.model.crop(common_prefix(self.model.ids, kept))
+
+
+def build(context: DraftContext) -> DraftModelDrafter:
+    """The name map's factory (drafters/registry.py)."""
+    if context.draft is None:
+        raise ValueError("the draft-model drafter needs a loaded draft model")
+    return DraftModelDrafter(
+        context.draft, context.vocab_size, context.target.costs, context.tuner, context.adaptive
+    )

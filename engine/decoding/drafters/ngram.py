@@ -13,6 +13,8 @@ Pure python, no torch.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterable, Sequence
 
 from engine.decoding.adaptive_k import (
@@ -22,7 +24,8 @@ from engine.decoding.adaptive_k import (
     best_length,
     match_bucket,
 )
-from engine.decoding.cost_model import MAX_DRAFT_LENGTH, VerifyCostModel
+from engine.decoding.cost_model import MAX_DRAFT_LENGTH, FreeDraftCosts, VerifyCostModel
+from engine.decoding.drafters.base import DraftContext, Plan
 
 # Long-match mode (n-gram lookup, adaptive K): where the context's suffix matched at least LONG_MATCH tokens before
 # (the text is being copied: a translation that keeps names and numbers, a summary quoting its source, code
@@ -138,9 +141,12 @@ class SuffixIndex:
 class NgramDrafter:
     """Prompt-lookup drafting over one reply's context, with the cost-aware draft length.
 
-    Use: `reset(prompt_ids)`, then per round `propose(k_max)` and, once the target has verified,
-    `feedback(drafted, accepted)` and `extend(emitted_ids)`.
+    As a Drafter (drafters/base.py): `begin`, then per round `plan` / `draft`, and once the target has verified,
+    `accept` and `extend`. The same steps by their own names: `reset(prompt_ids)`, `propose(k_max)`,
+    `feedback(drafted, accepted)`, `extend(emitted_ids)`.
     """
+
+    name = "ngram"
 
     def __init__(
         self,
@@ -168,6 +174,7 @@ class NgramDrafter:
         self.long_room = 0
         # The last proposal's long match would have drafted further than `k_long` allowed.
         self.wanted_longer = False
+        self.step_times: list[float] = []  # this reply's lookups, in seconds
 
     @property
     def tokens(self) -> list[int]:
@@ -230,6 +237,40 @@ class NgramDrafter:
             self.acceptance.record(self._pending_bucket, drafted, accepted)
             self.long_room = min(2 * drafted, LONG_DRAFT_MAX) if accepted >= drafted else 0
         self._pending_bucket = None
+
+    # --- the Drafter interface (drafters/base.py) ---
+
+    def begin(self, prompt: Sequence[int], cancel: threading.Event) -> None:
+        self.reset(prompt)
+
+    def plan(self, k: int, k_long: int) -> Plan:
+        start = time.perf_counter()
+        tokens = self.propose(k, k_long)
+        self.step_times.append(time.perf_counter() - start)
+        return Plan(self, k, self.last_rate, tokens, self.wanted_longer)
+
+    def draft(self, plan: Plan, seq: Sequence[int]) -> list[int]:
+        return plan.tokens or []
+
+    def accept(self, drafted: int, accepted: int) -> None:
+        self.feedback(drafted, accepted)
+        if self.tuner is not None:
+            self.tuner.record(
+                drafted, accepted
+            )  # drafting alone, it keeps the preset's per-position acceptance
+
+    def end(self, kept: Sequence[int]) -> None:
+        """Nothing to drop: the index is this reply's."""
+
+
+def build(context: DraftContext) -> NgramDrafter:
+    """The name map's factory (drafters/registry.py). Alone: the preset's K, cost-aware where K is adaptive, with
+    probes and the preset's per-position acceptance. Beside a draft model: its drafts take no draft-model steps
+    (c = 0), it learns per match length only, and a round takes it where it promises more than the model."""
+    target, tuner = context.target, context.tuner
+    if context.beside:
+        return NgramDrafter(costs=FreeDraftCosts(target.costs), acceptance=tuner.ngram)
+    return NgramDrafter(costs=target.costs, fixed=not context.adaptive, tuner=tuner)
 
 
 def propose_from(context: Sequence[int], k: int, min_match: int = 1) -> list[int]:

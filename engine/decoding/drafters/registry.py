@@ -1,0 +1,121 @@
+"""The name map: every drafter by the name `--draft` (the config's `draft`, the settings dialog) spells it.
+
+The CLI's help, the config's check, the settings dialog's suggestions, the backends' draft mode, the stats and the
+verdict read this map; none keeps its own list. Adding a drafter is one file in this folder (a class that passes
+tests/test_drafter_contract.py, and a `build(context)` factory) and one entry below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from engine.decoding.drafters.base import DraftContext, Drafter
+from engine.decoding.drafters.draft_model import build as draft_model_drafter
+from engine.decoding.drafters.ngram import build as ngram_drafter
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    name: str  # the `--draft` keyword, the backend's draft mode and the rounds' Chunk.drafter
+    description: str  # what it is, for --help and the settings dialog (after the name)
+    label: str  # what the chat calls it in a line of its own ("n-gram drafting")
+    # Typed as is (else: given as a folder, a .gguf file or a model name, never typed as `name`).
+    keyword: bool = True
+    # Its drafts take model steps (c > 0 in the speedup model); False: free lookups, counted apart in the stats.
+    steps: bool = False
+    # The drafter for the round loop (transformers, llama.cpp); None where it drafts elsewhere or never.
+    build: Callable[[DraftContext], Drafter] | None = None
+    # Drafters asked beside it each round where rounds are planned by cost (adaptive K, a measured verify cost).
+    beside: tuple[str, ...] = ()
+    # Only these engines run it (empty: every engine).
+    engines: tuple[str, ...] = ()
+    # The draft mode a backend reports for it (BackendInfo.draft_mode), where it is not `name`.
+    mode: str = ""
+
+
+_SPECS = (
+    DrafterSpec(
+        name="ngram",
+        description="free drafts copied from earlier in the chat",
+        label="n-gram drafting",
+        build=ngram_drafter,
+    ),
+    DrafterSpec(name="none", description="plain decoding", label="no drafting"),
+    DrafterSpec(
+        name="mtp",
+        description="the model's own MTP head, exllamav3",
+        label="MTP head",
+        steps=True,
+        engines=("exllamav3",),
+        mode="model",
+    ),
+    DrafterSpec(
+        name="model",
+        description="a draft model folder, .gguf file or name (qwen2.5-coder-0.5b; same tokenizer family)",
+        label="draft model",
+        keyword=False,
+        steps=True,
+        build=draft_model_drafter,
+        beside=("ngram",),
+    ),
+)
+DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in _SPECS}
+NO_DRAFTING = "none"  # the map's name for drafting off
+
+
+def draft_keywords(every_engine: bool = False) -> tuple[str, ...]:
+    """The names typed as they are (ngram, none, mtp), in the map's order; `every_engine`: only those that every
+    engine runs (the settings dialog's suggestions)."""
+    return tuple(s.name for s in DRAFTERS.values() if s.keyword and not (every_engine and s.engines))
+
+
+def draft_choices(every_engine: bool = False) -> str:
+    """The keywords for a one-line message: "'ngram', 'none', 'mtp'"."""
+    return ", ".join(f"'{name}'" for name in draft_keywords(every_engine))
+
+
+def is_draft_keyword(value: str) -> bool:
+    return value.strip().lower() in draft_keywords()
+
+
+def draft_mode_of(setting: str) -> str:
+    """The draft mode a backend reports for a `draft` setting: a keyword's own mode, else "model" (a draft model)."""
+    spec = DRAFTERS.get(setting.strip().lower())
+    if spec is None or not spec.keyword:
+        return "model"
+    return spec.mode or spec.name
+
+
+def spec_of_mode(mode: str | None) -> DrafterSpec | None:
+    """The map's entry behind a draft mode or a round's drafter ("server" and None: none)."""
+    return DRAFTERS.get(mode) if mode else None
+
+
+def drafts(mode: str | None) -> bool:
+    """A draft mode in which one of the map's drafters drafts (not off, not a server's own drafting)."""
+    spec = spec_of_mode(mode)
+    return spec is not None and spec.name != NO_DRAFTING
+
+
+def draft_help() -> str:
+    """The `--draft` help: every keyword with what it is, then the draft model."""
+    keywords = [s for s in DRAFTERS.values() if s.keyword]
+    models = [s for s in DRAFTERS.values() if not s.keyword]
+    words = [f"{s.name} ({s.description})" for s in keywords]
+    return "drafting: " + ", ".join(words) + "".join(f", or {s.description}" for s in models)
+
+
+def build_drafters(mode: str, context: DraftContext) -> list[Drafter]:
+    """The drafters of one reply, for the round loop: the mode's own first (the primary: ties go to it), then the
+    ones asked beside it where rounds are planned by cost."""
+    spec = spec_of_mode(mode)
+    if spec is None or spec.build is None:
+        return []
+    drafters = [spec.build(context)]
+    if context.adaptive and context.target.costs is not None:
+        for name in spec.beside:
+            companion = DRAFTERS[name].build
+            if companion is not None:
+                drafters.append(companion(replace(context, beside=True)))
+    return drafters
