@@ -38,8 +38,6 @@ CacheMode = Literal["auto", "fp16", "q8", "q6", "q4"]
 BackendName = Literal["auto", "exllamav2", "exllamav3", "transformers", "llamacpp", "remote"]
 BACKEND_NAMES: tuple[str, ...] = get_args(BackendName)  # every list of engine names (CLI choices) reads this
 
-# The draft setting takes these words or a model folder path.
-DRAFT_KEYWORDS = ("ngram", "none", "mtp")  # mtp: the model's own MTP head (exllamav3)
 # Models known by name (engine/models/named.py fetches them): the name stands for this file in the model cache.
 MODEL_NAMES = {
     "qwen2.5-coder-1.5b": "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf",
@@ -261,7 +259,9 @@ class Settings(BaseSettings):
     model: Path | None = (
         None  # None: the embedded SmolLM2-135M-Instruct; a model name (qwen2.5-coder-1.5b) too
     )
-    draft: str = "ngram"  # "ngram", "none", a draft model folder or a model name (qwen2.5-coder-0.5b)
+    draft: str = (
+        "ngram"  # a drafter's name (engine/decoding/drafters/registry.py), a draft model folder or name
+    )
     backend: BackendName = "auto"
     cache_mode: CacheMode = "auto"  # auto: q8 on ExLlamaV2, full precision on the transformers backend
     draft_cache_mode: CacheMode = "auto"
@@ -314,10 +314,13 @@ class Settings(BaseSettings):
     @field_validator("draft", mode="after")
     @classmethod
     def _check_draft(cls, value: str) -> str:
+        # The words the drafters' name map takes (ngram, none, mtp), else a draft model folder or name.
+        from engine.decoding.drafters import draft_choices, is_draft_keyword
+
         value = value.strip()
         if not value:
-            raise ValueError("must be 'ngram', 'none', 'mtp' or a draft model folder")
-        if value.lower() in DRAFT_KEYWORDS:
+            raise ValueError(f"must be {draft_choices()} or a draft model folder")
+        if is_draft_keyword(value):
             return value.lower()
         return str(named_model_path(value) or Path(value).expanduser())
 

@@ -111,10 +111,21 @@ def draft_label(file_name: str | None) -> str:
 
 
 def drafter_name(info) -> str:
-    """`draft qwen2.5-coder-0.5b` or `n-gram drafting`: what the verdict is about (a BackendInfo)."""
-    if info.draft_mode == "ngram":
-        return "n-gram drafting"
+    """`draft qwen2.5-coder-0.5b` or `n-gram drafting` (the drafters' name map's label): what the verdict is about
+    (a BackendInfo)."""
+    from engine.decoding.drafters import spec_of_mode
+
+    spec = spec_of_mode(info.draft_mode)
+    if spec is not None and spec.keyword:
+        return spec.label
     return f"draft {draft_label(info.draft_model)}"
+
+
+def drafts_here(draft_mode: str | None) -> bool:
+    """Drafting by one of our drafters (the name map's), not off and not a server's own."""
+    from engine.decoding.drafters import drafts
+
+    return drafts(draft_mode)
 
 
 def verdict_line(verdict, info, changed: bool = False) -> str:

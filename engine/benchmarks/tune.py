@@ -37,6 +37,7 @@ from typing import IO, Any
 import orjson
 
 from engine.decoding.acceptance import predicted_speedup
+from engine.decoding.drafters import is_draft_keyword
 from engine.errors import SpecchatError
 from engine.prompt_file import PromptFileError, read_prompt_file
 from engine.request import SamplerSettings, resolve_cache_mode
@@ -433,7 +434,7 @@ def run_tune(
     if main_draft == "none":
         main_draft = "ngram"
         result.notes.append("drafting is off in the settings: the K sweep drafts with n-gram lookup")
-    other_draft = "ngram" if main_draft not in ("ngram", "none") else None
+    other_draft = "ngram" if not is_draft_keyword(main_draft) else None  # a draft model: against n-gram
     if other_draft is None:
         result.notes.append(
             "no draft model configured (--draft FOLDER): the drafting sweep is n-gram vs none"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.decoding.drafters.registry import spec_of_mode
 from engine.decoding.rates import decode_tokens_per_s, time_to_first_token
 from engine.events import Chunk, Done, LiveStats, MessageStats, ServerStats
 
@@ -91,7 +92,8 @@ class AcceptanceAccounting:
     # The same per-position counts over the rounds a draft model drafted, where lookup drafted others beside it.
     model_drafted_at_least: list[int] = field(default_factory=list)
     model_accepted_at_least: list[int] = field(default_factory=list)
-    lookup_rounds: int = 0  # drafting rounds whose drafts came from n-gram lookup (Chunk.drafter "ngram")
+    # Drafting rounds whose drafts took no model steps (a lookup: n-gram, Chunk.drafter "ngram", by the name map).
+    lookup_rounds: int = 0
 
     # Rounds that emitted no token, held back: counted when a later chunk comes (their tokens' text was held
     # back for a stop string), dropped at the end (the final round's only token was the stop token).
@@ -139,7 +141,7 @@ class AcceptanceAccounting:
                 _bump(self.drafted_at_least, i)
             for i in range(chunk.accepted):
                 _bump(self.accepted_at_least, i)
-            if chunk.drafter == "ngram":
+            if _is_lookup(chunk.drafter):
                 self.lookup_rounds += 1
             else:
                 for i in range(chunk.drafted):
@@ -317,6 +319,12 @@ def server_figures(server: ServerStats, counted_tokens: int) -> dict:
 def _rates(accepted_at_least: list[int], drafted_at_least: list[int]) -> list[float]:
     accepted = accepted_at_least + [0] * (len(drafted_at_least) - len(accepted_at_least))
     return [a / d for a, d in zip(accepted, drafted_at_least, strict=True)]
+
+
+def _is_lookup(drafter: str | None) -> bool:
+    """A round's drafter whose drafts take no model steps (the name map's `steps`); None: a draft model's or not said."""
+    spec = spec_of_mode(drafter)
+    return spec is not None and not spec.steps
 
 
 def _bump(counts: list[int], index: int) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from engine.decoding.adaptive_k import MIN_GAIN, PROBE_ACCEPTANCE
+from engine.decoding.drafters.registry import NO_DRAFTING, spec_of_mode
 
 VerdictStatus = Literal["pass", "warn", "skip"]
 
@@ -35,6 +36,12 @@ class DraftVerdict:
     speedup: float | None = None  # what that K gives at PROBE_ACCEPTANCE
 
     @property
+    def steps(self) -> bool:
+        """The drafter's drafts take model steps (c counts), by the name map."""
+        spec = spec_of_mode(self.draft_mode)
+        return spec is not None and spec.steps
+
+    @property
     def pays(self) -> bool | None:
         """True / False, or None where there is no verdict."""
         return None if self.status == "skip" else self.status == "pass"
@@ -47,9 +54,7 @@ class DraftVerdict:
                 "and adaptive K drafts whenever the acceptance it measures pays"
             )
         if self.status == "warn":
-            hint = (
-                "; n-gram drafting (--draft ngram) costs no draft steps" if self.draft_mode == "model" else ""
-            )
+            hint = "; n-gram drafting (--draft ngram) costs no draft steps" if self.steps else ""
             return (
                 f"{self.why}, so even at {PROBE_ACCEPTANCE:.0%} acceptance the best K ({self.k}) gives "
                 f"{self.speedup:.2f}x (compute-bound here); adaptive K leaves drafting off{hint}"
@@ -64,7 +69,7 @@ class DraftVerdict:
     def figures(self) -> str:
         """`c 0.42, r(2) 2.00` (n-gram: `r(2) 1.10`); "–" for a figure not measured."""
         r2 = "–" if self.r2 is None else f"{self.r2:.2f}"
-        if self.draft_mode != "model":
+        if not self.steps:
             return f"r(2) {r2}"
         c = "–" if self.c is None else f"{self.c:.2f}"
         return f"c {c}, r(2) {r2}"
@@ -96,18 +101,19 @@ def draft_verdict(costs: Any, draft_mode: str, k_max: int) -> DraftVerdict:
     """The verdict from a backend's measured costs (`VerifyCostModel` or anything with `ratio(width)`,
     `draft_ratio()` and, optionally, `as_dict()`), for K up to `k_max`."""
     k_max = max(int(k_max), 1)
-    if draft_mode == "none":
+    spec = spec_of_mode(draft_mode)
+    if spec is not None and spec.name == NO_DRAFTING:
         return DraftVerdict("skip", draft_mode, "drafting is off")
-    if draft_mode not in ("model", "ngram"):
+    if spec is None:
         return DraftVerdict("skip", draft_mode, "the server drafts by its own settings")
     if costs is None:
         return DraftVerdict("skip", draft_mode, "this backend does not measure its verify cost")
     measured = getattr(costs, "as_dict", None)
     if measured is not None and not any(width > 1 for width in measured()):
         return DraftVerdict("skip", draft_mode, "the verify cost has not been measured yet")
-    c = costs.draft_ratio() if draft_mode == "model" else 0.0
+    c = costs.draft_ratio() if spec.steps else 0.0
     r2 = costs.ratio(2)
-    if draft_mode == "model" and c <= 0:
+    if spec.steps and c <= 0:
         return DraftVerdict(
             "skip", draft_mode, "the draft model's step has not been timed yet", c=None, r2=r2
         )
@@ -117,9 +123,7 @@ def draft_verdict(costs: Any, draft_mode: str, k_max: int) -> DraftVerdict:
     }
     k, best = max(speedups.items(), key=lambda item: item[1])
     why = f"a verify pass of 2 costs r(2) {r2:.2f} plain steps" + (
-        f" and a draft step c {c:.2f} of a target step"
-        if draft_mode == "model"
-        else " (n-gram drafts are free)"
+        f" and a draft step c {c:.2f} of a target step" if spec.steps else f" ({spec.label} is free)"
     )
     status: VerdictStatus = "pass" if best >= 1.0 + MIN_GAIN else "warn"
     return DraftVerdict(status, draft_mode, why, c=c, r2=r2, k=k, speedup=best)

@@ -622,13 +622,16 @@ def check_model_path(path: str | Path, what: str = "model") -> Path:
 
 
 def check_draft_choice(value: str) -> str:
-    """The draft setting: 'ngram', 'none' or a draft model (checked like a model path). ModelError otherwise."""
-    from engine.config import DRAFT_KEYWORDS
+    """The draft setting: a drafter's name (the name map's keywords) or a draft model (checked like a model path).
+    ModelError otherwise."""
+    from engine.decoding.drafters import draft_choices, is_draft_keyword
 
     value = value.strip()
     if not value:
-        raise ModelError("draft: give 'ngram', 'none' or a draft model folder (or a model name)")
-    if value.lower() in DRAFT_KEYWORDS:
+        raise ModelError(
+            f"draft: give {draft_choices(every_engine=True)} or a draft model folder (or a model name)"
+        )
+    if is_draft_keyword(value):
         return value.lower()
     return str(check_model_path(value, "draft"))
 

@@ -26,6 +26,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
     from engine.config import BACKEND_NAMES
+    from engine.decoding.drafters import draft_help
 
     p.add_argument(
         "--model",
@@ -34,8 +35,7 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--draft",
-        help="drafting: ngram, none, mtp (the model's own MTP head, exllamav3), or a draft model folder, .gguf "
-        "file or name (qwen2.5-coder-0.5b; same tokenizer family)",
+        help=draft_help(),
     )
     p.add_argument(
         "--backend",
@@ -95,9 +95,13 @@ def cli_settings(args: argparse.Namespace, check_paths: bool = True):
     )  # --model qwen2.5-coder-1.5b: fetched on first use
     if settings.model is not None and not Path(settings.model).exists():
         raise CliError(f"model folder not found: {settings.model}")
+    from engine.decoding.drafters import draft_keywords, is_draft_keyword
+
     draft = settings.draft
-    if draft not in ("ngram", "none") and not Path(draft).exists():
-        raise CliError(f"draft must be ngram, none or a model folder; folder not found: {draft}")
+    if not is_draft_keyword(draft) and not Path(draft).exists():
+        raise CliError(
+            f"draft must be {', '.join(draft_keywords())} or a model folder; folder not found: {draft}"
+        )
     return settings
 
 

@@ -36,7 +36,9 @@ def run(args: argparse.Namespace) -> int:
 
     model_dir = Path(settings.model) if settings.model else validate_model_folder(ensure_embedded_model())
     draft_config = None
-    if settings.draft not in ("ngram", "none"):
+    from engine.decoding.drafters import is_draft_keyword
+
+    if not is_draft_keyword(settings.draft):
         draft_config = read_config(Path(settings.draft))
     if args.budget_gb is not None and args.budget_gb <= 0:
         raise CliError(f"--budget-gb must be positive (got {args.budget_gb})")

@@ -21,7 +21,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from engine.events import MessageStats
-from tui.formatting import bar, number, percent, preset_label, seconds
+from tui.formatting import bar, drafts_here, number, percent, preset_label, seconds
 from tui.widgets.footer import FittingFooter
 
 K_RUNS_SHOWN = 16
@@ -121,7 +121,7 @@ def stats_table(stats: MessageStats, cancelled: bool = False, backend_notes: Seq
         # Whether drafting can pay on this machine at all, as the reply ended (the doctor's verdict).
         rows.insert(at, ("draft verdict", stats.draft_verdict))
         at += 1
-    cap = drafts_cap_note(backend_notes) if stats.draft_mode in ("ngram", "model") else ""
+    cap = drafts_cap_note(backend_notes) if drafts_here(stats.draft_mode) else ""
     if cap:
         rows.insert(at, ("drafts cap", cap))
         at += 1
