@@ -25,7 +25,8 @@ from engine.backends.exllamav2 import (
     probe_exllamav2,
     round_up_to_page,
 )
-from engine.backends.held_rounds import build_sampler_settings, round_origins, sampler_fields, stop_reason_of
+from engine.backends.exllamav2.sampling import build_sampler_settings, sampler_fields
+from engine.backends.held_rounds import round_origins, stop_reason_of
 from engine.decoding.acceptance import AcceptanceAccounting
 from engine.errors import BackendError
 from engine.events import Chunk, Done

@@ -19,6 +19,7 @@ import pytest
 
 from engine.backends import extension_build
 from engine.backends.exllamav2 import import_exllamav2, probe_exllamav2
+from engine.backends.exllamav2.library import BUILD_STAGE
 from engine.errors import BackendError
 
 DATA = Path(__file__).parent / "data" / "exl2_build"
@@ -54,12 +55,12 @@ def test_watcher_reports_files_and_elapsed_then_the_last_word(tmp_path):
     folder = recorded_build(tmp_path / "exllamav2_ext")
     reports: list[tuple[str, float | None]] = []
     with extension_build.BuildWatcher(
-        folder, lambda s, f: reports.append((s, f)), poll_s=0.05, heartbeat_s=60
+        folder, lambda s, f: reports.append((s, f)), BUILD_STAGE, poll_s=0.05, heartbeat_s=60
     ):
         pass
-    assert reports[0][0].startswith(extension_build.BUILD_STAGE) and reports[0][1] == 0.0
+    assert reports[0][0].startswith(BUILD_STAGE) and reports[0][1] == 0.0
     stage, fraction = reports[-1]
-    assert stage.startswith(f"{extension_build.BUILD_STAGE}: 12/47 files, ") and stage.endswith("s")
+    assert stage.startswith(f"{BUILD_STAGE}: 12/47 files, ") and stage.endswith("s")
     assert fraction == pytest.approx(12 / 47)
     assert extension_build.format_elapsed(5) == "5s" and extension_build.format_elapsed(671) == "11m 11s"
 
@@ -84,7 +85,7 @@ def test_watcher_follows_a_real_ninja_build(tmp_path):
 
     reports: list[tuple[str, float | None]] = []
     with extension_build.BuildWatcher(
-        folder, lambda s, f: reports.append((s, f)), poll_s=0.05, heartbeat_s=60
+        folder, lambda s, f: reports.append((s, f)), BUILD_STAGE, poll_s=0.05, heartbeat_s=60
     ):
         subprocess.run([NINJA, "-j", "1"], cwd=folder, check=True, capture_output=True, timeout=60)
     counts = [s.split(": ")[1].split(" files")[0] for s, _ in reports[1:]]
@@ -132,8 +133,8 @@ def test_build_message_shows_only_when_a_build_is_coming(tmp_path, monkeypatch):
     try:
         with pytest.raises(BackendError, match="stop here"):
             import_exllamav2(lambda s, f: reports.append(s))
-        assert reports[0].startswith(extension_build.BUILD_STAGE)
-        assert reports[-1].startswith(f"{extension_build.BUILD_STAGE}: 12/47 files, ")
+        assert reports[0].startswith(BUILD_STAGE)
+        assert reports[-1].startswith(f"{BUILD_STAGE}: 12/47 files, ")
 
         # Built before (the JIT library is there), or a prebuilt wheel's module: no message.
         (tmp_path / "ext" / "exllamav2_ext" / "exllamav2_ext.so").write_bytes(b"")
@@ -221,7 +222,7 @@ def test_build_progress_reaches_the_session_s_progress_callback(tmp_path, monkey
         session.load(progress)
     finally:
         _forget_exllamav2()
-    assert any(s.startswith(f"{extension_build.BUILD_STAGE}: 12/47 files") for s in stages)
+    assert any(s.startswith(f"{BUILD_STAGE}: 12/47 files") for s in stages)
     assert session.backend_reason.startswith("auto: exllamav2 unusable (")
 
 

@@ -9,7 +9,8 @@ every core (torch's ninja build reads it) unless the user set it, and turns a fa
 log file with the compiler's output.
 
 exllamav3 (engine/backends/exllamav3/) builds its `exllamav3_ext` through the same loader: every function takes
-the package and extension names, with exllamav2's as the defaults.
+the package's and the extension's names, which each engine's library module keeps (PACKAGE, EXTENSION,
+BUILD_STAGE).
 
 A leaf module: only the standard library at import time; torch is imported inside the functions.
 """
@@ -24,8 +25,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-EXTENSION = "exllamav2_ext"
-BUILD_STAGE = "building exllamav2's CUDA extension (first start only; can take many minutes)"
 BUILD_LOG_NAME = "specchat-build-error.log"
 OBJECT_RULES = ("compile", "cuda_compile")
 
@@ -37,10 +36,8 @@ def use_all_cores() -> str:
     return os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
 
 
-def build_directory(extension: str = EXTENSION) -> Path:
-    """Where torch's JIT loader builds `extension` (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions/pyXY_cuZZ).
-
-    exllamav3 builds `exllamav3_ext` the same way (its `ext.py`), so the ExLlamaV3 backend passes that name."""
+def build_directory(extension: str) -> Path:
+    """Where torch's JIT loader builds `extension` (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions/pyXY_cuZZ)."""
     root = os.environ.get("TORCH_EXTENSIONS_DIR")
     if root:
         return Path(root) / extension
@@ -63,10 +60,10 @@ def build_directory(extension: str = EXTENSION) -> Path:
     return base / folder / extension
 
 
-def build_coming(package: str = "exllamav2", extension: str = EXTENSION) -> Path | None:
-    """The build folder when importing exllamav2 is about to compile its extension, else None.
+def build_coming(package: str, extension: str) -> Path | None:
+    """The build folder when importing `package` is about to compile its `extension`, else None.
 
-    None where a prebuilt `exllamav2_ext` is installed, where a JIT build already left the library, and where no
+    None where a prebuilt extension module is installed, where a JIT build already left the library, and where no
     build can start at all (no CUDA GPU for torch, no CUDA toolkit): then the import is quick, or fails quickly.
     """
     if package in sys.modules or importlib.util.find_spec(extension) is not None:
@@ -135,9 +132,9 @@ class BuildWatcher:
         self,
         folder: Path,
         report: Report,
+        stage: str,
         poll_s: float = 1.0,
         heartbeat_s: float = 15.0,
-        stage: str = BUILD_STAGE,
     ) -> None:
         self.folder = folder
         self.stage = stage
@@ -179,7 +176,7 @@ class BuildWatcher:
             self.poll()
 
 
-def is_build_failure(exc: BaseException, extension: str = EXTENSION) -> bool:
+def is_build_failure(exc: BaseException, extension: str) -> bool:
     """torch's JIT loader says "Error building extension 'NAME'" (with ninja's output) when compiling fails."""
     return isinstance(exc, RuntimeError) and f"Error building extension '{extension}'" in str(exc)
 

@@ -1,9 +1,8 @@
-"""ExLlamaV2's streaming results as our rounds, and our sampler as its settings: the pure half of the exl2 backend.
+"""A library generator's streaming results as our rounds: what the exllamav2 and exllamav3 engines share.
 
 `HeldRounds` turns the dynamic generator's results into one Chunk per verification round, whatever text the
-generator holds back; `stop_reason_of` reads an end-of-job result; `sampler_fields` / `build_sampler_settings` set
-every `ExLlamaV2Sampler.Settings` field a reply relies on. No exllamav2 import: plain values in, plain values out,
-so all of it runs (and is tested) without CUDA. The backend that drives the generator is `exl2.py`.
+generator holds back; `stop_reason_of` reads an end-of-job result. No library import: plain values in, plain
+values out, so all of it runs (and is tested) without CUDA.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.events import Chunk, StopReason
-from engine.request import SamplerSettings
 
 
 def round_origins(emitted: int, accepted: int) -> tuple[bool, ...]:
@@ -111,45 +109,3 @@ def stop_reason_of(
     if reason == "max_new_tokens":
         return "max_new_tokens"
     return "stop_string"  # "stop_string", and "end_filter" (filters are not used here)
-
-
-def sampler_fields(sampler: SamplerSettings, temperature: float) -> dict[str, Any]:
-    """Every `ExLlamaV2Sampler.Settings` field a reply relies on.
-
-    The library's defaults are not neutral (repetition penalty 1.025, top-k 50, top-p 0.8), so each one is set:
-    our neutral values (top_k 0, top_p 1.0, min_p 0) also mean "off" to exllamav2's sampler, and a temperature
-    below 0.01 makes it greedy, like ours at 0.
-    """
-    return {
-        "temperature": temperature,
-        "top_k": sampler.top_k,
-        "top_p": sampler.top_p,
-        "min_p": sampler.min_p,
-        "token_repetition_penalty": sampler.repetition_penalty,
-        "token_repetition_range": -1,
-        "token_repetition_decay": 0,
-        "token_frequency_penalty": 0.0,
-        "token_presence_penalty": 0.0,
-        "top_a": 0.0,
-        "tfs": 0.0,
-        "typical": 0.0,
-        "skew": 0.0,
-        "smoothing_factor": 0.0,
-        "min_temp": 0.0,
-        "max_temp": 0.0,
-        "temp_exponent": 1.0,
-        "temperature_last": False,
-        "mirostat": False,
-        "dry_multiplier": 0.0,
-        "xtc_probability": 0.0,
-        "token_bias": None,
-        "cfg_scale": None,
-    }
-
-
-def build_sampler_settings(settings_cls: type, sampler: SamplerSettings, temperature: float) -> Any:
-    """A fresh `ExLlamaV2Sampler.Settings` for one reply (never shared: the job mutates nothing else)."""
-    settings = settings_cls()
-    for name, value in sampler_fields(sampler, temperature).items():
-        setattr(settings, name, value)
-    return settings

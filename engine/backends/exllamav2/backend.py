@@ -2,7 +2,7 @@
 
 `import exllamav2` compiles a CUDA extension and fails without CUDA, so the package is imported lazily, only
 inside this module's functions, and every failure becomes a one-line `BackendError`. The first import's build
-is announced and followed file by file through the load's progress callback (engine/backends/extension_build.py).
+is announced and followed file by file through the load's progress callback (library.py, extension_build.py).
 
 How the generator is driven (see DESIGN.md "ExLlamaV2 facts"):
 
@@ -29,133 +29,37 @@ What exllamav2 cannot tell us exactly, and what the MessageStats built from our 
 
 from __future__ import annotations
 
-import json
 import statistics
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from engine.backends.base import ProgressCallback
-from engine.backends.held_rounds import HeldRounds, build_sampler_settings, ids_of, stop_reason_of
+from engine.backends.exllamav2.library import UNUSABLE_HINT, import_exllamav2
+from engine.backends.exllamav2.models import (
+    PAGE_SIZE,
+    Models,
+    fix_rope_theta,
+    is_oom,
+    ntk_alpha,
+    round_up_to_page,
+    vocab_view,
+)
+from engine.backends.exllamav2.sampling import build_sampler_settings
+from engine.backends.held_rounds import HeldRounds, ids_of, stop_reason_of
 from engine.chat_template import ChatTemplate, ChatTemplateError
 from engine.decoding.drafting import PROBE_LENGTH, AdaptiveK, VerifyCostModel
 from engine.errors import BackendError
 from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
 from engine.request import CACHE_MODES, GenerationRequest
 
-PAGE_SIZE = 256  # exllamav2's PAGED_PAGE_SIZE: cache lengths must be a multiple of it
 MAX_DRAFT_TOKENS = 16  # the largest K; the generator's max_q_size is K_max + 1 (K drafts + the last token)
 # Adaptive K changes K between replies only, so a probe is a whole reply: rounds at K 0 before the next one.
 PROBE_INTERVAL_ROUNDS = 256
-CACHE_CLASS_NAMES = {
-    "fp16": "ExLlamaV2Cache",
-    "q8": "ExLlamaV2Cache_Q8",
-    "q6": "ExLlamaV2Cache_Q6",
-    "q4": "ExLlamaV2Cache_Q4",
-}
-UNUSABLE_HINT = "use --backend transformers"
 OOM_HINT = "lower max_context, use cache_mode q4, or a smaller draft"
-
-# ------------------------------------------------------------------------------------------- pure helpers
-
-
-def round_up_to_page(tokens: int) -> int:
-    """Cache length for `tokens`: the dynamic generator wants a multiple of its 256-token page."""
-    return max(PAGE_SIZE, -(-tokens // PAGE_SIZE) * PAGE_SIZE)
-
-
-def ntk_alpha(native_len: int, target_len: int) -> float:
-    """NTK RoPE alpha that stretches a model trained on `native_len` tokens to `target_len`.
-
-    The quadratic fit the exllama community (and TabbyAPI for draft models) uses; 1.0 where no stretch is needed.
-    """
-    ratio = target_len / native_len
-    if ratio <= 1.0:
-        return 1.0
-    return -0.13436 + 0.80541 * ratio + 0.28833 * ratio**2
-
-
-def short_cause(exc: BaseException) -> str:
-    """One line saying why importing exllamav2 failed."""
-    text = str(exc).strip()
-    if "CUDA_HOME" in text:
-        return "CUDA_HOME not set"
-    first = text.splitlines()[0] if text else ""
-    return f"{type(exc).__name__}: {first}"[:160] if first else type(exc).__name__
-
-
-# ----------------------------------------------------------------------------------------- the library
-
-
-def import_exllamav2(progress: ProgressCallback | None = None) -> SimpleNamespace:
-    """The exllamav2 names this backend uses; BackendError where the package cannot be imported here.
-
-    The first import on a GPU compiles exllamav2's CUDA extension: `progress` hears that it is coming and then
-    files compiled / total and the elapsed time (engine/backends/extension_build.py); the build uses every core.
-    """
-    from engine.backends import extension_build
-
-    extension_build.use_all_cores()
-    folder = extension_build.build_coming() if progress is not None else None
-    try:
-        if folder is not None and progress is not None:
-            with extension_build.BuildWatcher(folder, progress):
-                import exllamav2
-        import exllamav2
-        import exllamav2.attn as attn
-        from exllamav2.generator import ExLlamaV2DynamicGenerator, ExLlamaV2DynamicJob, ExLlamaV2Sampler
-    except Exception as exc:
-        if extension_build.is_build_failure(exc):
-            log = extension_build.write_build_log(folder or _build_folder_or_none(), exc)
-            raise BackendError(
-                f"exllamav2 is unusable here: its CUDA extension failed to build (compiler output: {log}); "
-                f"{UNUSABLE_HINT}"
-            ) from exc
-        # Anything else: OSError (no CUDA_HOME), ImportError, and whatever torch's cpp_extension raises on a CUDA
-        # build of torch with no GPU (IndexError).
-        raise BackendError(f"exllamav2 is unusable here: {short_cause(exc)}; {UNUSABLE_HINT}") from exc
-    return SimpleNamespace(
-        version=getattr(exllamav2, "__version__", "?"),
-        Config=exllamav2.ExLlamaV2Config,
-        Model=exllamav2.ExLlamaV2,
-        Tokenizer=exllamav2.ExLlamaV2Tokenizer,
-        caches={mode: getattr(exllamav2, name) for mode, name in CACHE_CLASS_NAMES.items()},
-        Generator=ExLlamaV2DynamicGenerator,
-        Job=ExLlamaV2DynamicJob,
-        Settings=ExLlamaV2Sampler.Settings,
-        attn=attn,
-    )
-
-
-def _build_folder_or_none() -> Path | None:
-    from engine.backends import extension_build
-
-    try:
-        return extension_build.build_directory()
-    except Exception:
-        return None
-
-
-def probe_exllamav2(progress: ProgressCallback | None = None) -> tuple[bool, str]:
-    """Whether exllamav2 can run here (a CUDA GPU and an importable, built package), with the reason."""
-    try:
-        import torch
-    except ImportError as exc:  # pragma: no cover - torch is a hard dependency
-        return False, f"torch is missing ({exc})"
-    try:
-        if not torch.cuda.is_available():
-            return False, "no CUDA GPU visible to torch"
-        ex = import_exllamav2(progress)
-        device = torch.cuda.get_device_name(0)
-    except BackendError as exc:
-        return False, str(exc).removeprefix("exllamav2 is unusable here: ").removesuffix(f"; {UNUSABLE_HINT}")
-    except Exception as exc:  # a broken driver or torch build: still "unusable here", never a traceback
-        return False, short_cause(exc)
-    return True, f"exllamav2 {ex.version} on {device}"
 
 
 def check_model_folder(folder: Path, what: str) -> None:
@@ -175,77 +79,6 @@ def check_model_folder(folder: Path, what: str) -> None:
             f"{what} folder {folder} has no .safetensors weights{extra}: exllamav2 loads EXL2, GPTQ or FP16 "
             f"safetensors folders; {UNUSABLE_HINT}"
         )
-
-
-def _fix_rope_theta(config: Any, folder: Path) -> None:
-    """transformers 5 writes `rope_parameters.rope_theta`; exllamav2 only reads top-level `rope_theta`."""
-    try:
-        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return
-    params = raw.get("rope_parameters")
-    if (
-        "rope_theta" not in raw
-        and isinstance(params, dict)
-        and isinstance(params.get("rope_theta"), int | float)
-    ):
-        config.rotary_embedding_base = float(params["rope_theta"])
-
-
-class _ExLlamaV2Vocab:
-    """An ExLlamaV2Tokenizer seen through the few transformers methods `engine.decoding.draft_compat` asks for."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        self.pieces = tokenizer.get_id_to_piece_list(True)
-
-    def __len__(self) -> int:
-        return self.tokenizer.get_vocab_size()
-
-    def convert_ids_to_tokens(self, ids: list[int]) -> list[str | None]:
-        return [self.pieces[i] if 0 <= i < len(self.pieces) else None for i in ids]
-
-    def convert_tokens_to_ids(self, tokens: str) -> int | None:
-        return self.tokenizer.single_id(tokens)
-
-
-def _vocab_view(name: str, tokenizer: Any, end_of_turn: str | None) -> Any:
-    from engine.decoding.draft_compat import VocabView
-
-    vocab = _ExLlamaV2Vocab(tokenizer)
-    special: dict[str, int | None] = {"bos": tokenizer.bos_token_id, "eos": tokenizer.eos_token_id}
-    if end_of_turn:
-        special["end_of_turn"] = tokenizer.single_id(end_of_turn)
-    return VocabView(name=name, tokenizer_size=len(vocab), special_ids=special, tokenizer=vocab)
-
-
-def _is_oom(exc: BaseException) -> bool:
-    try:
-        import torch
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
-
-
-@dataclass(slots=True)
-class _Models:
-    """Everything `load()` builds."""
-
-    model: Any
-    cache: Any
-    tokenizer: Any
-    generator: Any
-    draft_model: Any | None
-    draft_cache: Any | None
-    paged: bool
-    cache_len: int
-    eos_id: int | None
-    end_of_turn_id: int | None
-    draft_forward_s: float
-    target_forward_s: float
-    device: str
-    # Verify cost by width and the draft step, from the warm-up timings: what adaptive K weighs.
-    costs: VerifyCostModel | None = None
 
 
 # ------------------------------------------------------------------------------------------------ backend
@@ -286,7 +119,7 @@ class ExLlamaV2Backend:
         self.draft_load_in_q4 = draft_load_in_q4
         self.notes: list[str] = []
         self._ex: SimpleNamespace | None = None
-        self._m: _Models | None = None
+        self._m: Models | None = None
         self._template: ChatTemplate | None = None
         self.tuners: dict[str, AdaptiveK] = {}
 
@@ -343,8 +176,8 @@ class ExLlamaV2Backend:
 
                 eot = self._template.end_of_turn if self._template else None
                 check_draft_compatible(  # raises DraftIncompatibleError (a BackendError) naming the rule
-                    _vocab_view(self.model_dir.name, tokenizer, eot),
-                    _vocab_view(self.draft_dir.name, ex.Tokenizer(draft_config), eot),
+                    vocab_view(self.model_dir.name, tokenizer, eot),
+                    vocab_view(self.draft_dir.name, ex.Tokenizer(draft_config), eot),
                 )
                 if draft_config.max_seq_len < cache_len:
                     alpha = ntk_alpha(draft_config.max_seq_len, cache_len)
@@ -405,7 +238,7 @@ class ExLlamaV2Backend:
         except BackendError:
             raise
         except Exception as exc:
-            if _is_oom(exc):
+            if is_oom(exc):
                 raise BackendError(f"out of memory loading {loading}: {OOM_HINT}") from exc
             cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise BackendError(f"exllamav2 could not load {loading}: {cause}") from exc
@@ -413,7 +246,7 @@ class ExLlamaV2Backend:
         eos_id = tokenizer.eos_token_id
         eot = self._template.end_of_turn if self._template else None
         end_of_turn_id = tokenizer.single_id(eot) if eot else None
-        self._m = _Models(
+        self._m = Models(
             model=model,
             cache=cache,
             tokenizer=tokenizer,
@@ -507,7 +340,7 @@ class ExLlamaV2Backend:
                 try:
                     results = generator.iterate()
                 except Exception as exc:
-                    if _is_oom(exc):
+                    if is_oom(exc):
                         raise BackendError(f"out of memory while generating: {OOM_HINT}") from exc
                     raise
                 ours = [r for r in results if r.get("job") is job]
@@ -672,7 +505,7 @@ class ExLlamaV2Backend:
             return MAX_DRAFT_TOKENS
         return max(0, k)
 
-    def _loaded(self) -> _Models:
+    def _loaded(self) -> Models:
         if self._m is None:
             raise BackendError("the exllamav2 backend is not loaded")
         return self._m
@@ -684,7 +517,7 @@ class ExLlamaV2Backend:
         except (AssertionError, ValueError, KeyError, TypeError, OSError) as exc:
             cause = str(exc).strip().lstrip("# ").strip() or type(exc).__name__
             raise BackendError(f"exllamav2 cannot load the {what} in {folder}: {cause}") from exc
-        _fix_rope_theta(config, folder)
+        fix_rope_theta(config, folder)
         return config
 
     def _time_forwards(self, model: Any, draft_model: Any | None) -> tuple[float, float, float]:
@@ -714,7 +547,7 @@ class ExLlamaV2Backend:
             target_one_s = timed(model, 1)
             draft_s = timed(draft_model, 1) if draft_model is not None else 0.0
         except Exception as exc:  # timing is advisory; never fail a load over it
-            if _is_oom(exc):
+            if is_oom(exc):
                 raise
             self.notes.append(f"draft/target timing unavailable ({type(exc).__name__})")
             return 0.0, 0.0, 0.0
@@ -725,7 +558,7 @@ class ExLlamaV2Backend:
         job: Any,
         end: dict[str, Any] | None,
         request: GenerationRequest,
-        m: _Models,
+        m: Models,
         rounds: int,
         k: int,
         reason: StopReason,
