@@ -6,6 +6,9 @@ from collections.abc import Sequence
 
 from engine.events import MessageStats
 
+# Re-exported for the reply widget: screens and widgets reach the engine's text helpers through this module.
+from engine.reasoning import split_reasoning as split_reasoning
+
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 BAR_FULL = "█"
 BAR_EMPTY = "░"
@@ -170,3 +173,30 @@ def stored_stats_line(message) -> str:
     elif message.interrupted:
         line = INTERRUPTED
     return line
+
+
+TREND_WINDOW_S = 7 * 86400
+
+
+def trend_text(rows: list[dict], regressions: list, width: int = 96) -> str:
+    """The metrics trend dialog's text: what regressed (if anything), the daily table and the per-reply plot of the
+    last 7 days, as `specchat metrics` prints them."""
+    import time
+
+    from engine.storage import metrics
+
+    lines: list[str] = []
+    for regression in regressions:
+        lines.append(f"⚠ regression: {regression.describe()}")
+    if regressions:
+        lines += [
+            "  (specchat metrics --check says the same; the baseline is the 7 days before the last 20 replies)",
+            "",
+        ]
+    recent = [r for r in rows if r["timestamp"] >= time.time() - TREND_WINDOW_S]
+    if not recent:
+        return "\n".join([*lines, "no replies in the metrics log in the last 7 days"])
+    lines.append(metrics.format_table(metrics.summarize(recent, "day"), "day"))
+    if len(recent) >= 2:
+        lines += ["", metrics.plot(recent, width=width, height=16)]
+    return "\n".join(lines)

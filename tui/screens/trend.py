@@ -6,8 +6,6 @@ rows come from the session's metrics log; the table and plot are the same as `sp
 
 from __future__ import annotations
 
-import time
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -15,27 +13,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from engine.storage import metrics
-
-WINDOW_S = 7 * 86400
-
-
-def trend_text(rows: list[dict], regressions: list, width: int = 96) -> str:
-    lines: list[str] = []
-    for regression in regressions:
-        lines.append(f"⚠ regression: {regression.describe()}")
-    if regressions:
-        lines += [
-            "  (specchat metrics --check says the same; the baseline is the 7 days before the last 20 replies)",
-            "",
-        ]
-    recent = [r for r in rows if r["timestamp"] >= time.time() - WINDOW_S]
-    if not recent:
-        return "\n".join([*lines, "no replies in the metrics log in the last 7 days"])
-    lines.append(metrics.format_table(metrics.summarize(recent, "day"), "day"))
-    if len(recent) >= 2:
-        lines += ["", metrics.plot(recent, width=width, height=16)]
-    return "\n".join(lines)
+from tui.formatting import trend_text
 
 
 class TrendScreen(ModalScreen[None]):
