@@ -27,8 +27,29 @@ def miniature(root: Path, patch) -> Path:
     (cpu / "ggml-cpu.c").write_text(
         "static const t traits[] = {\n"
         + patch.TRAIT_OLD
-        + "    },\n};\n\nplan() {\n"
+        + "    },\n};\n\n"
+        + patch.Q6K_ANCHOR
+        + "        const struct ggml_compute_params * params) {\n"
+        + patch.TILED_OLD
+        + "        return;\n    }\n    quantize();\n"
+        + patch.Q6K_HOOK_OLD
+        + "    }\n#endif\n}\n\nplan() {\n"
         + patch.PLAN_OLD
+        + "}\n"
+    )
+    (cpu / "arch" / "x86").mkdir(parents=True)
+    (cpu / "arch" / "x86" / "quants.c").write_text(
+        "// x86\n\n" + patch.Q8K_OLD + "\nvoid ggml_vec_dot(void) {}\n"
+    )
+    (cpu / "repack.cpp").write_text(
+        "namespace ggml::cpu::repack {\n"
+        + patch.Q4K_ANCHOR
+        + "    void forward_mul_mat_one_chunk() {\n"
+        + patch.Q4K_CHUNK_OLD
+        + "        }\n    }\n    void forward_mul_mat() {\n"
+        + patch.Q4K_QUANT_OLD
+        + "    }\n};\n}  // namespace ggml::cpu::repack\n\n"
+        + patch.Q4K_NS_END
         + "}\n"
     )
     (cpu / "ops.cpp").write_text(
@@ -86,6 +107,40 @@ def test_every_edit_lands_once_and_a_second_run_changes_nothing(tmp_path: Path, 
     # tinyBLAS prefetches the next weight rows; a small batch's row blocks are a contiguous range per thread
     assert sgemm.count("__builtin_prefetch(specchat_next") == 1
     assert sgemm.count("specchat_ranges ? job + 1 : ggml_threadpool_chunk_add") == 2
+    # quantized weights: the tiled K-quant kernel only above 64 rows; Q6_K batches take the rows kernel after the
+    # activations are quantized, defined (with the exported row count) before the function that calls it
+    assert (
+        "if (dst->src[1]->ne[1] > SPECCHAT_EXACT_ROWS && ggml_compute_forward_mul_mat_tiled(params, dst)) {"
+        in trait
+    )
+    assert "#define SPECCHAT_EXACT_ROWS 64" in (cpu / "vec.h").read_text()
+    assert (
+        trait.index("static bool specchat_mul_mat_q6_K(")
+        < trait.index("int specchat_exact_rows(void)")
+        < trait.index("void ggml_compute_forward_mul_mat(")
+        < trait.index("quantize();")
+        < trait.index("if (specchat_mul_mat_q6_K(params, dst)) {")
+        < trait.index("#if GGML_USE_LLAMAFILE")
+    )
+    # repacked Q4_K: the kernel and its predicate before the tensor traits, rows quantized alone, one kernel per chunk
+    repack = (cpu / "repack.cpp").read_text()
+    assert repack.index("static void specchat_q4_K_x8_rows(") < repack.index("class tensor_traits_base")
+    assert repack.index("static constexpr bool specchat_rows_kernel()") < repack.index(
+        "class tensor_traits_base"
+    )
+    assert "for (int64_t i11 = ith * 4; !specchat_rows && i11 < ne11 - ne11 % 4; i11 += nth * 4) {" in repack
+    assert "const int64_t i11_processed = specchat_rows ? 0 : ne11 - ne11 % 4;" in repack
+    assert repack.index("specchat_q4_K_x8_rows(ne00,") < repack.index("if (nrows > 3) {")
+    assert repack.index('extern "C" int specchat_repack_exact(void)') > repack.index(
+        "}  // namespace ggml::cpu::repack"
+    )
+    # Q8_K activations quantized with vector instructions (the reference kept for zeros and non-finite blocks)
+    quants = (cpu / "arch" / "x86" / "quants.c").read_text()
+    assert "quantize_row_q8_K_ref(x, yb + i, QK_K);" in quants and "_mm256_cvtps_epi32" in quants
+    assert quants.index("void quantize_row_q8_K(") < quants.index("void ggml_vec_dot(")
+    # attention's fixed chunks reach 64 rows, as the matrix products do
+    assert "k->type == v->type && neq1 > SPECCHAT_EXACT_ROWS)) {" in ops
+    assert "node->src[0]->ne[1] <= SPECCHAT_EXACT_ROWS ? node->src[0]->ne[1] : 1;" in trait
     before = {p: p.read_text() for p in cpu.rglob("*") if p.is_file()}
     assert patch.main(["patch", str(tmp_path)]) == 0
     assert {p: p.read_text() for p in cpu.rglob("*") if p.is_file()} == before
@@ -107,3 +162,36 @@ def test_the_wheel_cache_key_follows_the_edits_not_the_files_text(patch, monkeyp
     assert patch.key() == first
     monkeypatch.setattr(patch, "DOT", patch.DOT.replace("_mm512_reduce_add_ps", "_mm512_reduce_max_ps"))
     assert patch.key() != first
+
+
+def test_every_edit_lands_and_moves_the_key(tmp_path: Path, patch) -> None:
+    """Each (old, new) of the plan shows in the patched miniature, and changing any edit's text changes the wheel
+    cache's key: an edit dropped from the plan (or a stale wheel after an edit) fails here."""
+    miniature(tmp_path, patch)
+    assert patch.main(["patch", str(tmp_path)]) == 0
+    edits = patch.plan(tmp_path)
+    assert {p.name for p in edits} == {
+        "vec.h",
+        "vec.cpp",
+        "ggml-cpu.c",
+        "repack.cpp",
+        "quants.c",
+        "ops.cpp",
+        "sgemm.cpp",
+    }
+    for path, file_edits in edits.items():
+        text = path.read_text()
+        for _old, new, *_times in file_edits:
+            assert new in text, f"an edit of {path.name} did not land"
+    names = [n for n in dir(patch) if n.endswith(("_NEW", "_KERNEL")) or n in ("DOT", "DECL", "CHUNKED")]
+    assert {"Q4K_KERNEL", "Q6K_KERNEL", "TILED_NEW", "Q4K_QUANT_NEW", "Q4K_CHUNK_NEW", "Q6K_HOOK_NEW"} <= set(
+        names
+    )
+    first = patch.key()
+    for name in names:
+        original = getattr(patch, name)
+        setattr(patch, name, original + "// changed\n")
+        try:
+            assert patch.key() != first, f"{name} is not in the plan (nor the key)"
+        finally:
+            setattr(patch, name, original)
