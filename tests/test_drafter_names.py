@@ -63,14 +63,16 @@ def test_a_drafter_added_to_the_map_is_a_draft_mode_with_its_own_label_stats_and
     class Info:
         draft_mode, draft_model = "history", None
 
-    assert drafter_name(Info) == "past-chats lookup"
+    assert drafter_name(Info) == "past-chats lookup drafting"
     # Its drafts take no model steps: its rounds are counted as lookups, and the verdict prices them free (c = 0).
     accounting = AcceptanceAccounting(t_start=0.0)
     accounting.add(Chunk("ab", (1, 2), 3, 1, (True, False), 0.1, drafter="history"))
     assert accounting.lookup_rounds == 1
     costs = VerifyCostModel.from_ratios({1: 1.0, 2: 1.05, 5: 1.2}, draft_ratio=0.5)
     verdict = draft_verdict(costs, "history", 4)
-    assert verdict.status == "pass" and verdict.c == 0.0 and "past-chats lookup is free" in verdict.why
+    assert (
+        verdict.status == "pass" and verdict.c == 0.0 and "(past-chats lookup drafts are free)" in verdict.why
+    )
 
 
 def test_the_backends_round_loop_builds_a_drafter_added_to_the_map(history: DrafterSpec) -> None:

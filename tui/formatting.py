@@ -120,7 +120,7 @@ def drafter_name(info) -> str:
 
     spec = spec_of_mode(info.draft_mode)
     if spec is not None and spec.keyword:
-        return spec.label
+        return f"{spec.label} drafting"
     return f"draft {draft_label(info.draft_model)}"
 
 

@@ -123,7 +123,7 @@ def draft_verdict(costs: Any, draft_mode: str, k_max: int) -> DraftVerdict:
     }
     k, best = max(speedups.items(), key=lambda item: item[1])
     why = f"a verify pass of 2 costs r(2) {r2:.2f} plain steps" + (
-        f" and a draft step c {c:.2f} of a target step" if spec.steps else f" ({spec.label} is free)"
+        f" and a draft step c {c:.2f} of a target step" if spec.steps else f" ({spec.label} drafts are free)"
     )
     status: VerdictStatus = "pass" if best >= 1.0 + MIN_GAIN else "warn"
     return DraftVerdict(status, draft_mode, why, c=c, r2=r2, k=k, speedup=best)

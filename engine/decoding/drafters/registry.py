@@ -19,7 +19,7 @@ from engine.decoding.drafters.ngram import build as ngram_drafter
 class DrafterSpec:
     name: str  # the `--draft` keyword, the backend's draft mode and the rounds' Chunk.drafter
     description: str  # what it is, for --help and the settings dialog (after the name)
-    label: str  # what the chat calls it in a line of its own ("n-gram drafting")
+    label: str  # what the chat and the notes call it ("n-gram": "n-gram drafting", "drafter: n-gram")
     # Typed as is (else: given as a folder, a .gguf file or a model name, never typed as `name`).
     keyword: bool = True
     # Its drafts take model steps (c > 0 in the speedup model); False: free lookups, counted apart in the stats.
@@ -38,10 +38,10 @@ _SPECS = (
     DrafterSpec(
         name="ngram",
         description="free drafts copied from earlier in the chat",
-        label="n-gram drafting",
+        label="n-gram",
         build=ngram_drafter,
     ),
-    DrafterSpec(name="none", description="plain decoding", label="no drafting"),
+    DrafterSpec(name="none", description="plain decoding", label="none"),
     DrafterSpec(
         name="mtp",
         description="the model's own MTP head, exllamav3",
@@ -76,12 +76,12 @@ def draft_choices(every_engine: bool = False) -> str:
 
 
 def is_draft_keyword(value: str) -> bool:
-    return value.strip().lower() in draft_keywords()
+    return str(value).strip().lower() in draft_keywords()
 
 
 def draft_mode_of(setting: str) -> str:
     """The draft mode a backend reports for a `draft` setting: a keyword's own mode, else "model" (a draft model)."""
-    spec = DRAFTERS.get(setting.strip().lower())
+    spec = DRAFTERS.get(str(setting).strip().lower())
     if spec is None or not spec.keyword:
         return "model"
     return spec.mode or spec.name
