@@ -17,7 +17,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import (
@@ -27,6 +27,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from engine.backends.registry import CHOICES
 from engine.endpoint import normalize_endpoint
 from engine.errors import UserError
 
@@ -35,8 +36,8 @@ ENV_PREFIX = "SPECCHAT_"
 CONFIG_FILE_ENV = "SPECCHAT_CONFIG_FILE"
 
 CacheMode = Literal["auto", "fp16", "q8", "q6", "q4"]
-BackendName = Literal["auto", "exllamav2", "exllamav3", "transformers", "llamacpp", "remote"]
-BACKEND_NAMES: tuple[str, ...] = get_args(BackendName)  # every list of engine names (CLI choices) reads this
+BACKEND_NAMES: tuple[str, ...] = CHOICES  # "auto" and the registry's engines: the CLI's choices read this
+BackendName = Literal[CHOICES]  # type: ignore[valid-type]
 
 # Models known by name (engine/models/named.py fetches them): the name stands for this file in the model cache.
 MODEL_NAMES = {
@@ -263,7 +264,7 @@ class Settings(BaseSettings):
         "ngram"  # a drafter's name (engine/decoding/drafters/registry.py), a draft model folder or name
     )
     backend: BackendName = "auto"
-    cache_mode: CacheMode = "auto"  # auto: q8 on ExLlamaV2, full precision on the transformers backend
+    cache_mode: CacheMode = "auto"  # auto: each engine's default (engine/backends/registry.py)
     draft_cache_mode: CacheMode = "auto"
     max_context: int = Field(4096, ge=256)
     system_prompt: str | None = None

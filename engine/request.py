@@ -1,26 +1,15 @@
 """The request vocabulary: what a session asks a backend for, in plain numbers (no presets, no UI).
 
 A leaf (stdlib only): `SamplerSettings` (one message's sampler, with its temperature ramp), `GenerationRequest`
-(prompt ids, K, limits, the adaptive-K key), and the KV cache modes. Backends, the decoding core, presets and the
-memory planner all read these, so they live below all of them.
+(prompt ids, K, limits, the adaptive-K key), and the KV cache modes ("auto", each engine's default, is the
+registry's). Backends, the decoding core, presets and the memory planner all read these, so they live below them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-CACHE_MODES = ("fp16", "q8", "q6", "q4")
-# "auto" (the default) means each backend's own default: ExLlamaV2 keeps Q8 (a quarter of FP16's memory at a
-# small cost in acceptance); on the CPU the transformers backend keeps full precision, because only that
-# cache gives the model's own full-precision greedy text (an int8 cache changed it on 6 prompts in 12).
-DEFAULT_CACHE_MODES = {"exllamav2": "q8", "exllamav3": "q8", "transformers": "fp16"}
-
-
-def resolve_cache_mode(mode: str | None, backend: str) -> str:
-    """The cache mode a backend runs for a setting that may be "auto"."""
-    if mode in (None, "", "auto"):
-        return DEFAULT_CACHE_MODES.get(backend, "fp16")
-    return mode
+CACHE_MODES = ("fp16", "q8", "q6", "q4")  # "auto" is each engine's default: engine/backends/registry.py
 
 
 @dataclass(frozen=True, slots=True)

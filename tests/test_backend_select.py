@@ -21,7 +21,10 @@ def settings_for(model: Path | None, backend: str) -> SimpleNamespace:
 
 @pytest.fixture
 def no_bindings(monkeypatch):
-    monkeypatch.setattr(llamacpp, "probe_llamacpp", lambda: (False, "llama-cpp-python is not installed"))
+    monkeypatch.setattr(
+        "engine.backends.llamacpp.library.probe_llamacpp",
+        lambda progress=None: (False, "llama-cpp-python is not installed"),
+    )
 
 
 @pytest.fixture
@@ -57,14 +60,15 @@ def test_without_bindings_auto_falls_back_to_transformers_and_says_why(smol_dir:
 
     backend, why = create_backend(settings_for(None, "auto"))
     assert isinstance(backend, TransformersBackend)
-    assert why.endswith("llama-cpp-python is not installed -> transformers")
+    # every engine passed over is named with its reason
+    assert why.endswith("; llama.cpp unusable (llama-cpp-python is not installed) -> transformers")
     with pytest.raises(BackendError, match="^llama.cpp is unusable here: llama-cpp-python is not installed"):
         create_backend(settings_for(None, "llamacpp"))
 
 
 def test_a_gguf_without_bindings_is_a_clear_error(fake_gguf: Path, no_bindings) -> None:
     with pytest.raises(
-        BackendError, match="is a GGUF model and needs llama.cpp, but llama-cpp-python is not"
+        BackendError, match="^a GGUF model needs llama.cpp .*it is unusable here: llama-cpp-python is not"
     ):
         create_backend(settings_for(fake_gguf, "auto"))
 

@@ -101,7 +101,7 @@ def test_cache_modes_match_the_backend_contract() -> None:
 
 
 def test_auto_cache_mode_is_each_backends_default() -> None:
-    from engine.request import resolve_cache_mode
+    from engine.backends.registry import resolve_cache_mode
 
     assert resolve_cache_mode("auto", "exllamav2") == "q8"
     assert resolve_cache_mode("auto", "transformers") == "fp16"  # full precision: the model's own text

@@ -484,8 +484,12 @@ def test_auto_on_a_gpu_picks_the_engine_the_folder_needs(make_model, monkeypatch
     from engine.backends import exllamav2, exllamav3, select
     from engine.backends.exllamav2 import ExLlamaV2Backend
 
-    monkeypatch.setattr(exllamav3, "probe_exllamav3", lambda progress=None: (True, "exllamav3 1.6.5 on H200"))
-    monkeypatch.setattr(exllamav2, "probe_exllamav2", lambda progress=None: (True, "exllamav2 0.3.2 on H200"))
+    monkeypatch.setattr(
+        exllamav3.library, "probe_exllamav3", lambda progress=None: (True, "exllamav3 1.6.5 on H200")
+    )
+    monkeypatch.setattr(
+        exllamav2.library, "probe_exllamav2", lambda progress=None: (True, "exllamav2 0.3.2 on H200")
+    )
     backend, why = select.create_backend(_settings(make_model("exl3"), "auto"))
     assert (
         isinstance(backend, ExLlamaV3Backend)
@@ -503,7 +507,7 @@ def test_auto_on_a_gpu_picks_the_engine_the_folder_needs(make_model, monkeypatch
         and why.startswith("auto: --draft mtp")
     )
     monkeypatch.setattr(
-        exllamav2, "probe_exllamav2", lambda progress=None: (False, "exllamav2 is not installed")
+        exllamav2.library, "probe_exllamav2", lambda progress=None: (False, "exllamav2 is not installed")
     )
     backend, why = select.create_backend(_settings(make_model("fp16b", quant_method=None), "auto"))
     assert isinstance(backend, ExLlamaV3Backend)

@@ -36,16 +36,18 @@ def test_doctor_on_a_gpu_says_what_exllamav3_runs(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H200")
     monkeypatch.setattr(
-        exllamav2, "probe_exllamav2", lambda progress=None: (True, "exllamav2 0.3.2 on NVIDIA H200")
+        exllamav2.library, "probe_exllamav2", lambda progress=None: (True, "exllamav2 0.3.2 on NVIDIA H200")
     )
     monkeypatch.setattr(
-        exllamav3, "probe_exllamav3", lambda progress=None: (True, "exllamav3 1.6.5 on NVIDIA H200")
+        exllamav3.library, "probe_exllamav3", lambda progress=None: (True, "exllamav3 1.6.5 on NVIDIA H200")
     )
     report = DoctorReport()
     check_environment(report)
     check = _check(report, "exllamav3")
     assert (check.status, check.reason) == ("pass", "exllamav3 1.6.5 on NVIDIA H200")
-    monkeypatch.setattr(exllamav3, "probe_exllamav3", lambda progress=None: (False, "ImportError: no triton"))
+    monkeypatch.setattr(
+        exllamav3.library, "probe_exllamav3", lambda progress=None: (False, "ImportError: no triton")
+    )
     report = DoctorReport()
     check_environment(report)
     assert _check(report, "exllamav3").status in (

@@ -1,8 +1,12 @@
-"""Backend selection: "auto" takes exllamav2 where it can run (a CUDA GPU, a built extension), llama.cpp for GGUF
-models (a .gguf file, or the embedded model, whose GGUF is kept) where its bindings import, else transformers.
-On a GPU, "auto" picks the engine the folder's format needs: EXL3 folders (and `--draft mtp`) run on exllamav3,
-EXL2/GPTQ on exllamav2, FP16 folders on exllamav2 where it runs, else exllamav3. Without a GPU it stays on the CPU
-backends (an EXL3 folder, which only exllamav3 loads, is then a one-line error).
+"""Backend selection, read from the registry (engine/backends/registry.py): `--backend NAME` builds that engine where
+it can run here; `--backend auto` takes the remote engine where an endpoint is set, else walks the engines in the
+registry's order, keeps those that load the model's format (and run the drafter asked for), and builds the first
+whose probe says it runs here, an engine marked `fallback` (transformers) only after the others.
+
+So on a GPU an EXL3 folder (and `--draft mtp`) runs on exllamav3, EXL2/GPTQ on exllamav2, FP16 folders on exllamav2
+where it runs, else exllamav3; a GGUF model on llama.cpp; without a GPU the embedded model runs on llama.cpp (its
+GGUF) where the bindings import, else transformers. A format only one engine loads is a one-line error where that
+engine cannot run here.
 
 `create_backend(settings)` returns the backend (not yet loaded) and one line saying which one and why, for the
 loading screen and `specchat doctor`.
@@ -10,20 +14,24 @@ loading screen and `specchat doctor`.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from engine.backends.base import Backend, ProgressCallback
+from engine.backends import registry
+from engine.backends.base import Backend, EngineArgs, ProgressCallback
+from engine.backends.registry import Engine
 from engine.errors import BackendError
-from engine.request import resolve_cache_mode
 
-
-def _model_dir(settings: Any) -> Path:
-    if settings.model is not None:
-        return Path(settings.model)
-    from engine.models import ensure_embedded_model
-
-    return Path(ensure_embedded_model())
+# How a reason names a format that decides the engine, and what the engine runs of it.
+FORMAT_PHRASES = {
+    "gguf": ("a GGUF model", "GGUF files"),
+    "exl3": ("an EXL3 folder", "EXL3 weights"),
+    "exl2": ("an EXL2 folder", "EXL2 weights"),
+    "gptq": ("a GPTQ folder", "GPTQ weights"),
+    "endpoint": ("an endpoint is set", "servers"),
+}
+MTP_PHRASES = ("--draft mtp", "an MTP head")
 
 
 def is_gguf_path(path: Path) -> bool:
@@ -41,37 +49,6 @@ def uses_embedded_model(settings: Any) -> bool:
         return False
 
 
-def _llamacpp(settings: Any) -> Backend:
-    from engine.backends.llamacpp import LlamaCppBackend
-
-    if uses_embedded_model(settings):
-        from engine.models import EMBEDDED_MODEL_NAME, ensure_embedded_gguf
-
-        path, name = ensure_embedded_gguf(), EMBEDDED_MODEL_NAME
-    else:
-        path, name = Path(settings.model), None
-    return LlamaCppBackend(
-        path,
-        draft=settings.draft,
-        cache_mode=settings.cache_mode,
-        draft_cache_mode=settings.draft_cache_mode,
-        max_context=settings.max_context,
-        threads=getattr(settings, "threads", None),
-        model_name=name,
-    )
-
-
-def _remote(settings: Any) -> Backend:
-    from engine.backends.remote import RemoteBackend
-
-    return RemoteBackend(
-        settings.endpoint,
-        api_key_env=getattr(settings, "api_key_env", None),
-        model=getattr(settings, "remote_model", None),
-        max_context=settings.max_context,
-    )
-
-
 def uses_remote(settings: Any) -> bool:
     """Whether `settings` pick the remote backend (no local model is needed then)."""
     return settings.backend == "remote" or (
@@ -79,154 +56,126 @@ def uses_remote(settings: Any) -> bool:
     )
 
 
-def _exllamav2(settings: Any, model_dir: Path) -> Backend:
-    from engine.backends.exllamav2 import ExLlamaV2Backend
-
-    return ExLlamaV2Backend(
-        model_dir,
-        draft=settings.draft,
-        cache_mode=resolve_cache_mode(settings.cache_mode, "exllamav2"),
-        draft_cache_mode=resolve_cache_mode(settings.draft_cache_mode, "exllamav2"),
-        max_context=settings.max_context,
-        gpu_split=settings.gpu_split,
-    )
-
-
-def _exllamav3(settings: Any, model_dir: Path) -> Backend:
-    from engine.backends.exllamav3 import ExLlamaV3Backend
-
-    return ExLlamaV3Backend(
-        model_dir,
-        draft=settings.draft,
-        cache_mode=resolve_cache_mode(settings.cache_mode, "exllamav3"),
-        draft_cache_mode=resolve_cache_mode(settings.draft_cache_mode, "exllamav3"),
-        max_context=settings.max_context,
-        gpu_split=settings.gpu_split,
-    )
-
-
-def _folder_format(settings: Any) -> str:
-    """The model folder's format ("exl3", "exl2", "gptq", "fp16"); the embedded model is FP16."""
-    if settings.model is None:
-        return "fp16"
+def model_format(settings: Any) -> str:
+    """The format of the model `settings` name (registry.FORMATS): the embedded model, a GGUF file or folder, else
+    the folder's weights ("exl3", "exl2", "gptq", "fp16")."""
+    if uses_embedded_model(settings):
+        return "embedded"
+    path = Path(settings.model)
+    if is_gguf_path(path):
+        return "gguf"
     from engine.backends.exllamav3.folder import folder_format
 
-    return folder_format(Path(settings.model)) or "fp16"
+    return folder_format(path) or "fp16"
 
 
-def _transformers(settings: Any, model_dir: Path) -> Backend:
-    from engine.backends.transformers import TransformersBackend
+def _args(settings: Any, fmt: str) -> EngineArgs:
+    args = EngineArgs.from_settings(settings)
+    # The embedded model as each engine loads it (llama.cpp its GGUF, the others the converted folder).
+    return replace(args, model=None) if fmt == "embedded" else args
 
-    extra = {}
-    device = getattr(settings, "device", "auto")
-    if device and device != "auto":  # an explicit device is the transformers backend's business
-        extra["device"] = device
-    return TransformersBackend(
-        model_dir,
-        draft=settings.draft,
-        cache_mode=resolve_cache_mode(settings.cache_mode, "transformers"),
-        draft_cache_mode=resolve_cache_mode(settings.draft_cache_mode, "transformers"),
-        max_context=settings.max_context,
-        **extra,
+
+def _wants_mtp(settings: Any) -> bool:
+    return getattr(settings, "draft", None) == "mtp"
+
+
+def _only_mtp_error() -> BackendError:
+    names = [row for row in registry.ENGINES if "mtp" in row.drafters]
+    return BackendError(
+        f"--draft mtp drafts with the model's own MTP head, which only {' and '.join(r.name for r in names)} "
+        f"runs: use --backend {names[0].name} (or auto on a GPU)"
     )
 
 
 def create_backend(settings: Any, progress: ProgressCallback | None = None) -> tuple[Backend, str]:
-    """The backend `settings.backend` asks for ("auto", "exllamav2", "exllamav3", "transformers", "llamacpp"), and why.
+    """The backend `settings.backend` asks for ("auto" or an engine's name), and why.
 
     `settings` needs: model (Path | None: the embedded model), draft, backend, cache_mode, draft_cache_mode,
-    max_context, gpu_split. BackendError (one line) where a backend is asked for by name and cannot run here.
-    `progress` hears about the first start's build of exllamav2's CUDA extension, which the probe may trigger.
+    max_context, gpu_split (and endpoint, threads, device where set). BackendError (one line) where an engine is
+    asked for by name and cannot run here. `progress` hears about the first start's build of a CUDA extension,
+    which a probe may trigger.
     """
     choice = settings.backend
-    if choice not in ("auto", "exllamav2", "exllamav3", "transformers", "llamacpp", "remote"):
+    if choice == "auto" and getattr(settings, "endpoint", None):
+        row = next(row for row in registry.ENGINES if "endpoint" in row.loads)
+        return registry.build(row, EngineArgs.from_settings(settings)), (
+            f"auto: {FORMAT_PHRASES['endpoint'][0]} -> {row.label}"
+        )
+    if choice == "auto":
+        return _auto(settings, progress)
+    try:
+        row = registry.engine(choice)
+    except registry.UnknownEngine:
+        names = ["auto", *(row.name for row in registry.ENGINES)]
         raise BackendError(
-            f"unknown backend {choice!r}: use auto, exllamav2, exllamav3, transformers, llamacpp or remote"
-        )
-    mtp = getattr(settings, "draft", None) == "mtp"
-    if mtp and (
-        choice not in ("auto", "exllamav3")
-        or (settings.model is not None and is_gguf_path(Path(settings.model)))
-    ):
+            f"unknown backend {choice!r}: use {', '.join(names[:-1])} or {names[-1]}"
+        ) from None
+    return _named(row, settings, progress)
+
+
+def _named(row: Engine, settings: Any, progress: ProgressCallback | None) -> tuple[Backend, str]:
+    """The engine asked for by name, where it runs here and loads the model."""
+    if _wants_mtp(settings) and "mtp" not in row.drafters:
+        raise _only_mtp_error()
+    if "endpoint" in row.loads:
+        if not getattr(settings, "endpoint", None):
+            raise BackendError(f"--backend {row.name} needs --endpoint URL (the server's base URL)")
+        return registry.build(row, EngineArgs.from_settings(settings)), f"{row.label}: chosen in settings"
+    fmt = model_format(settings)
+    if _wants_mtp(settings) and fmt == "gguf":
+        raise _only_mtp_error()
+    if fmt not in row.loads and fmt in ("gguf", "fp16"):
+        # GGUF files and Hugging Face folders are each one kind of engine's: say which runs this one.
+        loaders = [other for other in registry.ENGINES if fmt in other.loads]
+        if fmt == "gguf":
+            raise BackendError(
+                f"{settings.model} is a GGUF model: only the {loaders[0].label} backend runs it; "
+                f"use --backend {loaders[0].name}"
+            )
         raise BackendError(
-            "--draft mtp drafts with the model's own MTP head, which only exllamav3 runs: "
-            "use --backend exllamav3 (or auto on a GPU)"
+            f"{row.label} needs a .gguf model file, and {settings.model} is not one; "
+            f"use --backend {next(o.name for o in loaders if o.fallback)} for a Hugging Face folder"
         )
-    endpoint = getattr(settings, "endpoint", None)
-    if choice == "remote" or (choice == "auto" and endpoint):
-        if not endpoint:
-            raise BackendError("--backend remote needs --endpoint URL (the server's base URL)")
-        return _remote(settings), (
-            "remote: chosen in settings" if choice == "remote" else "auto: an endpoint is set -> remote"
-        )
-    from engine.backends.exllamav2 import probe_exllamav2
-    from engine.backends.llamacpp import probe_llamacpp
+    usable, reason = registry.probe(row, progress)
+    if not usable:
+        raise BackendError(f"{row.label} is unusable here: {reason}; {registry.unusable_hint(row)}")
+    return registry.build(row, _args(settings, fmt)), f"{row.label}: chosen in settings" + (
+        f" ({reason})" if reason else ""
+    )
 
-    gguf = settings.model is not None and is_gguf_path(Path(settings.model))
-    if choice == "llamacpp":
-        usable, reason = probe_llamacpp()
-        if not usable:
-            raise BackendError(
-                f"llama.cpp is unusable here: {reason}; run make install or use --backend auto"
-            )
-        if not gguf and not uses_embedded_model(settings):
-            raise BackendError(
-                f"llama.cpp needs a .gguf model file, and {settings.model} is not one; "
-                "use --backend transformers for a Hugging Face folder"
-            )
-        return _llamacpp(settings), f"llama.cpp: chosen in settings ({reason})"
-    if gguf:
-        if choice != "auto":
-            raise BackendError(
-                f"{settings.model} is a GGUF model: only the llama.cpp backend runs it; use --backend llamacpp"
-            )
-        usable, reason = probe_llamacpp()
-        if not usable:
-            raise BackendError(f"{settings.model} is a GGUF model and needs llama.cpp, but {reason}")
-        return _llamacpp(settings), f"auto: a GGUF model and {reason} -> llama.cpp"
-    if choice == "transformers":
-        return _transformers(settings, _model_dir(settings)), "transformers: chosen in settings"
-    from engine.backends.exllamav3 import probe_exllamav3
 
-    if choice == "exllamav3":
-        usable3, reason3 = probe_exllamav3(progress)
-        if not usable3:
-            raise BackendError(
-                f"exllamav3 is unusable here: {reason3}; use --backend auto for the CPU backends"
-            )
-        return _exllamav3(settings, _model_dir(settings)), f"exllamav3: chosen in settings ({reason3})"
-    fmt = _folder_format(settings)
-    if choice == "auto" and (fmt == "exl3" or mtp):
-        usable3, reason3 = probe_exllamav3(progress)
-        what = "an EXL3 folder" if fmt == "exl3" else "--draft mtp"
-        if not usable3:
-            raise BackendError(
-                f"{what} needs exllamav3 (only it runs {'EXL3 weights' if fmt == 'exl3' else 'an MTP head'}), "
-                f"but it is unusable here: {reason3}"
-            )
-        return _exllamav3(settings, _model_dir(settings)), f"auto: {what} and {reason3} -> exllamav3"
-    usable, reason = probe_exllamav2(progress)
-    if choice == "exllamav2":
+def _auto(settings: Any, progress: ProgressCallback | None) -> tuple[Backend, str]:
+    """The first engine in the registry's order that loads the model (and the drafter) and runs here."""
+    fmt = model_format(settings)
+    mtp = _wants_mtp(settings)
+    if mtp and fmt == "gguf":
+        raise _only_mtp_error()
+    rows = [row for row in registry.ENGINES if fmt in row.loads and "endpoint" not in row.loads]
+    if mtp:
+        rows = [row for row in registry.ENGINES if "mtp" in row.drafters]
+    if not rows:
+        raise BackendError(f"no engine loads {settings.model}")
+    rows = [row for row in rows if not row.fallback] + [row for row in rows if row.fallback]
+    # Why the first candidate is the one: a format (or drafter) only it runs.
+    what, runs = MTP_PHRASES if mtp else FORMAT_PHRASES.get(fmt, ("", ""))
+    sole = len(rows) == 1
+    skipped: list[tuple[str, str]] = []  # (label, reason) of the engines passed over
+    for row in rows:
+        usable, reason = registry.probe(row, progress)
         if not usable:
-            raise BackendError(f"exllamav2 is unusable here: {reason}; use --backend transformers")
-        return _exllamav2(settings, _model_dir(settings)), f"exllamav2: chosen in settings ({reason})"
-    if usable:
-        return _exllamav2(settings, _model_dir(settings)), f"auto: {reason} -> exllamav2"
-    if fmt == "fp16":
-        usable3, reason3 = probe_exllamav3(progress)
-        if usable3:  # a GPU without exllamav2: its successor loads FP16 folders too
-            return _exllamav3(settings, _model_dir(settings)), (
-                f"auto: exllamav2 unusable ({reason}); {reason3} -> exllamav3"
-            )
-    if uses_embedded_model(settings):
-        llama_usable, llama_reason = probe_llamacpp()
-        if llama_usable:
-            return _llamacpp(settings), (
-                f"auto: exllamav2 unusable ({reason}); embedded model as GGUF and {llama_reason} -> llama.cpp"
-            )
-        return _transformers(settings, _model_dir(settings)), (
-            f"auto: exllamav2 unusable ({reason}); {llama_reason} -> transformers"
-        )
-    return _transformers(
-        settings, _model_dir(settings)
-    ), f"auto: exllamav2 unusable ({reason}) -> transformers"
+            if sole:
+                raise BackendError(
+                    f"{what} needs {row.label} (only it runs {runs}), but it is unusable here: {reason}"
+                )
+            skipped.append((row.label, reason))
+            continue
+        said = what if sole else "embedded model as GGUF" if fmt == "embedded" and "gguf" in row.loads else ""
+        parts = [*_passed_over(skipped), " and ".join(p for p in (said, reason) if p)]
+        why = "; ".join(p for p in parts if p)
+        return registry.build(row, _args(settings, fmt)), f"auto: {why} -> {row.label}"
+    raise BackendError(f"no engine runs {settings.model} here: " + "; ".join(_passed_over(skipped)))
+
+
+def _passed_over(skipped: list[tuple[str, str]]) -> list[str]:
+    """ "name unusable (reason)" for each engine passed over, in the order they were tried."""
+    return [f"{label} unusable ({reason})" for label, reason in skipped]

@@ -36,19 +36,20 @@ from typing import Any
 
 import orjson
 
+from engine.backends import registry
+from engine.backends.registry import resolve_cache_mode
 from engine.benchmarks.ladder import MIN_DRAFTED_TO_JUDGE, default_ladder, ladder_prompt, ladder_verdict
 from engine.errors import UserError
-from engine.request import SamplerSettings, resolve_cache_mode
+from engine.request import SamplerSettings
 from engine.storage.metrics import ACCEPTANCE_DROP_POINTS, TOKENS_PER_S_DROP, fingerprint
 
 STATUSES = ("pass", "warn", "fail", "skip")
 CHECK_NAMES = (
     "torch",
     "cuda",
-    "exllamav2",
-    "exllamav3",
+    *(row.check for row in registry.ENGINES if row.check and row.gpu),
     "flash_attn",
-    "llama_cpp",
+    *(row.check for row in registry.ENGINES if row.check and not row.gpu),
     "cpu_kernels",
     "memory",
     "compatibility",
@@ -194,8 +195,31 @@ def _version(package: str) -> str | None:
         return None
 
 
+def check_engine(report: DoctorReport, row: registry.Engine, cuda: bool) -> None:
+    """An engine of the registry: whether it runs here (a GPU engine is probed only where CUDA is)."""
+    version = _version(row.distribution) if row.distribution else None
+    if not row.gpu:
+        usable, reason = registry.probe(row)
+        if usable and row.detail:
+            reason += registry.entry_point(row.detail)()
+        report.add(row.check, "pass" if usable else "warn", reason)
+        return
+    usable, reason = registry.probe(row) if cuda else (False, "no CUDA GPU")
+    if usable:
+        report.add(row.check, "pass", reason, version=version)
+    elif cuda and (version or not row.install_hint):
+        report.add(row.check, "fail", f"{row.name} cannot run on this GPU: {reason}", version=version)
+    elif cuda:
+        report.add(row.check, "warn", f"not installed: {registry.entry_point(row.install_hint)}")
+    else:
+        report.add(
+            row.check, "warn", f"not usable without CUDA ({version or 'not installed'})", version=version
+        )
+
+
 def check_environment(report: DoctorReport) -> bool:
-    """torch, CUDA, exllamav2, exllamav3, flash-attn, llama.cpp; returns whether a CUDA GPU is visible."""
+    """torch, CUDA, the registry's engines (the GPU ones, flash-attn, the CPU ones), the row-invariant kernel;
+    returns whether a CUDA GPU is visible."""
     try:
         import torch
     except Exception as exc:  # a broken install: everything after this needs torch
@@ -216,36 +240,9 @@ def check_environment(report: DoctorReport) -> bool:
         else:
             why = "a CPU build of torch" if torch.version.cuda is None else "no CUDA GPU visible"
             report.add("cuda", "warn", f"{why}: ExLlamaV2 cannot run; the CPU backends run (slower)")
-    from engine.backends.exllamav2 import probe_exllamav2
-
-    usable, reason = probe_exllamav2() if cuda else (False, "no CUDA GPU")
-    version = _version("exllamav2")
-    if usable:
-        report.add("exllamav2", "pass", reason, version=version)
-    elif cuda:
-        report.add("exllamav2", "fail", f"exllamav2 cannot run on this GPU: {reason}", version=version)
-    else:
-        report.add(
-            "exllamav2", "warn", f"not usable without CUDA ({version or 'not installed'})", version=version
-        )
-    from engine.backends.exllamav3 import PINNED_VERSION, probe_exllamav3
-
-    usable3, reason3 = probe_exllamav3() if cuda else (False, "no CUDA GPU")
-    version3 = _version("exllamav3")
-    if usable3:
-        report.add("exllamav3", "pass", reason3, version=version3)
-    elif cuda and version3:
-        report.add("exllamav3", "fail", f"exllamav3 cannot run on this GPU: {reason3}", version=version3)
-    elif cuda:
-        report.add(
-            "exllamav3",
-            "warn",
-            f"not installed: pip install exllamav3=={PINNED_VERSION} for EXL3 folders and MTP",
-        )
-    else:
-        report.add(
-            "exllamav3", "warn", f"not usable without CUDA ({version3 or 'not installed'})", version=version3
-        )
+    gpu_engines = [row for row in registry.ENGINES if row.check and row.gpu]
+    for row in gpu_engines:
+        check_engine(report, row, cuda)
     flash = _version("flash-attn") or _version("flash_attn")
     if flash:
         report.add("flash_attn", "pass", f"flash-attn {flash}", version=flash)
@@ -255,16 +252,9 @@ def check_environment(report: DoctorReport) -> bool:
         )
     else:
         report.add("flash_attn", "pass", "not needed without CUDA")
-    from engine.backends.llamacpp import patched_build, probe_llamacpp
-
-    usable, reason = probe_llamacpp()
-    if usable:
-        reason += (
-            ", specchat's patched build (one kernel for one token and a batch)"
-            if patched_build()
-            else ", stock build (float16 models pad plain steps; make install builds the patched one)"
-        )
-    report.add("llama_cpp", "pass" if usable else "warn", reason)
+    for row in registry.ENGINES:
+        if row.check and not row.gpu:
+            check_engine(report, row, cuda)
     from engine.backends.transformers import rowlin
 
     kernel, why = rowlin.load()

@@ -36,11 +36,12 @@ from typing import IO, Any
 
 import orjson
 
+from engine.backends.registry import resolve_cache_mode
 from engine.decoding.acceptance import predicted_speedup
 from engine.decoding.drafters import is_draft_keyword
 from engine.errors import SpecchatError
 from engine.prompt_file import PromptFileError, read_prompt_file
-from engine.request import SamplerSettings, resolve_cache_mode
+from engine.request import SamplerSettings
 
 TASKS = ("code", "qa", "creative")
 K_VALUES = (0, 1, 2, 3, 4, 5, 6, 7, 8)

@@ -19,9 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from engine.backends.registry import resolve_cache_mode
     from engine.memory_plan import MemoryPlanError, format_bytes, plan_memory
     from engine.models import ensure_embedded_model, validate_model_folder
-    from engine.request import resolve_cache_mode
 
     settings = cli_settings(args)
     gguf_bits: dict[str, float] = {}

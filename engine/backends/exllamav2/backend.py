@@ -37,7 +37,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from engine.backends.base import ProgressCallback
+from engine.backends.base import EngineArgs, ProgressCallback
 from engine.backends.exllamav2.library import UNUSABLE_HINT, import_exllamav2
 from engine.backends.exllamav2.models import (
     PAGE_SIZE,
@@ -50,6 +50,7 @@ from engine.backends.exllamav2.models import (
 )
 from engine.backends.exllamav2.sampling import build_sampler_settings
 from engine.backends.held_rounds import HeldRounds, ids_of, stop_reason_of
+from engine.backends.registry import resolve_cache_mode
 from engine.chat_template import ChatTemplate, ChatTemplateError
 from engine.decoding.drafting import PROBE_LENGTH, AdaptiveK, VerifyCostModel
 from engine.errors import BackendError
@@ -602,3 +603,17 @@ class ExLlamaV2Backend:
         except (ImportError, RuntimeError):  # pragma: no cover
             pass
         return "cuda"
+
+
+def build(args: EngineArgs) -> ExLlamaV2Backend:
+    """The registry's constructor: an EXL2, GPTQ or FP16 folder (the embedded model's where `args.model` is None)."""
+    from engine.models import ensure_embedded_model
+
+    return ExLlamaV2Backend(
+        args.model if args.model is not None else ensure_embedded_model(),
+        draft=args.draft,
+        cache_mode=resolve_cache_mode(args.cache_mode, "exllamav2"),
+        draft_cache_mode=resolve_cache_mode(args.draft_cache_mode, "exllamav2"),
+        max_context=args.max_context,
+        gpu_split=list(args.gpu_split) if args.gpu_split else None,
+    )

@@ -45,11 +45,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from engine.backends.base import ProgressCallback
+from engine.backends.base import EngineArgs, ProgressCallback
 from engine.backends.exllamav3.folder import check_model_folder, has_mtp_head
 from engine.backends.exllamav3.library import PINNED_VERSION, import_exllamav3, short_cause
 from engine.backends.exllamav3.sampling import build_sampler, cache_kwargs
 from engine.backends.held_rounds import HeldRounds, ids_of, stop_reason_of
+from engine.backends.registry import resolve_cache_mode
 from engine.chat_template import ChatTemplate, ChatTemplateError
 from engine.decoding.drafting import PROBE_LENGTH, AdaptiveK
 from engine.errors import BackendError
@@ -617,3 +618,17 @@ class ExLlamaV3Backend:
         except (ImportError, RuntimeError):  # pragma: no cover
             pass
         return "cuda"
+
+
+def build(args: EngineArgs) -> ExLlamaV3Backend:
+    """The registry's constructor: an EXL3 or FP16 folder (the embedded model's where `args.model` is None)."""
+    from engine.models import ensure_embedded_model
+
+    return ExLlamaV3Backend(
+        args.model if args.model is not None else ensure_embedded_model(),
+        draft=args.draft,
+        cache_mode=resolve_cache_mode(args.cache_mode, "exllamav3"),
+        draft_cache_mode=resolve_cache_mode(args.draft_cache_mode, "exllamav3"),
+        max_context=args.max_context,
+        gpu_split=list(args.gpu_split) if args.gpu_split else None,
+    )

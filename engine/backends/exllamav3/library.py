@@ -25,6 +25,7 @@ PACKAGE = "exllamav3"
 EXTENSION = "exllamav3_ext"
 BUILD_STAGE = "building exllamav3's CUDA extension (first start only; ~194 files, can take many minutes)"
 UNUSABLE_HINT = "use --backend auto for the CPU backends"
+INSTALL_HINT = f"pip install exllamav3=={PINNED_VERSION} for EXL3 folders and MTP"
 
 
 def short_cause(exc: BaseException) -> str:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from engine.backends.base import ProgressCallback
+from engine.backends.base import EngineArgs, ProgressCallback
 from engine.backends.llamacpp import probe as llamacpp_probe
 from engine.backends.llamacpp.library import patched_build, physical_cores, probe_llamacpp
 from engine.backends.llamacpp.model import LlamaCppModel
@@ -46,6 +46,7 @@ from engine.backends.llamacpp.threads import (
     ThreadControl,
     threads_label,
 )
+from engine.backends.registry import resolve_cache_mode
 from engine.chat_template import (
     END_OF_TURN_CANDIDATES,
     FALLBACK_NOTE,
@@ -57,7 +58,7 @@ from engine.decoding.drafting import AdaptiveK, VerifyCostModel
 from engine.decoding.round_loop import LoopSetup, RoundLoopBackend
 from engine.errors import BackendError
 from engine.events import BackendInfo, Chunk, Done, DraftMode
-from engine.request import GenerationRequest, resolve_cache_mode
+from engine.request import GenerationRequest
 
 BACKEND_NAME = "llama.cpp"
 # cache_mode -> llama.cpp K/V cache type name; llama.cpp has no 6-bit cache type, q6 takes q8_0.
@@ -471,3 +472,22 @@ class LlamaCppBackend(RoundLoopBackend):
                 state.close()
         self.target = None
         self.draft_state = None
+
+
+def build(args: EngineArgs) -> LlamaCppBackend:
+    """The registry's constructor: the model's GGUF (the embedded model's own where `args.model` is None)."""
+    if args.model is None:
+        from engine.models import EMBEDDED_MODEL_NAME, ensure_embedded_gguf
+
+        path, name = ensure_embedded_gguf(), EMBEDDED_MODEL_NAME
+    else:
+        path, name = Path(args.model), None
+    return LlamaCppBackend(
+        path,
+        draft=args.draft,
+        cache_mode=args.cache_mode,
+        draft_cache_mode=args.draft_cache_mode,
+        max_context=args.max_context,
+        threads=args.threads,
+        model_name=name,
+    )

@@ -15,6 +15,7 @@ from engine.backends.base import ProgressCallback
 
 # Exported by specchat's patched llama.cpp build (scripts/patch_llama_cpp.py).
 PATCH_SYMBOL = "ggml_vec_dot_f16_f32"
+UNUSABLE_HINT = "run make install or use --backend auto"
 
 
 def probe_llamacpp(progress: ProgressCallback | None = None) -> tuple[bool, str]:
@@ -92,3 +93,10 @@ def physical_cores() -> int:
     except OSError:
         pass
     return max(1, min(allowed, len(cores) or allowed))
+
+
+def build_note() -> str:
+    """What `specchat doctor` adds to a usable probe: which build of llama.cpp this is."""
+    if patched_build():
+        return ", specchat's patched build (one kernel for one token and a batch)"
+    return ", stock build (float16 models pad plain steps; make install builds the patched one)"

@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from engine.backends.base import ProgressCallback
+from engine.backends.base import EngineArgs, ProgressCallback
 from engine.backends.remote.servers import (
     DRAFT_FIELDS,
     EXTRA_SAMPLER_FIELDS,
@@ -662,3 +662,13 @@ def _token_ids(tokens: Any) -> list[int] | None:
         return None
     ids = [count(t) for t in tokens]
     return None if any(t is None for t in ids) else ids  # type: ignore[misc]
+
+
+def build(args: EngineArgs) -> RemoteBackend:
+    """The registry's constructor: the server at `args.endpoint`."""
+    return RemoteBackend(
+        args.endpoint,
+        api_key_env=args.api_key_env,
+        model=args.remote_model,
+        max_context=args.max_context,
+    )

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from engine.backends.base import ProgressCallback
+from engine.backends.base import EngineArgs, ProgressCallback
+from engine.backends.registry import resolve_cache_mode
 from engine.backends.transformers import kernels as hf_kernels
 from engine.backends.transformers.cache import SpecCache
 from engine.chat_template import FALLBACK_NOTE, ChatTemplate, ChatTemplateError
@@ -32,7 +33,6 @@ from engine.decoding.drafting import MAX_DRAFT_LENGTH, AdaptiveK, VerifyCostMode
 from engine.decoding.round_loop import RoundLoopBackend, common_prefix
 from engine.errors import BackendError
 from engine.events import BackendInfo, DraftMode
-from engine.request import resolve_cache_mode
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
@@ -506,3 +506,19 @@ class TransformersBackend(RoundLoopBackend):
         self.model = None
         self.target = None
         self.draft_state = None
+
+
+def build(args: EngineArgs) -> TransformersBackend:
+    """The registry's constructor: a Hugging Face folder (the embedded model's converted one where `args.model` is
+    None), on `args.device` where one is set (else the CPU)."""
+    from engine.models import ensure_embedded_model
+
+    extra = {"device": args.device} if args.device and args.device != "auto" else {}
+    return TransformersBackend(
+        args.model if args.model is not None else ensure_embedded_model(),
+        draft=args.draft,
+        cache_mode=resolve_cache_mode(args.cache_mode, "transformers"),
+        draft_cache_mode=resolve_cache_mode(args.draft_cache_mode, "transformers"),
+        max_context=args.max_context,
+        **extra,
+    )
