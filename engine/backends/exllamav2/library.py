@@ -10,7 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from engine.backends.base import ProgressCallback
-from engine.errors import BackendError
+from engine.errors import BackendError, first_line
 
 PACKAGE = "exllamav2"
 EXTENSION = "exllamav2_ext"
@@ -29,8 +29,7 @@ def short_cause(exc: BaseException) -> str:
     text = str(exc).strip()
     if "CUDA_HOME" in text:
         return "CUDA_HOME not set"
-    first = text.splitlines()[0] if text else ""
-    return f"{type(exc).__name__}: {first}"[:160] if first else type(exc).__name__
+    return f"{type(exc).__name__}: {first_line(exc)}"[:160] if text else type(exc).__name__
 
 
 def import_exllamav2(progress: ProgressCallback | None = None) -> SimpleNamespace:

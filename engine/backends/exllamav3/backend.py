@@ -53,7 +53,7 @@ from engine.backends.held_rounds import HeldRounds, ids_of, stop_reason_of
 from engine.backends.registry import resolve_cache_mode
 from engine.chat_template import ChatTemplate, ChatTemplateError
 from engine.decoding.drafting import PROBE_LENGTH, AdaptiveK
-from engine.errors import BackendError
+from engine.errors import BackendError, first_line
 from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
 from engine.request import CACHE_MODES, GenerationRequest
 
@@ -298,7 +298,7 @@ class ExLlamaV3Backend:
         except Exception as exc:
             if _is_oom(exc):
                 raise BackendError(f"out of memory loading {loading}: {OOM_HINT}") from exc
-            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            cause = first_line(exc)
             raise BackendError(f"exllamav3 could not load {loading}: {cause}") from exc
 
         self.notes += [

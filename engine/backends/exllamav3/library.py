@@ -16,7 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from engine.backends.base import ProgressCallback
-from engine.errors import BackendError
+from engine.errors import BackendError, first_line
 
 PINNED_VERSION = "1.6.5"
 # sha256 of exllamav3-1.6.5-py3-none-any.whl on PyPI (the signature test verifies the wheel it downloads).
@@ -33,8 +33,7 @@ def short_cause(exc: BaseException) -> str:
     text = str(exc).strip()
     if "CUDA_HOME" in text:
         return "CUDA_HOME not set"
-    first = text.splitlines()[0] if text else ""
-    return f"{type(exc).__name__}: {first}"[:160] if first else type(exc).__name__
+    return f"{type(exc).__name__}: {first_line(exc)}"[:160] if text else type(exc).__name__
 
 
 def import_exllamav3(progress: ProgressCallback | None = None) -> SimpleNamespace:

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from engine.backends.base import ProgressCallback
+from engine.errors import first_line
 
 # Exported by specchat's patched llama.cpp build (scripts/patch_llama_cpp.py).
 PATCH_SYMBOL = "ggml_vec_dot_f16_f32"
@@ -23,8 +24,7 @@ def probe_llamacpp(progress: ProgressCallback | None = None) -> tuple[bool, str]
     try:
         import llama_cpp
     except Exception as exc:  # ImportError, or OSError from a shared library that does not load
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return False, f"llama-cpp-python is not installed or does not load ({first})"
+        return False, f"llama-cpp-python is not installed or does not load ({first_line(exc)})"
     return True, f"llama-cpp-python {getattr(llama_cpp, '__version__', '?')} imports"
 
 

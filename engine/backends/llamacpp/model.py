@@ -18,15 +18,10 @@ from engine.backends.llamacpp.library import raw_bindings
 from engine.backends.llamacpp.pool import ThreadPool
 from engine.decoding.drafting import VerifyCostModel
 from engine.decoding.round_loop import common_prefix
-from engine.errors import BackendError
+from engine.errors import BackendError, first_line
 
 # Prompt tokens per decode call while prefilling; the cancel event is checked between slices.
 PREFILL_SLICE = 256
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 class LlamaCppModel:
@@ -54,7 +49,7 @@ class LlamaCppModel:
         try:
             self.model = _internals.LlamaModel(path_model=str(path), params=params, verbose=False)
         except (ValueError, OSError) as exc:
-            raise BackendError(f"llama.cpp could not load {path}: {_first_line(exc)}") from exc
+            raise BackendError(f"llama.cpp could not load {path}: {first_line(exc)}") from exc
         self.n_ctx_train = int(self.model.n_ctx_train())
         self.n_vocab = int(self.model.n_vocab())
         ctx_params = lib.llama_context_default_params()
@@ -86,7 +81,7 @@ class LlamaCppModel:
                 self.model.close()
                 raise BackendError(
                     f"llama.cpp could not create a context for {path.name} ({n_ctx} tokens): "
-                    f"{_first_line(exc)}; lower max_context"
+                    f"{first_line(exc)}; lower max_context"
                 ) from exc
             metadata = self.model.metadata()
             head = metadata.get(f"{metadata.get('general.architecture')}.attention.key_length")

@@ -31,7 +31,7 @@ from engine.chat_template import FALLBACK_NOTE, ChatTemplate, ChatTemplateError
 from engine.decoding.draft_compat import VocabView, check_draft_compatible, special_token_ids
 from engine.decoding.drafting import MAX_DRAFT_LENGTH, AdaptiveK, VerifyCostModel
 from engine.decoding.round_loop import RoundLoopBackend, common_prefix
-from engine.errors import BackendError
+from engine.errors import BackendError, first_line
 from engine.events import BackendInfo, DraftMode
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
@@ -220,11 +220,6 @@ def _model_call_options(model: torch.nn.Module) -> tuple[str, bool]:
     return cache_kwarg, "logits_to_keep" in params
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
 def _check_folder(folder: Path, what: str) -> None:
     if not folder.exists():
         raise BackendError(f"{what} folder not found: {folder}")
@@ -407,7 +402,7 @@ class TransformersBackend(RoundLoopBackend):
             return AutoTokenizer.from_pretrained(folder)
         except Exception as exc:  # transformers raises many types; the user needs one line
             raise BackendError(
-                f"could not load the {what}'s tokenizer from {folder}: {_first_line(exc)}"
+                f"could not load the {what}'s tokenizer from {folder}: {first_line(exc)}"
             ) from exc
 
     def _load_model(self, folder: Path, what: str) -> torch.nn.Module:
@@ -416,7 +411,7 @@ class TransformersBackend(RoundLoopBackend):
         try:
             model = AutoModelForCausalLM.from_pretrained(folder, dtype=self.dtype)
         except Exception as exc:
-            raise BackendError(f"could not load the {what} from {folder}: {_first_line(exc)}") from exc
+            raise BackendError(f"could not load the {what} from {folder}: {first_line(exc)}") from exc
         return model.to(self.device).eval()
 
     def _install_kernels(self, state: ModelState) -> None:
