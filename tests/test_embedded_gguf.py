@@ -43,8 +43,8 @@ def test_the_f16_gguf_holds_the_folders_weights_bit_for_bit(smol_dir: Path) -> N
 
 def test_llama_cpp_answers_as_the_models_own_fp32_reference(smol_dir: Path) -> None:
     pytest.importorskip("llama_cpp")
-    from engine.backends.transformers import TransformersBackend
     from engine.backends.llamacpp import LlamaCppBackend
+    from engine.backends.transformers import TransformersBackend
     from engine.benchmarks.answers import _greedy, _reference
     from engine.models import ensure_embedded_gguf
 

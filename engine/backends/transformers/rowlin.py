@@ -351,7 +351,7 @@ def _load(folder: Path | None) -> tuple[Kernel | None, str | None]:
     if compiler is None:
         return None, "no C compiler (cc) for the fast row-invariant kernel: oneDNN kernels instead"
     if folder is None:
-        from engine.config import cache_dir  # light: no model code for a folder name
+        from engine.paths import cache_dir
 
         folder = cache_dir() / "kernels"
     try:
