@@ -409,7 +409,9 @@ def test_folder_errors(standin, make_model, tmp_path):
         loaded(empty)
     gguf_only = make_model("gguf", weights=False)
     (gguf_only / "model.gguf").write_bytes(b"GGUF")
-    with pytest.raises(BackendError, match=r"no \.safetensors weights \(found \.gguf files\)") as info:
+    with pytest.raises(
+        BackendError, match=r"has no weights \(\*\.safetensors\) \(found \.gguf files\)"
+    ) as info:
         loaded(gguf_only)
     assert "\n" not in str(info.value)
 

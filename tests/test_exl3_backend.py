@@ -20,7 +20,6 @@ import pytest
 from engine.backends.exllamav3 import (
     MAX_DRAFT_TOKENS,
     ExLlamaV3Backend,
-    folder_format,
     has_mtp_head,
     import_exllamav3,
     probe_exllamav3,
@@ -30,6 +29,7 @@ from engine.backends.exllamav3.sampling import CACHE_BITS, combo_sampler_kwargs
 from engine.decoding.acceptance import AcceptanceAccounting
 from engine.errors import BackendError
 from engine.events import Chunk, Done
+from engine.models import folder_format
 from engine.request import GenerationRequest, SamplerSettings
 
 STANDIN = Path(__file__).parent / "exl3_standin"
@@ -450,7 +450,7 @@ def test_folder_errors_are_one_line(standin, make_model, tmp_path):
         loaded(tmp_path / "missing")
     with pytest.raises(BackendError, match="is EXL2: exllamav3 loads only EXL3 .*use --backend exllamav2$"):
         loaded(make_model("exl2", quant_method="exl2"))
-    with pytest.raises(BackendError, match=r"no \.safetensors weights"):
+    with pytest.raises(BackendError, match=r"has no weights \(\*\.safetensors\): exllamav3 loads only EXL3"):
         loaded(make_model("empty", weights=False))
     with pytest.raises(BackendError, match="out of memory loading model target"):
         loaded(make_model("target", {"oom_on_load": True}))

@@ -311,14 +311,14 @@ def test_progress_printer_writes_one_line_per_stage_when_not_a_terminal() -> Non
 
 
 def test_validate_missing_folder(tmp_path: Path) -> None:
-    with pytest.raises(ModelError, match=r"Model folder not found: .*nowhere$"):
+    with pytest.raises(ModelError, match=r"^model folder not found: .*nowhere$"):
         validate_model_folder(tmp_path / "nowhere")
 
 
 def test_validate_file_instead_of_folder(tmp_path: Path) -> None:
     weights = tmp_path / "model.safetensors"
     weights.write_bytes(b"")
-    with pytest.raises(ModelError, match="Not a folder"):
+    with pytest.raises(ModelError, match="is not a folder: .*model.safetensors"):
         validate_model_folder(weights)
 
 

@@ -64,7 +64,7 @@ def model_format(settings: Any) -> str:
     path = Path(settings.model)
     if is_gguf_path(path):
         return "gguf"
-    from engine.backends.exllamav3.folder import folder_format
+    from engine.models import folder_format
 
     return folder_format(path) or "fp16"
 

@@ -38,8 +38,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from engine.backends.base import EngineArgs, ProgressCallback
-from engine.backends.exllamav2.library import UNUSABLE_HINT, import_exllamav2
+from engine.backends.exllamav2.library import import_exllamav2
 from engine.backends.exllamav2.models import (
+    FOLDER_NEEDS,
     PAGE_SIZE,
     Models,
     fix_rope_theta,
@@ -55,31 +56,13 @@ from engine.chat_template import ChatTemplate, ChatTemplateError
 from engine.decoding.drafting import PROBE_LENGTH, AdaptiveK, VerifyCostModel
 from engine.errors import BackendError, first_line
 from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
+from engine.models.folders import check_model_folder
 from engine.request import CACHE_MODES, GenerationRequest
 
 MAX_DRAFT_TOKENS = 16  # the largest K; the generator's max_q_size is K_max + 1 (K drafts + the last token)
 # Adaptive K changes K between replies only, so a probe is a whole reply: rounds at K 0 before the next one.
 PROBE_INTERVAL_ROUNDS = 256
 OOM_HINT = "lower max_context, use cache_mode q4, or a smaller draft"
-
-
-def check_model_folder(folder: Path, what: str) -> None:
-    """BackendError unless `folder` looks like something exllamav2 loads (EXL2, GPTQ or FP16 safetensors)."""
-    if not folder.is_dir():
-        raise BackendError(f"{what} folder not found: {folder}")
-    if not (folder / "config.json").is_file():
-        raise BackendError(f"{what} folder {folder} has no config.json: not a model folder")
-    if not (folder / "tokenizer.json").is_file():
-        raise BackendError(
-            f"{what} folder {folder} has no tokenizer.json (exllamav2 needs the Hugging Face tokenizer)"
-        )
-    if not any(folder.glob("*.safetensors")):
-        found = sorted({p.suffix for p in folder.iterdir() if p.suffix in (".gguf", ".bin", ".pt", ".pth")})
-        extra = f" (found {', '.join(found)} files)" if found else ""
-        raise BackendError(
-            f"{what} folder {folder} has no .safetensors weights{extra}: exllamav2 loads EXL2, GPTQ or FP16 "
-            f"safetensors folders; {UNUSABLE_HINT}"
-        )
 
 
 # ------------------------------------------------------------------------------------------------ backend
@@ -145,9 +128,9 @@ class ExLlamaV2Backend:
         if self._m is not None:  # loaded already: keep the generator and its prefix cache
             return
         report = progress or (lambda stage, fraction: None)
-        check_model_folder(self.model_dir, "model")
+        check_model_folder(self.model_dir, "model", FOLDER_NEEDS, BackendError)
         if self.draft_dir is not None:
-            check_model_folder(self.draft_dir, "draft model")
+            check_model_folder(self.draft_dir, "draft model", FOLDER_NEEDS, BackendError)
         try:
             self._template = ChatTemplate.from_folder(self.model_dir)
         except ChatTemplateError as exc:

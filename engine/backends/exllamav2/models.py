@@ -10,8 +10,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.backends.exllamav2.library import UNUSABLE_HINT
 from engine.decoding.drafting import VerifyCostModel
+from engine.models.folders import FolderNeeds
 
+# What the one folder check (engine.models.folders) asks of a folder for exllamav2.
+FOLDER_NEEDS = FolderNeeds(
+    engine="exllamav2",
+    tokenizers=("tokenizer.json",),
+    weights=("*.safetensors",),
+    loads="EXL2, GPTQ or FP16 safetensors folders",
+    hint=UNUSABLE_HINT,
+)
 PAGE_SIZE = 256  # exllamav2's PAGED_PAGE_SIZE: cache lengths must be a multiple of it
 
 

@@ -46,7 +46,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from engine.backends.base import EngineArgs, ProgressCallback
-from engine.backends.exllamav3.folder import check_model_folder, has_mtp_head
+from engine.backends.exllamav3.folder import NEEDS, has_mtp_head
 from engine.backends.exllamav3.library import PINNED_VERSION, import_exllamav3, short_cause
 from engine.backends.exllamav3.sampling import build_sampler, cache_kwargs
 from engine.backends.held_rounds import HeldRounds, ids_of, stop_reason_of
@@ -55,6 +55,7 @@ from engine.chat_template import ChatTemplate, ChatTemplateError
 from engine.decoding.drafting import PROBE_LENGTH, AdaptiveK
 from engine.errors import BackendError, first_line
 from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
+from engine.models.folders import check_model_folder
 from engine.request import CACHE_MODES, GenerationRequest
 
 PAGE_SIZE = 256  # exllamav3's constants.PAGE_SIZE: cache sizes must be a multiple of it
@@ -193,9 +194,9 @@ class ExLlamaV3Backend:
         if self._m is not None:  # loaded already: keep the generator and its prefix cache
             return
         report = progress or (lambda stage, fraction: None)
-        check_model_folder(self.model_dir, "model")
+        check_model_folder(self.model_dir, "model", NEEDS, BackendError)
         if self.draft_dir is not None:
-            check_model_folder(self.draft_dir, "draft model")
+            check_model_folder(self.draft_dir, "draft model", NEEDS, BackendError)
         if self.drafter == "mtp" and not has_mtp_head(self.model_dir):
             raise BackendError(
                 f"model folder {self.model_dir} declares no MTP head (no mtp_num_hidden_layers or "

@@ -33,9 +33,13 @@ from engine.decoding.drafting import MAX_DRAFT_LENGTH, AdaptiveK, VerifyCostMode
 from engine.decoding.round_loop import RoundLoopBackend, common_prefix
 from engine.errors import BackendError, first_line
 from engine.events import BackendInfo, DraftMode
+from engine.models.folders import FolderNeeds, check_model_folder
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+FOLDER_NEEDS = FolderNeeds(
+    tokenizers=TOKENIZER_FILES, weights=WEIGHT_PATTERNS
+)  # what the one folder check asks
 # Long prompts are prefilled in slices so attention scratch memory stays bounded.
 PREFILL_SLICE = 512
 # Caches this backend implements; q6/q4 have no kernel here and fall back to q8.
@@ -220,19 +224,6 @@ def _model_call_options(model: torch.nn.Module) -> tuple[str, bool]:
     return cache_kwarg, "logits_to_keep" in params
 
 
-def _check_folder(folder: Path, what: str) -> None:
-    if not folder.exists():
-        raise BackendError(f"{what} folder not found: {folder}")
-    if not folder.is_dir():
-        raise BackendError(f"{what} path is not a folder: {folder}")
-    if not (folder / "config.json").is_file():
-        raise BackendError(f"{what} folder {folder} has no config.json: not a Hugging Face model folder")
-    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        raise BackendError(f"{what} folder {folder} has no tokenizer (tokenizer.json or tokenizer.model)")
-    if not any(any(folder.glob(pattern)) for pattern in WEIGHT_PATTERNS):
-        raise BackendError(f"{what} folder {folder} has no weights (*.safetensors)")
-
-
 def _cache_mode_for(config, requested: str, who: str, notes: list[str]) -> str:
     layer_types = getattr(config.get_text_config(decoder=True), "layer_types", None) or []
     # Sliding-window layers fit our caches: they keep the whole history (so a rejected draft can be cropped at
@@ -339,10 +330,10 @@ class TransformersBackend(RoundLoopBackend):
 
     def load(self, progress: ProgressCallback | None = None) -> None:
         report = progress or (lambda stage, fraction: None)
-        _check_folder(self.model_dir, "model")
+        check_model_folder(self.model_dir, "model", FOLDER_NEEDS, BackendError)
         draft_dir = Path(self.draft).expanduser() if self.draft_mode == "model" else None
         if draft_dir is not None:
-            _check_folder(draft_dir, "draft model")
+            check_model_folder(draft_dir, "draft model", FOLDER_NEEDS, BackendError)
         if self.threads:
             torch.set_num_threads(self.threads)
         from transformers.utils import logging as hf_logging
