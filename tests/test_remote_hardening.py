@@ -23,7 +23,7 @@ import pytest
 from rich.console import Console
 
 from engine.backends.remote import RemoteBackend
-from engine.backends.remote import backend as remote
+from engine.backends.remote import http as remote_http
 from engine.backends.remote.servers import (
     EventStreamReader,
     StreamCounters,
@@ -369,7 +369,7 @@ def test_a_50_mb_event_line_without_a_newline_is_cut_at_the_cap_and_the_text_kep
 
 
 def test_a_stream_past_the_byte_cap_stops_with_one_line(monkeypatch):
-    monkeypatch.setattr(remote, "MAX_STREAM_BYTES", 1 * MiB)
+    monkeypatch.setattr(remote_http, "MAX_STREAM_BYTES", 1 * MiB)
     chunk = json.dumps({"choices": [{"index": 0, "delta": {"content": "la "}}]})
 
     def forever() -> Iterator[bytes]:

@@ -38,13 +38,13 @@ from types import SimpleNamespace
 from typing import Any
 
 from engine.backends.base import EngineArgs, ProgressCallback
+from engine.backends.cuda import device_label, is_oom
 from engine.backends.exllamav2.library import import_exllamav2
 from engine.backends.exllamav2.models import (
     FOLDER_NEEDS,
     PAGE_SIZE,
     Models,
     fix_rope_theta,
-    is_oom,
     ntk_alpha,
     round_up_to_page,
     vocab_view,
@@ -243,7 +243,7 @@ class ExLlamaV2Backend:
             end_of_turn_id=end_of_turn_id,
             draft_forward_s=draft_s,
             target_forward_s=target_s,
-            device=self._device_name(),
+            device=device_label(),
             costs=self._cost_model(target_one_s, max(self.num_draft_tokens, 1) + 1, target_s, draft_s),
         )
         report("ready", 1.0)
@@ -574,18 +574,6 @@ class ExLlamaV2Backend:
             draft_step_s=draft_step_s,
             target_step_s=target_step_s,
         )
-
-    @staticmethod
-    def _device_name() -> str:
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-                return "cuda: " + ", ".join(names)
-        except (ImportError, RuntimeError):  # pragma: no cover
-            pass
-        return "cuda"
 
 
 def build(args: EngineArgs) -> ExLlamaV2Backend:

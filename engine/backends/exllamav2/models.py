@@ -83,14 +83,6 @@ def vocab_view(name: str, tokenizer: Any, end_of_turn: str | None) -> Any:
     return VocabView(name=name, tokenizer_size=len(vocab), special_ids=special, tokenizer=vocab)
 
 
-def is_oom(exc: BaseException) -> bool:
-    try:
-        import torch
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
-
-
 @dataclass(slots=True)
 class Models:
     """Everything `load()` builds."""

@@ -40,14 +40,15 @@ import io
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from engine.backends.base import EngineArgs, ProgressCallback
+from engine.backends.cuda import device_label, is_oom
 from engine.backends.exllamav3.folder import NEEDS, has_mtp_head
 from engine.backends.exllamav3.library import PINNED_VERSION, import_exllamav3, short_cause
+from engine.backends.exllamav3.models import PAGE_SIZE, Models, round_up_to_page, vocab_view
 from engine.backends.exllamav3.sampling import build_sampler, cache_kwargs
 from engine.backends.held_rounds import HeldRounds, ids_of, stop_reason_of
 from engine.backends.registry import resolve_cache_mode
@@ -58,7 +59,6 @@ from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
 from engine.models.folders import check_model_folder
 from engine.request import CACHE_MODES, GenerationRequest
 
-PAGE_SIZE = 256  # exllamav3's constants.PAGE_SIZE: cache sizes must be a multiple of it
 MAX_DRAFT_TOKENS = 16  # the largest K a preset may ask for; the generator is built with it
 NGRAM_MATCH_MIN = 2  # exllamav3's n-gram drafter proposes after a match of at least this many tokens
 PROBE_INTERVAL_ROUNDS = 256
@@ -67,62 +67,6 @@ OOM_HINT = "lower max_context, use cache_mode q4, or a smaller draft"
 K_FLOOR_NOTE = (
     "K floored at 1 with a draft model: at K 0 exllamav3 skips the draft forward and its cache falls behind"
 )
-
-
-def round_up_to_page(tokens: int) -> int:
-    return max(PAGE_SIZE, -(-tokens // PAGE_SIZE) * PAGE_SIZE)
-
-
-def _is_oom(exc: BaseException) -> bool:
-    try:
-        import torch
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
-
-
-class _ExLlamaV3Vocab:
-    """An exllamav3 Tokenizer seen through the few transformers methods `engine.decoding.draft_compat` asks for."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        self.pieces = tokenizer.get_id_to_piece_list(True)
-
-    def __len__(self) -> int:
-        return int(self.tokenizer.actual_vocab_size)  # exllamav3 has no get_vocab_size()
-
-    def convert_ids_to_tokens(self, ids: list[int]) -> list[str | None]:
-        return [self.pieces[i] if 0 <= i < len(self.pieces) else None for i in ids]
-
-    def convert_tokens_to_ids(self, tokens: str) -> int | None:
-        return self.tokenizer.single_id(tokens)
-
-
-def _vocab_view(name: str, tokenizer: Any, end_of_turn: str | None) -> Any:
-    from engine.decoding.draft_compat import VocabView
-
-    vocab = _ExLlamaV3Vocab(tokenizer)
-    special: dict[str, int | None] = {"bos": tokenizer.bos_token_id, "eos": tokenizer.eos_token_id}
-    if end_of_turn:
-        special["end_of_turn"] = tokenizer.single_id(end_of_turn)
-    return VocabView(name=name, tokenizer_size=len(vocab), special_ids=special, tokenizer=vocab)
-
-
-@dataclass(slots=True)
-class _Models:
-    """Everything `load()` builds."""
-
-    model: Any
-    cache: Any
-    tokenizer: Any
-    generator: Any
-    draft_model: Any | None
-    draft_cache: Any | None
-    calibrator: Any | None  # the library's dynamic-draft calibrator, lent to the generator per reply
-    cache_len: int
-    eos_id: int | None
-    end_of_turn_id: int | None
-    device: str
 
 
 class ExLlamaV3Backend:
@@ -162,7 +106,7 @@ class ExLlamaV3Backend:
         self.reply_notes: tuple[str, ...] = ()  # the last reply's Done.notes
         self.last_job_counters: tuple[int, int] = (0, 0)  # the last reply's job: accepted, rejected drafts
         self._ex: SimpleNamespace | None = None
-        self._m: _Models | None = None
+        self._m: Models | None = None
         self._template: ChatTemplate | None = None
         self.tuners: dict[str, AdaptiveK] = {}
 
@@ -243,8 +187,8 @@ class ExLlamaV3Backend:
 
                 eot = self._template.end_of_turn if self._template else None
                 check_draft_compatible(  # raises DraftIncompatibleError (a BackendError) naming the rule
-                    _vocab_view(self.model_dir.name, tokenizer, eot),
-                    _vocab_view(self.draft_dir.name, ex.Tokenizer.from_config(draft_config), eot),
+                    vocab_view(self.model_dir.name, tokenizer, eot),
+                    vocab_view(self.draft_dir.name, ex.Tokenizer.from_config(draft_config), eot),
                 )
                 draft_model = ex.Model.from_config(draft_config)
 
@@ -297,7 +241,7 @@ class ExLlamaV3Backend:
         except BackendError:
             raise
         except Exception as exc:
-            if _is_oom(exc):
+            if is_oom(exc):
                 raise BackendError(f"out of memory loading {loading}: {OOM_HINT}") from exc
             cause = first_line(exc)
             raise BackendError(f"exllamav3 could not load {loading}: {cause}") from exc
@@ -308,7 +252,7 @@ class ExLlamaV3Backend:
         eot = self._template.end_of_turn if self._template else None
         calibrator = getattr(generator, "draft_calibrator", None)
         generator.draft_calibrator = None  # lent per reply (k_mode "dynamic")
-        self._m = _Models(
+        self._m = Models(
             model=model,
             cache=cache,
             tokenizer=tokenizer,
@@ -319,7 +263,7 @@ class ExLlamaV3Backend:
             cache_len=cache_len,
             eos_id=tokenizer.eos_token_id,
             end_of_turn_id=tokenizer.single_id(eot) if eot else None,
-            device=self._device_name(),
+            device=device_label(),
         )
         self.set_num_draft_tokens(self.num_draft_tokens)
         report("ready", 1.0)
@@ -417,7 +361,7 @@ class ExLlamaV3Backend:
                 try:
                     results = generator.iterate()
                 except Exception as exc:
-                    if _is_oom(exc):
+                    if is_oom(exc):
                         raise BackendError(f"out of memory while generating: {OOM_HINT}") from exc
                     raise BackendError(f"exllamav3 failed while generating: {short_cause(exc)}") from exc
                 ours = [r for r in results if r.get("job") is job]
@@ -425,7 +369,7 @@ class ExLlamaV3Backend:
                 if failed is not None:
                     finished = True  # the generator already dropped the job (reap_failed_job)
                     error = failed.get("error")
-                    if isinstance(error, BaseException) and _is_oom(error):
+                    if isinstance(error, BaseException) and is_oom(error):
                         raise BackendError(f"out of memory while generating: {OOM_HINT}")
                     cause = short_cause(error) if isinstance(error, BaseException) else str(error)
                     raise BackendError(f"exllamav3 failed the reply: {cause}")
@@ -558,7 +502,7 @@ class ExLlamaV3Backend:
             return MAX_DRAFT_TOKENS
         return max(0, k)
 
-    def _loaded(self) -> _Models:
+    def _loaded(self) -> Models:
         if self._m is None:
             raise BackendError("the exllamav3 backend is not loaded")
         return self._m
@@ -573,7 +517,7 @@ class ExLlamaV3Backend:
 
     @staticmethod
     def _stop_reason(
-        end: dict[str, Any], m: _Models, end_of_turn_text: str | None, notes: list[str]
+        end: dict[str, Any], m: Models, end_of_turn_text: str | None, notes: list[str]
     ) -> StopReason:
         if end.get("eos_reason") == "loop_detected":
             notes.append("exllamav3's loop detector stopped the reply")
@@ -585,7 +529,7 @@ class ExLlamaV3Backend:
         job: Any,
         end: dict[str, Any] | None,
         request: GenerationRequest,
-        m: _Models,
+        m: Models,
         reason: StopReason,
         notes: list[str],
     ) -> Done:
@@ -607,18 +551,6 @@ class ExLlamaV3Backend:
             prefill_s=prefill_s,
             notes=tuple(notes),
         )
-
-    @staticmethod
-    def _device_name() -> str:
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-                return "cuda: " + ", ".join(names)
-        except (ImportError, RuntimeError):  # pragma: no cover
-            pass
-        return "cuda"
 
 
 def build(args: EngineArgs) -> ExLlamaV3Backend:

@@ -27,10 +27,21 @@ from typing import Any
 import httpx
 
 from engine.backends.base import EngineArgs, ProgressCallback
+from engine.backends.remote.http import (
+    MAX_ANSWER_BYTES,
+    MAX_REDIRECTS,
+    Answer,
+    AnswerTooLarge,
+    CrossOriginRedirect,
+    NotJSON,
+    event_data,
+    origin,
+    reason_of,
+    shown_origin,
+)
 from engine.backends.remote.servers import (
     DRAFT_FIELDS,
     EXTRA_SAMPLER_FIELDS,
-    EventStreamReader,
     ServerProfile,
     SpecCounters,
     StreamCounters,
@@ -43,6 +54,7 @@ from engine.backends.remote.servers import (
     error_message,
     read_spec_counters,
     spec_counters,
+    token_ids,
 )
 from engine.endpoint import insecure_warning, normalize_endpoint
 from engine.errors import BackendError
@@ -55,39 +67,9 @@ PROBE_TIMEOUT = httpx.Timeout(5.0)
 # Reading may wait long (a big prompt's prefill on a busy server); connecting may not.
 STREAM_TIMEOUT = httpx.Timeout(connect=5.0, read=300.0, write=30.0, pool=5.0)
 FINISH_REASONS: dict[str, StopReason] = {"stop": "end_of_turn", "length": "max_new_tokens", "eos": "eos"}
-# Caps on what a server can make this client hold: one probe/JSON answer or /metrics page, and one reply's
-# whole event stream (a 4096-token reply with per-token timings is ~2 MiB). A probe answer must also arrive
-# within PROBE_DEADLINE_S in all (a server dribbling a byte every few seconds never times out a read).
-MAX_ANSWER_BYTES = 8 << 20
-MAX_STREAM_BYTES = 64 << 20
+# A probe answer must arrive within PROBE_DEADLINE_S in all (a server dribbling a byte every few seconds never times
+# out a read); the caps on what an answer or a reply's stream may hold are http.py's.
 PROBE_DEADLINE_S = 30.0
-MAX_REDIRECTS = 5
-DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-class CrossOriginRedirect(httpx.RequestError):
-    """A redirect to another origin: refused before the request (and its key) leaves."""
-
-
-class AnswerTooLarge(httpx.RequestError):
-    """An answer past MAX_ANSWER_BYTES, or slower than PROBE_DEADLINE_S."""
-
-
-class NotJSON(ValueError):
-    """A 200 answer whose body is not JSON."""
-
-
-def origin(url: httpx.URL) -> tuple[str, str, int | None]:
-    scheme = url.scheme.lower()
-    return scheme, (url.host or "").lower(), url.port or DEFAULT_PORTS.get(scheme)
-
-
-def _shown_origin(url: httpx.URL) -> str:
-    """scheme://host[:port] of a URL a server named, safe for a one-line message (no path, query or user)."""
-    scheme, host, port = origin(url)
-    text = f"{scheme}://{host}" + (f":{port}" if port != DEFAULT_PORTS.get(scheme) else "")
-    text = "".join(c for c in text if c.isprintable() and not c.isspace())
-    return text[:100]
 
 
 class RemoteBackend:
@@ -147,7 +129,7 @@ class RemoteBackend:
         API key (x-api-key survives httpx's cross-origin redirect; Authorization does not) and the chat."""
         if origin(request.url) != origin(httpx.URL(self.base)):
             raise CrossOriginRedirect(
-                f"the server at {self.base} redirected to another origin ({_shown_origin(request.url)}): "
+                f"the server at {self.base} redirected to another origin ({shown_origin(request.url)}): "
                 "not followed, so the API key and the chat stay with --endpoint; "
                 "if that is the real server, pass it as --endpoint",
                 request=request,
@@ -164,19 +146,19 @@ class RemoteBackend:
             )
         if isinstance(exc, httpx.ConnectError):
             return BackendError(
-                f"cannot reach the server at {self.base} ({_reason(exc)}): start it, or check --endpoint"
+                f"cannot reach the server at {self.base} ({reason_of(exc)}): start it, or check --endpoint"
             )
         if isinstance(exc, httpx.TimeoutException):
             return BackendError(f"the server at {where} timed out{during}: it may be overloaded; try again")
         if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
             kept = "the partial reply is kept; " if during else ""  # `during` is set once text arrived
             return BackendError(
-                f"the server at {self.base} dropped the connection{during} ({_reason(exc)}): "
+                f"the server at {self.base} dropped the connection{during} ({reason_of(exc)}): "
                 f"{kept}ask again when the server is back"
             )
-        return BackendError(f"request to {where} failed{during}: {_reason(exc)}")
+        return BackendError(f"request to {where} failed{during}: {reason_of(exc)}")
 
-    def _status_error(self, answer: _Answer, path: str) -> BackendError:
+    def _status_error(self, answer: Answer, path: str) -> BackendError:
         try:
             body = answer.json()
         except NotJSON:
@@ -200,7 +182,7 @@ class RemoteBackend:
             return BackendError(f"the server at {self.base} failed ({code}{detail}): see the server's log")
         return BackendError(f"the server at {where} rejected the request ({code}{detail})")
 
-    def _request(self, method: str, path: str, body: dict | None = None) -> _Answer:
+    def _request(self, method: str, path: str, body: dict | None = None) -> Answer:
         """One non-streaming request, its body read up to MAX_ANSWER_BYTES within PROBE_DEADLINE_S."""
         deadline = time.monotonic() + PROBE_DEADLINE_S
         with self.client.stream(
@@ -219,9 +201,9 @@ class RemoteBackend:
                         f"the server at {self.base}{path} kept sending {what}: not read further",
                         request=response.request,
                     )
-            return _Answer(response.status_code, bytes(content), f"{self.base}{path}")
+            return Answer(response.status_code, bytes(content), f"{self.base}{path}")
 
-    def _get(self, path: str) -> _Answer | None:
+    def _get(self, path: str) -> Answer | None:
         """GET for the probe: None where the endpoint is absent; BackendError where the server is unusable."""
         try:
             answer = self._request("GET", path)
@@ -312,12 +294,12 @@ class RemoteBackend:
                 prompt = self._post_json("/apply-template", {"messages": messages}).get("prompt")
                 if isinstance(prompt, str):
                     body = {"content": prompt, "add_special": True, "parse_special": True}
-                    tokens = _token_ids(self._post_json("/tokenize", body).get("tokens"))
+                    tokens = token_ids(self._post_json("/tokenize", body).get("tokens"))
                     if tokens is not None:
                         return tokens
             elif kind == "vllm":
                 body = {"model": profile.model, "messages": messages, "add_generation_prompt": True}
-                tokens = _token_ids(self._post_json("/tokenize", body).get("tokens"))
+                tokens = token_ids(self._post_json("/tokenize", body).get("tokens"))
                 if tokens is not None:
                     return tokens
         except BackendError as exc:
@@ -399,7 +381,7 @@ class RemoteBackend:
                 timeout=STREAM_TIMEOUT,
             ) as response:
                 if response.status_code != 200:
-                    raise self._status_error(_Answer.capped(response, self.base + path), path)
+                    raise self._status_error(Answer.capped(response, self.base + path), path)
                 content_type = response.headers.get("content-type", "")
                 if "text/event-stream" not in content_type:
                     raise BackendError(
@@ -407,7 +389,7 @@ class RemoteBackend:
                         f"(Content-Type {' '.join(content_type.split())[:60] or 'none'}, not text/event-stream): "
                         "is --endpoint an OpenAI-compatible server?"
                     )
-                for payload in _events(response):
+                for payload in event_data(response):
                     if cancel.is_set():
                         stop = "cancelled"
                         break
@@ -601,67 +583,6 @@ class _MetricsPoller:
 
     def stop(self) -> None:
         self._stop.set()
-
-
-def _reason(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    if not text:
-        return type(exc).__name__
-    for known in ("Connection refused", "Name or service not known", "No route to host"):
-        if known.lower() in text.lower():
-            return known.lower()
-    if "peer closed connection" in text or "incomplete chunked read" in text:
-        return "the connection closed before the reply was complete"
-    return text[:120]
-
-
-class _Answer:
-    """A non-streamed answer, its body already read (capped)."""
-
-    def __init__(self, status_code: int, body: bytes, where: str) -> None:
-        self.status_code = status_code
-        self.body = body
-        self.where = where
-
-    @classmethod
-    def capped(cls, response: httpx.Response, where: str) -> _Answer:
-        """The body of a streamed response (an error answer), read up to MAX_ANSWER_BYTES."""
-        content = bytearray()
-        for piece in response.iter_bytes():
-            content += piece[: MAX_ANSWER_BYTES - len(content)]
-            if len(content) >= MAX_ANSWER_BYTES:
-                break
-        return cls(response.status_code, bytes(content), where)
-
-    def json(self) -> Any:
-        try:
-            return json.loads(self.body)
-        except (ValueError, RecursionError):  # RecursionError: [[[[... nested past the parser's depth
-            shown = " ".join(self.body[:40].decode("utf-8", "replace").split())
-            raise NotJSON(
-                f"the server at {self.where} answered {self.status_code} with a body that is not JSON "
-                f"({shown!r}{'…' if len(self.body) > 40 else ''})"
-            ) from None
-
-
-def _events(response: httpx.Response) -> Iterator[str]:
-    """The data of each server-sent event, with every cap applied (EventStreamReader, MAX_STREAM_BYTES)."""
-    reader = EventStreamReader()
-    received = 0
-    for piece in response.iter_bytes():
-        received += len(piece)
-        if received > MAX_STREAM_BYTES:
-            raise StreamLimitError(f"more than {MAX_STREAM_BYTES >> 20} MiB")
-        yield from reader.feed(piece)
-    yield from reader.close()
-
-
-def _token_ids(tokens: Any) -> list[int] | None:
-    """A tokenizer's answer as token ids, or None where it is not a list of counts."""
-    if not isinstance(tokens, list):
-        return None
-    ids = [count(t) for t in tokens]
-    return None if any(t is None for t in ids) else ids  # type: ignore[misc]
 
 
 def build(args: EngineArgs) -> RemoteBackend:

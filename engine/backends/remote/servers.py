@@ -525,3 +525,11 @@ def error_message(body: Any) -> str:
             if isinstance(value, list) and value:
                 return " ".join(str(value[0]).split())[:200]
     return ""
+
+
+def token_ids(tokens: Any) -> list[int] | None:
+    """A tokenizer's answer as token ids, or None where it is not a list of counts."""
+    if not isinstance(tokens, list):
+        return None
+    ids = [count(t) for t in tokens]
+    return None if any(t is None for t in ids) else ids  # type: ignore[misc]
