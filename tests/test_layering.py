@@ -3,11 +3,15 @@
 - no import cycle between files;
 - the engine never imports textual;
 - the decoding core (engine/decoding/) imports no backend;
+- the config imports no backend: only the registry of engines, a leaf that names each engine's package as a string
+  (engine/backends/registry.py), so nothing the config reaches is an engine;
+- the TUI's screens and widgets reach the engine only through the session, its events and the errors;
 - storage (engine/storage/) imports nothing of the session;
 - nothing on the chat path (tui.app, engine.session, engine.backends and all they import) imports the tools
   (engine.benchmarks, tui.ui_bench);
 - importing tui.app or tui.cli loads no torch;
-- engine/'s root holds at most 14 modules, and no file in engine/ or tui/ runs over 800 lines;
+- engine/'s root holds at most 14 modules, and no file in engine/ or tui/ runs over 600 lines (the few still to be
+  split are named, and may not grow past 800);
 - every folder of Python files is a package (pyproject.toml finds packages by their __init__.py).
 
 Imports under `if TYPE_CHECKING:` are left out: they never run.
@@ -25,7 +29,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("engine", "tui", "presets")
-MAX_LINES = 800
+MAX_LINES = 600
+# Still over MAX_LINES, to be split (issue 38); none may grow past LONG_FILE_CAP, and the list may only shrink.
+LONG_FILES = {
+    "engine/benchmarks/doctor.py",
+    "engine/benchmarks/tune.py",
+    "engine/session/chat_session.py",
+    "engine/storage/store.py",
+}
+LONG_FILE_CAP = 800
+FRONT_DOOR = (
+    "engine.session",
+    "engine.events",
+    "engine.errors",
+)  # what screens and widgets may import of the engine
 MAX_ENGINE_ROOT_MODULES = 14
 CHAT_PATH = ("tui.app", "engine.session", "engine.backends")
 TOOLS = ("engine.benchmarks", "tui.ui_bench")
@@ -212,6 +229,31 @@ def test_the_decoding_core_imports_no_backend():
     assert offending_imports("engine.decoding", "engine.backends") == []
 
 
+def test_the_config_imports_no_backend():
+    # The one way in is the registry, and the registry imports no engine: it names their packages as strings.
+    assert offending_imports("engine.config", "engine.backends") == [
+        "engine.config -> engine.backends.registry"
+    ]
+    reached = reachable(("engine.config",))
+    engines = sorted(
+        f"{reached[m]} -> {m}"
+        for m in reached
+        if within(m, "engine.backends") and m not in ("engine.backends", "engine.backends.registry")
+    )
+    assert engines == [], "the config reaches an engine: " + ", ".join(engines)
+
+
+def test_screens_and_widgets_reach_only_the_session_its_events_and_the_errors():
+    offending = sorted(
+        f"{m} -> {t}"
+        for m, imported in graph().items()
+        if within(m, "tui.screens") or within(m, "tui.widgets")
+        for t in imported
+        if within(t, "engine") and not any(within(t, door) for door in FRONT_DOOR)
+    )
+    assert offending == [], "a screen or widget imports the engine directly: " + ", ".join(offending)
+
+
 def test_storage_imports_nothing_of_the_session():
     assert offending_imports("engine.storage", "engine.session") == []
 
@@ -244,11 +286,15 @@ def test_the_engine_root_holds_at_most_14_modules():
     assert len(root) <= MAX_ENGINE_ROOT_MODULES, f"{len(root)} modules in engine/: {', '.join(root)}"
 
 
-def test_no_file_in_engine_or_tui_runs_over_800_lines():
-    long = {
-        str(p.relative_to(ROOT)): n
+def test_no_file_in_engine_or_tui_runs_over_600_lines():
+    lengths = {
+        str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines())
         for package in ("engine", "tui")
         for p in (ROOT / package).rglob("*.py")
-        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
+    long = {path: n for path, n in lengths.items() if n > MAX_LINES and path not in LONG_FILES}
     assert long == {}, f"over {MAX_LINES} lines: {long}"
+    too_long = {path: n for path, n in lengths.items() if n > LONG_FILE_CAP}
+    assert too_long == {}, f"over {LONG_FILE_CAP} lines: {too_long}"
+    split = sorted(path for path in LONG_FILES if lengths.get(path, 0) <= MAX_LINES)
+    assert split == [], f"no longer over {MAX_LINES} lines, take them off LONG_FILES: {split}"
