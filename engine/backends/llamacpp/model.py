@@ -43,7 +43,7 @@ class LlamaCppModel:
         self._lib = lib
         params = lib.llama_model_default_params()
         params.n_gpu_layers = gpu_layers
-        # Weight repacking into llama.cpp's extra buffer types (AMX, the CPU repack): see llamacpp_native.
+        # Weight repacking into llama.cpp's extra buffer types (AMX, the CPU repack): see native.py.
         params.use_extra_bufts = repack
         self.repack = repack
         try:
