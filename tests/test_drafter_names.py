@@ -1,8 +1,12 @@
 """One name map for the drafters (engine/decoding/drafters/registry.py): a drafter added to it is offered and taken
 everywhere a draft setting is (the CLI's --draft help and check, the config, the model checks, the chat's labels,
-the verdict and the stats)."""
+the verdict and the stats), and no module keeps a list of drafter names of its own."""
 
 from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +16,7 @@ from engine.decoding.drafters.ngram import build as ngram_build
 from engine.decoding.verdict import draft_verdict
 from engine.events import Chunk
 
+ROOT = Path(__file__).resolve().parent.parent
 HISTORY = DrafterSpec(
     name="history",
     description="free drafts copied from past chats",
@@ -85,3 +90,86 @@ def test_the_backends_round_loop_builds_a_drafter_added_to_the_map(history: Draf
     context = DraftContext(target=Target(), draft=None, tuner=AdaptiveK(), adaptive=True, vocab_size=10)
     assert [d.name for d in build_drafters("history", context)] == ["ngram"]  # its factory's drafter
     assert build_drafters("none", context) == [] and build_drafters("server", context) == []
+
+
+def drafter_name_lists() -> list[str]:
+    """Every literal list, tuple, set or dict key set in engine/ and tui/ naming two or more drafters, and every
+    text that lists them ("ngram, none, ..."), outside the map itself."""
+    names = set(DRAFTERS)
+    found: list[str] = []
+    for package in ("engine", "tui"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path == ROOT / "engine/decoding/drafters/registry.py":
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            docstrings = {
+                id(node.value)
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+            }
+            # Type hints may spell the modes out (events.DraftMode): they never decide anything at run time. An
+            # engine whose loop is its own names the drafters that loop implements (backends/registry.py's rows).
+            literals = {
+                id(node.slice)
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Subscript) and getattr(node.value, "id", None) == "Literal"
+            } | {
+                id(keyword.value)
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Engine"
+                for keyword in node.keywords
+                if keyword.arg == "drafters"
+            }
+            where = path.relative_to(ROOT)
+            for node in ast.walk(tree):
+                if id(node) in literals:
+                    continue
+                if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                    elements = node.elts
+                elif isinstance(node, ast.Dict):
+                    elements = [key for key in node.keys if key is not None]
+                else:
+                    elements = []
+                listed = [e.value for e in elements if isinstance(e, ast.Constant) and e.value in names]
+                if len(listed) >= 2:
+                    found.append(f"{where}:{node.lineno} {listed}")
+                if (
+                    isinstance(node, ast.Constant)
+                    and isinstance(node.value, str)
+                    and id(node) not in docstrings
+                    and re.search(r"\bngram\b[^.\n]{0,20}\bnone\b", node.value)
+                ):
+                    found.append(f"{where}:{node.lineno} {node.value[:50]!r}")
+    return found
+
+
+def test_the_scan_finds_a_list_of_drafter_names() -> None:
+    tree = ast.parse('if draft in ("ngram", "none"):\n    pass\n')
+    node = next(n for n in ast.walk(tree) if isinstance(n, ast.Tuple))
+    assert [e.value for e in node.elts if e.value in DRAFTERS] == ["ngram", "none"]
+
+
+def test_no_module_keeps_its_own_list_of_drafter_names() -> None:
+    assert drafter_name_lists() == []
+
+
+async def test_the_settings_dialog_offers_a_drafter_added_to_the_map(
+    history: DrafterSpec, tmp_path, monkeypatch
+):
+    from textual.suggester import SuggestFromList
+    from textual.widgets import Input
+    from tui_helpers import make_app, wait_ready, wait_until
+
+    from engine.backends.scripted import ScriptedBackend
+    from tui.screens.settings import SettingsScreen
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    app = make_app(ScriptedBackend(replies=["one"]), preset="qa")
+    async with app.run_test(size=(100, 36)) as pilot:
+        await wait_ready(pilot)
+        await pilot.press("f12")  # the chat's F12: the dialog with the chat's settings
+        await wait_until(pilot, lambda: isinstance(pilot.app.screen, SettingsScreen))
+        field = pilot.app.screen.query_one("#settings-draft", Input)
+        assert field.placeholder == "ngram, none, history, or a draft model folder"
+        assert isinstance(field.suggester, SuggestFromList)
+        assert await field.suggester.get_suggestion("hist") == "history"

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.decoding.drafters import draft_keywords, is_draft_keyword
 from engine.errors import UserError
 from engine.models.named import NAMED_MODELS
 
@@ -25,12 +26,13 @@ def model_suggestions() -> list[str]:
 
 
 def draft_suggestions() -> list[str]:
-    return ["ngram", "none", *NAMED_MODELS]
+    """What the draft field completes: the drafters every engine runs (the drafters' name map), then model names."""
+    return [*draft_keywords(every_engine=True), *NAMED_MODELS]
 
 
 def same_choice(text: str, current: str) -> bool:
     """'NGRAM' is ngram, '~/m/' is /home/me/m: only a real change reloads the model."""
-    if text.lower() in ("ngram", "none") or not text or not current:
+    if is_draft_keyword(text) or not text or not current:
         return text.lower() == current.lower()
     return Path(text).expanduser().resolve() == Path(current).expanduser().resolve()
 

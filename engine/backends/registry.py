@@ -14,6 +14,8 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from engine.decoding.drafters.registry import loop_drafters
+
 if TYPE_CHECKING:
     from engine.backends.base import Backend, EngineArgs, ProgressCallback
 
@@ -87,7 +89,7 @@ ENGINES: tuple[Engine, ...] = (
         build="engine.backends.transformers.backend:build",
         probe=None,
         loads=("fp16", "embedded"),
-        drafters=("ngram", "model", "none"),
+        drafters=loop_drafters("transformers"),
         cache_modes=("fp16", "q8"),
         # Full precision on the CPU: only that cache gives the model's own greedy text (an int8 cache changed it
         # on 6 prompts in 12).
@@ -101,7 +103,7 @@ ENGINES: tuple[Engine, ...] = (
         probe="engine.backends.llamacpp.library:probe_llamacpp",
         unusable_hint="engine.backends.llamacpp.library:UNUSABLE_HINT",
         loads=("gguf", "embedded"),
-        drafters=("ngram", "model", "none"),
+        drafters=loop_drafters("llamacpp"),
         cache_modes=("fp16", "q8", "q4"),
         default_cache_mode="fp16",  # llama.cpp's own default
         check="llama_cpp",

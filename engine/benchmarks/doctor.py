@@ -509,6 +509,7 @@ def run_doctor(
     progress: Callable[[str, float | None], None] | None = None,
     step: Callable[[str], None] | None = None,
 ) -> DoctorReport:
+    from engine.decoding.drafters import is_draft_keyword
     from engine.models import ensure_embedded_model
     from engine.presets import load_presets
 
@@ -518,7 +519,7 @@ def run_doctor(
     if settings.model is None:
         settings = settings.model_copy(update={"model": ensure_embedded_model(progress)})
     model_dir = Path(settings.model)
-    draft_dir = Path(settings.draft) if settings.draft not in ("ngram", "none") else None
+    draft_dir = Path(settings.draft) if not is_draft_keyword(settings.draft) else None
     report.fingerprint = fingerprint(model_dir, draft_dir if draft_dir is not None else settings.draft)
 
     say("environment")

@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.benchmarks.bench import run_bench
     from engine.benchmarks.llamacpp import bench_llamacpp_if_usable
     from engine.benchmarks.runner import load_prompt_set
+    from engine.decoding.drafters import is_draft_keyword
 
     settings = cli_settings(args)
     if args.families and not args.tasks:
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     from engine.backends.select import is_gguf_path
 
-    if settings.draft not in ("ngram", "none") and settings.model and is_gguf_path(Path(settings.model)):
+    if not is_draft_keyword(settings.draft) and settings.model and is_gguf_path(Path(settings.model)):
         # A GGUF draft-model pair: ours (plain, draft, n-gram) and llama-server's, side by side.
         from engine.benchmarks.pair import run_pair_bench
 
@@ -103,6 +104,7 @@ def _run_tasks(settings, args: argparse.Namespace) -> int:
     from engine.backends.select import is_gguf_path, uses_embedded_model
     from engine.benchmarks.task_sets import parse_families
     from engine.benchmarks.tasks import CONTEXT_ROWS, TASK_SETS, run_task_bench
+    from engine.decoding.drafters import is_draft_keyword
 
     if args.tasks not in TASK_SETS and not Path(args.tasks).is_file():
         raise CliError(f"--tasks: choose heldout or tune, or give a JSON Lines file (got {args.tasks!r})")
@@ -111,7 +113,7 @@ def _run_tasks(settings, args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(f"--families: {exc}") from None
     draft = None
-    if settings.draft not in ("ngram", "none"):
+    if not is_draft_keyword(settings.draft):
         if not is_gguf_path(Path(settings.draft)):
             raise CliError("--tasks runs on llama.cpp: give a GGUF draft model (or --draft ngram)")
         draft = Path(settings.draft)

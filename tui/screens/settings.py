@@ -128,7 +128,9 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
                     yield Label("draft")
                     yield Input(
                         self.draft,
-                        placeholder="ngram, none, or a draft model folder",
+                        # The drafters' names (what it completes that is not a model name), or a folder.
+                        placeholder=", ".join(n for n in self.draft_names if n not in self.model_names)
+                        + ", or a draft model folder",
                         id="settings-draft",
                         validators=[ChoiceValidator(self.check_draft)],
                         suggester=SuggestFromList(self.draft_names, case_sensitive=False),

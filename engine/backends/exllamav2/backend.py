@@ -53,7 +53,9 @@ from engine.backends.exllamav2.sampling import build_sampler_settings
 from engine.backends.held_rounds import HeldRounds, ids_of, stop_reason_of
 from engine.backends.registry import resolve_cache_mode
 from engine.chat_template import ChatTemplate, ChatTemplateError
-from engine.decoding.drafting import PROBE_LENGTH, AdaptiveK, VerifyCostModel
+from engine.decoding.adaptive_k import PROBE_LENGTH, AdaptiveK
+from engine.decoding.cost_model import VerifyCostModel
+from engine.decoding.drafters import draft_mode_of
 from engine.errors import BackendError, first_line
 from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
 from engine.models.folders import check_model_folder
@@ -89,11 +91,8 @@ class ExLlamaV2Backend:
                 raise BackendError(f"{label} {mode!r} is not one of {', '.join(CACHE_MODES)}")
         self.model_dir = Path(model_dir).expanduser()
         self.draft_dir: Path | None = None
-        self.draft_mode: DraftMode
-        if draft in ("ngram", "none"):
-            self.draft_mode = draft  # type: ignore[assignment]
-        else:
-            self.draft_mode = "model"
+        self.draft_mode: DraftMode = draft_mode_of(draft)  # type: ignore[assignment]
+        if self.draft_mode == "model":
             self.draft_dir = Path(draft).expanduser()
         self.cache_mode = cache_mode
         self.draft_cache_mode = draft_cache_mode

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.backends.exllamav2.library import UNUSABLE_HINT
-from engine.decoding.drafting import VerifyCostModel
+from engine.decoding.cost_model import VerifyCostModel
 from engine.models.folders import FolderNeeds
 
 # What the one folder check (engine.models.folders) asks of a folder for exllamav2.

@@ -53,7 +53,8 @@ from engine.backends.exllamav3.sampling import build_sampler, cache_kwargs
 from engine.backends.held_rounds import HeldRounds, ids_of, stop_reason_of
 from engine.backends.registry import resolve_cache_mode
 from engine.chat_template import ChatTemplate, ChatTemplateError
-from engine.decoding.drafting import PROBE_LENGTH, AdaptiveK
+from engine.decoding.adaptive_k import PROBE_LENGTH, AdaptiveK
+from engine.decoding.drafters import DRAFTERS, draft_mode_of, is_draft_keyword
 from engine.errors import BackendError, first_line
 from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
 from engine.models.folders import check_model_folder
@@ -62,7 +63,6 @@ from engine.request import CACHE_MODES, GenerationRequest
 MAX_DRAFT_TOKENS = 16  # the largest K a preset may ask for; the generator is built with it
 NGRAM_MATCH_MIN = 2  # exllamav3's n-gram drafter proposes after a match of at least this many tokens
 PROBE_INTERVAL_ROUNDS = 256
-DRAFTER_NAMES = {"model": "draft model", "mtp": "MTP head", "ngram": "n-gram", "none": "none"}
 OOM_HINT = "lower max_context, use cache_mode q4, or a smaller draft"
 K_FLOOR_NOTE = (
     "K floored at 1 with a draft model: at K 0 exllamav3 skips the draft forward and its cache falls behind"
@@ -89,14 +89,15 @@ class ExLlamaV3Backend:
                 raise BackendError(f"{label} {mode!r} is not one of {', '.join(CACHE_MODES)}")
         self.model_dir = Path(model_dir).expanduser()
         self.draft_dir: Path | None = None
-        # drafter: what proposes the drafts ("model", "mtp", "ngram", "none"); draft_mode: the app's name for it
+        # drafter: what proposes the drafts (a name in the drafters' map: "model", "mtp", "ngram", "none");
+        # draft_mode: the app's name for it
         self.drafter: str
-        if draft in ("ngram", "none", "mtp"):
-            self.drafter = draft
+        if is_draft_keyword(draft):
+            self.drafter = str(draft).strip().lower()
         else:
             self.drafter = "model"
             self.draft_dir = Path(draft).expanduser()
-        self.draft_mode: DraftMode = "model" if self.drafter == "mtp" else self.drafter  # type: ignore[assignment]
+        self.draft_mode: DraftMode = draft_mode_of(draft)  # type: ignore[assignment]
         self.cache_mode = cache_mode
         self.draft_cache_mode = draft_cache_mode
         self.max_context = max_context
@@ -112,7 +113,7 @@ class ExLlamaV3Backend:
 
     @property
     def uses_draft_model(self) -> bool:
-        return self.drafter in ("model", "mtp")
+        return DRAFTERS[self.drafter].steps
 
     # --- protocol -----------------------------------------------------------------------------------
 
@@ -131,7 +132,7 @@ class ExLlamaV3Backend:
             draft_mode=self.draft_mode,
             draft_model=draft_name,
             max_context=m.cache_len if m else round_up_to_page(self.max_context),
-            notes=(f"drafter: {DRAFTER_NAMES[self.drafter]}", *self.notes),
+            notes=(f"drafter: {DRAFTERS[self.drafter].label}", *self.notes),
         )
 
     def load(self, progress: ProgressCallback | None = None) -> None:
@@ -206,11 +207,11 @@ class ExLlamaV3Backend:
                     **cache_kwargs(self.draft_cache_mode, *layers),
                 )
                 loading = "draft model" if self.drafter == "model" else "MTP head"
-                report(f"loading {DRAFTER_NAMES[self.drafter]}", 0.0)
+                report(f"loading {DRAFTERS[self.drafter].label}", 0.0)
                 draft_model.load(
                     use_per_device=self.gpu_split,
                     progressbar=False,
-                    callback=lambda a, b: report(f"loading {DRAFTER_NAMES[self.drafter]}", a / max(b, 1)),
+                    callback=lambda a, b: report(f"loading {DRAFTERS[self.drafter].label}", a / max(b, 1)),
                 )
             loading = f"model {self.model_dir.name}"
             report(f"loading {self.model_dir.name}", 0.0)
@@ -313,7 +314,7 @@ class ExLlamaV3Backend:
             notes.append(K_FLOOR_NOTE)
         generator.draft_calibrator = m.calibrator if dynamic else None
         if self.drafter != "none":
-            notes.insert(0, f"drafter: {DRAFTER_NAMES[self.drafter]}, K {k} by {length_by}")
+            notes.insert(0, f"drafter: {DRAFTERS[self.drafter].label}, K {k} by {length_by}")
 
         prompt_len = len(request.prompt_ids)
         if prompt_len == 0:

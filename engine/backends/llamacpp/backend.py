@@ -53,8 +53,10 @@ from engine.chat_template import (
     FALLBACK_TEMPLATE,
     ChatTemplate,
 )
+from engine.decoding.adaptive_k import AdaptiveK
+from engine.decoding.cost_model import VerifyCostModel
 from engine.decoding.draft_compat import VocabView, check_draft_compatible
-from engine.decoding.drafting import AdaptiveK, VerifyCostModel
+from engine.decoding.drafters import draft_mode_of, drafts
 from engine.decoding.round_loop import LoopSetup, RoundLoopBackend
 from engine.errors import BackendError
 from engine.events import BackendInfo, Chunk, Done, DraftMode
@@ -121,9 +123,7 @@ class LlamaCppBackend(RoundLoopBackend):
         # The widest verify pass proven to compute its rows as plain steps do (None: not probed); set at load.
         self.max_verify_width: int | None = None
         self.probe: ProbeVerdict | None = None  # the kernel probe's verdict (None: not probed)
-        self.draft_mode: DraftMode = (
-            "ngram" if self.draft == "ngram" else "none" if self.draft == "none" else "model"
-        )
+        self.draft_mode: DraftMode = draft_mode_of(self.draft)  # type: ignore[assignment]
         self.device = "cpu"
         self.target: LlamaCppModel | None = None
         self.draft_state: LlamaCppModel | None = None
@@ -261,7 +261,7 @@ class LlamaCppBackend(RoundLoopBackend):
             # Verify passes stay within the widest width proven exact (1: none proven, so no drafts at all).
             self.max_verify_width = max(1, verdict.widest)
             cap = verdict.cap_note()
-            if cap is not None and self.draft_mode in ("ngram", "model"):
+            if cap is not None and drafts(self.draft_mode):
                 self.notes.append(cap)
             if self.pad_plain_steps:
                 hint = "" if patched_build() else " (make install builds a llama.cpp where they agree)"
@@ -282,7 +282,7 @@ class LlamaCppBackend(RoundLoopBackend):
             thread_note = threads_label(self.threads) + given
         control.thread_note = len(self.notes)
         self.notes.append(thread_note)
-        if self.draft_mode in ("ngram", "model"):
+        if drafts(self.draft_mode):
             report("measuring verify cost", 0.95)
             self.target.costs = self._calibrate()
             if self.draft_state is not None:

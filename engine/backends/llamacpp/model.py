@@ -16,7 +16,7 @@ import torch
 
 from engine.backends.llamacpp.library import raw_bindings
 from engine.backends.llamacpp.pool import ThreadPool
-from engine.decoding.drafting import VerifyCostModel
+from engine.decoding.cost_model import VerifyCostModel
 from engine.decoding.round_loop import common_prefix
 from engine.errors import BackendError, first_line
 

@@ -21,13 +21,13 @@ import hashlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from engine.decoding.drafting import LONG_DRAFT_MAX
+from engine.decoding.drafters.ngram import LONG_DRAFT_MAX
 
 # From this many cached positions too, so that a pass straddles 512 keys: stock llama.cpp's CPU flash attention
 # takes another path for a single query row over >= 512 keys, and specchat's patched build attends in fixed chunks
 # of 256 cache cells (a pass whose rows fall in two chunks is compared with one-token decodes in each).
 LONG_PROBE_POSITION = 508
-# The widest pass the round loop sends: the last token plus a long-match draft (engine/decoding/drafting.py).
+# The widest pass the round loop sends: the last token plus a long-match draft (engine/decoding/drafters/ngram.py).
 PROBE_MAX_WIDTH = LONG_DRAFT_MAX + 1
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog. 1, 2, 3, 4, 5: def f(x): return x * 2 # done"
 # Cached positions before the first probed pass: a few, so that attention reads a short cache.

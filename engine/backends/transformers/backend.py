@@ -28,8 +28,10 @@ from engine.backends.registry import resolve_cache_mode
 from engine.backends.transformers import kernels as hf_kernels
 from engine.backends.transformers.cache import SpecCache
 from engine.chat_template import FALLBACK_NOTE, ChatTemplate, ChatTemplateError
+from engine.decoding.adaptive_k import AdaptiveK
+from engine.decoding.cost_model import MAX_DRAFT_LENGTH, VerifyCostModel
 from engine.decoding.draft_compat import VocabView, check_draft_compatible, special_token_ids
-from engine.decoding.drafting import MAX_DRAFT_LENGTH, AdaptiveK, VerifyCostModel
+from engine.decoding.drafters import draft_mode_of, drafts
 from engine.decoding.round_loop import RoundLoopBackend, common_prefix
 from engine.errors import BackendError, first_line
 from engine.events import BackendInfo, DraftMode
@@ -289,9 +291,7 @@ class TransformersBackend(RoundLoopBackend):
         self.device = device
         self.dtype = dtype
         self.threads = threads
-        self.draft_mode: DraftMode = (
-            "ngram" if self.draft == "ngram" else "none" if self.draft == "none" else "model"
-        )
+        self.draft_mode: DraftMode = draft_mode_of(self.draft)  # type: ignore[assignment]
         self.model = None
         self.tokenizer = None
         self.template: ChatTemplate | None = None
@@ -376,7 +376,7 @@ class TransformersBackend(RoundLoopBackend):
             )
         self.max_context = min(self.requested_max_context or limit, limit)
         self._init_stop_tokens()
-        if self.draft_mode in ("ngram", "model"):
+        if drafts(self.draft_mode):
             report("measuring verify cost", 0.9)
             self.target.costs = self.target.calibrate(CALIBRATION_WIDTH, self.vocab_size)
             if self.draft_state is not None:

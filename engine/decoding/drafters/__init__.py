@@ -19,6 +19,7 @@ from engine.decoding.drafters.registry import (
     draft_mode_of,
     drafts,
     is_draft_keyword,
+    loop_drafters,
     spec_of_mode,
 )
 
@@ -42,5 +43,6 @@ __all__ = [
     "draft_mode_of",
     "drafts",
     "is_draft_keyword",
+    "loop_drafters",
     "spec_of_mode",
 ]

@@ -70,6 +70,16 @@ def draft_keywords(every_engine: bool = False) -> tuple[str, ...]:
     return tuple(s.name for s in DRAFTERS.values() if s.keyword and not (every_engine and s.engines))
 
 
+def loop_drafters(engine: str) -> tuple[str, ...]:
+    """The draft settings an engine whose loop is the round loop takes: every drafter the loop can build that runs
+    on `engine`, and drafting off (engine/backends/registry.py's rows for transformers and llama.cpp)."""
+    return tuple(
+        s.name
+        for s in DRAFTERS.values()
+        if s.name == NO_DRAFTING or (s.build is not None and (not s.engines or engine in s.engines))
+    )
+
+
 def draft_choices(every_engine: bool = False) -> str:
     """The keywords for a one-line message: "'ngram', 'none', 'mtp'"."""
     return ", ".join(f"'{name}'" for name in draft_keywords(every_engine))
