@@ -25,9 +25,8 @@ from engine.decoding.cost_model import MAX_DRAFT_LENGTH, VerifyCostModel, round_
 # Match-length buckets: a suffix match of length L falls in the first bucket whose bound is >= L.
 MATCH_BUCKETS = (1, 2, 3, 5, 9, 17, 33, math.inf)
 # Prior chance that the first draft token is accepted, per bucket, and that a later one is, given the ones
-# before it were. Measured with SmolLM2-135M, greedy, K 4, drafting every match, on the public bench prompts
-# (never the held-out ones): 264 one-token matches accepted 15%, 35 two-token ones 34%, 40 of 6+ tokens
-# 78-100%, later positions 78% (205 tried); the sparse middle buckets are interpolated.
+# before it were: measured with SmolLM2-135M on the public bench prompts (docs/performance.md, "Drafting"); the
+# sparse middle buckets are interpolated.
 FIRST_TOKEN_PRIOR = (0.15, 0.34, 0.5, 0.65, 0.8, 0.8, 0.9, 0.95)
 NEXT_TOKEN_PRIOR = 0.78
 PRIOR_WEIGHT = 2.0  # pseudo-observations behind each prior: a few misses outweigh it
@@ -38,7 +37,7 @@ PROBE_INTERVAL = 16
 PROBE_LENGTH = 2
 # Probes go out only where drafting would pay at this acceptance per position: a probe costs more than its
 # verify pass (a draft model first catches up on the tokens it skipped), so where only a draft that is never
-# wrong could pay (Qwen2.5-Coder 0.5B for 1.5B on 2 cores: c 0.5, r(2) 1.6), probing is pure loss.
+# wrong could pay (a half-as-fast draft model on a compute-bound CPU: docs/performance.md), probing is pure loss.
 PROBE_ACCEPTANCE = 0.9
 # Per-position acceptance: the prior chance a position is accepted given the earlier ones were, how many rounds
 # of evidence it counts as (a seed from the metrics log counts as more), and how fast old rounds fade
@@ -139,7 +138,7 @@ def best_length(
 
 def drafting_can_pay(costs: VerifyCostModel | None, k_max: int) -> bool:
     """Would some k <= k_max pay at PROBE_ACCEPTANCE per position? (Not for a draft as slow as the target, nor
-    for a half-as-fast draft on a compute-bound CPU, where a verify pass of 2 costs 1.6 plain steps.)"""
+    for a half-as-fast draft on a compute-bound CPU, where a verify pass of 2 costs well over one plain step.)"""
     if costs is None:
         return True
     return best_length(lambda k: sum(PROBE_ACCEPTANCE**i for i in range(k + 1)), costs, k_max)[0] > 0

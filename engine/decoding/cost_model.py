@@ -30,7 +30,7 @@ class VerifyCostModel:
     With a context shape (`set_context_shape`: seconds a pass of a width takes over so many cached tokens, e.g.
     the llama.cpp backend's PassCost), the ratios are kept at the shape's reference context and read at
     `context`, the cached tokens of the latest pass: every query row attends over the whole cache, so a wide
-    pass costs more plain steps at 2k cached tokens than at 64 (r(9) 2.2 -> 3.6 on a Zen 4 EPYC).
+    pass costs more plain steps at 2k cached tokens than at 64 (docs/performance.md, "Drafting").
     """
 
     EMA_WEIGHT = 0.1  # for the ratios
