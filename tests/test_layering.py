@@ -35,7 +35,6 @@ LONG_FILES = {
     "engine/benchmarks/doctor.py",
     "engine/benchmarks/tune.py",
     "engine/session/chat_session.py",
-    "engine/storage/store.py",
 }
 LONG_FILE_CAP = 800
 FRONT_DOOR = (

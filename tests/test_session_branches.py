@@ -134,7 +134,7 @@ def test_memory_only_is_a_lasting_state(tmp_path: Path):
     session = make_session(tmp_path, ScriptedBackend(["ok"]))
     send(session, "hi")
     assert not session.memory_only
-    session.recorder.store._fall_back_to_memory("database or disk is full")
+    session.recorder.store.database.fall_back_to_memory("database or disk is full")
     assert session.memory_only
     send(session, "again")
     assert session.memory_only

@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from engine.storage import store as store_module
 from engine.storage.store import (
     DB_NAME,
     SCHEMA_VERSION,
     Store,
     StoreError,
+    database,
     export_json,
     export_markdown,
+    schema,
     title_from,
 )
 
@@ -42,7 +43,7 @@ def raw_rows(path: Path, sql: str) -> list[tuple]:
 
 def test_pragmas_and_schema_version(tmp_path: Path):
     store = Store.open(tmp_path)
-    con = store._con
+    con = store.database.con
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert con.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
     assert con.execute("PRAGMA foreign_keys").fetchone()[0] == 1
@@ -56,9 +57,9 @@ def test_forward_migration_keeps_data(tmp_path: Path, monkeypatch: pytest.Monkey
     chat, _, _ = make_chat(store)
     store.close()
     # A release that adds a column: the old file is brought forward and keeps its chats.
-    monkeypatch.setattr(store_module, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     monkeypatch.setitem(
-        store_module.MIGRATIONS,
+        schema.MIGRATIONS,
         SCHEMA_VERSION + 1,
         "ALTER TABLE chats ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0",
     )
@@ -170,8 +171,8 @@ def test_full_disk_moves_the_store_to_memory(tmp_path: Path):
     store = Store.open(tmp_path)
     chat, user, answer = make_chat(store)
     # A real SQLITE_FULL: cap the file at its current size, then write more than fits.
-    pages = store._con.execute("PRAGMA page_count").fetchone()[0]
-    store._con.execute(f"PRAGMA max_page_count = {pages}")
+    pages = store.database.con.execute("PRAGMA page_count").fetchone()[0]
+    store.database.con.execute(f"PRAGMA max_page_count = {pages}")
     reply = store.add_message(chat, "user", "x" * 50_000, parent_id=answer)
     assert store.in_memory
     (notice,) = store.take_notices()
@@ -204,7 +205,7 @@ def hold_write_lock(path: Path, seconds: float, *, exclusive: bool) -> threading
 def test_a_lock_held_past_the_busy_timeout_is_waited_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     # Another process holding the lock longer than SQLite's own busy wait (or a lock race SQLite does not wait
     # for at all) must not push the chat into memory: opening and writing retry until the lock is free.
-    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_MS", 50)
+    monkeypatch.setattr(database, "BUSY_TIMEOUT_MS", 50)
     thread = hold_write_lock(tmp_path / DB_NAME, 0.6, exclusive=True)
     store = Store.open(tmp_path)
     thread.join()

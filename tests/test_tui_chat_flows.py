@@ -326,8 +326,8 @@ async def test_a_full_disk_shows_memory_only_in_the_status_bar_for_as_long_as_it
         assert "not saved" not in status(app)
         # The file may not grow any more: SQLite reports "database or disk is full", as on a full disk.
         store = app.session.recorder.store
-        pages = store._con.execute("PRAGMA page_count").fetchone()[0]
-        store._con.execute(f"PRAGMA max_page_count = {pages}")
+        pages = store.database.con.execute("PRAGMA page_count").fetchone()[0]
+        store.database.con.execute(f"PRAGMA max_page_count = {pages}")
         await send(pilot, "two " * 300)
         await wait_until(pilot, lambda: bool(told(app, "memory only")))
         assert "not saved (memory only)" in status(app)
@@ -364,8 +364,8 @@ async def test_a_resumed_reply_cut_by_a_full_disk_is_not_said_to_be_a_quit(tmp_p
         await send(pilot, "write a lot", wait=False)
         await wait_until(pilot, lambda: app.chat.generating and app.session.active is not None)
         store = app.session.recorder.store
-        pages = store._con.execute("PRAGMA page_count").fetchone()[0]
-        store._con.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full from here on
+        pages = store.database.con.execute("PRAGMA page_count").fetchone()[0]
+        store.database.con.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full from here on
         gate.set()
         await wait_until(pilot, lambda: not app.chat.generating)
         await wait_until(pilot, lambda: app.session.memory_only)
