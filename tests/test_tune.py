@@ -22,7 +22,7 @@ from engine.benchmarks.tune import (
     prompts_from_history,
     prompts_from_jsonl,
 )
-from engine.benchmarks.tune_apply import apply_results, set_toml_keys
+from engine.benchmarks.tune.apply import apply_results, set_toml_keys
 from tests.conftest import run_cli as run_specchat
 
 run_cli = functools.partial(run_specchat, timeout=600)
@@ -223,7 +223,8 @@ def test_apply_writes_a_preset_that_presets_lists_and_keeps_a_backup(copy_model_
 
 
 def test_k_changes_only_when_the_winner_beats_the_presets_k_by_more_than_the_noise():
-    from engine.benchmarks.tune import TuneRow, _decide_k
+    from engine.benchmarks.tune import TuneRow
+    from engine.benchmarks.tune.decide import decide_k
 
     def row(k: int, tps: float, sweep: str = "k", k_mode: str = "fixed") -> TuneRow:
         return TuneRow(
@@ -248,21 +249,21 @@ def test_k_changes_only_when_the_winner_beats_the_presets_k_by_more_than_the_noi
         )
 
     rows = [row(0, 50.0), row(4, 60.0), row(6, 61.5)]
-    close = _decide_k("code", 4, rows[2], rows)  # 2.5% faster: noise
+    close = decide_k("code", 4, rows[2], rows)  # 2.5% faster: noise
     assert (close.best_k, close.apply_k, close.values()["k"]) == (6, 4, 4)
     assert "by only 2%" in close.k_note
     rows[2] = row(6, 62.0)  # 3.3% faster: a real gain
-    real = _decide_k("code", 4, rows[2], rows)
+    real = decide_k("code", 4, rows[2], rows)
     assert (real.apply_k, real.values()["k"]) == (6, 6)
-    assert _decide_k("code", 5, rows[2], rows).apply_k == 6  # the preset's K was not swept
+    assert decide_k("code", 5, rows[2], rows).apply_k == 6  # the preset's K was not swept
 
     # An adaptive preset: K is the ceiling. Its own ceiling stays unless the other wins by more than noise, and a
     # fixed K that beats adaptive by more than noise makes the preset fixed.
     adaptive = [row(4, 60.0, "adaptive", "adaptive"), row(8, 61.0, "adaptive", "adaptive")]
-    stays = _decide_k("code", 4, row(6, 61.5), rows, adaptive, "adaptive")
+    stays = decide_k("code", 4, row(6, 61.5), rows, adaptive, "adaptive")
     assert stays.values() == {"k": 4} and "adaptive K up to 4 stays" in stays.k_note
     adaptive[1] = row(8, 66.0, "adaptive", "adaptive")
-    higher = _decide_k("code", 4, row(6, 61.5), rows, adaptive, "adaptive")
+    higher = decide_k("code", 4, row(6, 61.5), rows, adaptive, "adaptive")
     assert higher.values() == {"k": 8} and "ceiling 8" in higher.k_note
-    fixed = _decide_k("code", 4, row(6, 70.0), rows, adaptive, "adaptive")
+    fixed = decide_k("code", 4, row(6, 70.0), rows, adaptive, "adaptive")
     assert fixed.values() == {"k": 6, "k_mode": "fixed"} and "k_mode fixed" in fixed.k_note

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         run_tune,
         write_outputs,
     )
-    from engine.benchmarks.tune_apply import apply_results
+    from engine.benchmarks.tune.apply import apply_results
     from engine.config import data_dir, presets_dir
     from engine.models import progress_printer
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import orjson
 
-from engine.benchmarks.tune import TaskDecision, TuneError
+from engine.benchmarks.tune.plan import TuneError
+from engine.benchmarks.tune.results import TaskDecision
 
 BACKUP_SUFFIX = ".bak"
 
