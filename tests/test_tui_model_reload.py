@@ -238,3 +238,21 @@ async def test_an_edited_system_prompt_is_written_to_the_stored_chat(tmp_path):
         assert stored_chat(app).system_prompt == "You are a pirate."
         await apply_settings(pilot, system_prompt="")
         assert stored_chat(app).system_prompt is None
+
+
+@pytest.mark.slow
+async def test_applying_another_draft_is_loading_at_once(tiny_model_dir):
+    """The app is loading from the moment the dialog's change applies, not only once the worker starts after the
+    next refresh: a second F12 apply in between went through the 'a model is loading' check, and the pair's tmux
+    check saw the new draft in a bar still marked ready before the reload had begun."""
+    app = make_app(tiny_model_dir)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        deferred: list = []
+        app.call_after_refresh = lambda callback, *args, **kwargs: deferred.append(callback) or True
+        app.chat.call_after_refresh = app.call_after_refresh
+        await apply_settings(pilot, draft="none")
+        await wait_until(pilot, lambda: not isinstance(app.screen, SettingsScreen))
+        assert app.state == "loading"
+        assert app.chat._busy() == "a model is loading"
+        assert [callback.__name__ for callback in deferred] == ["reload_model"]

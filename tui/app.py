@@ -113,10 +113,14 @@ class SpecchatApp(App[None]):
         """Load `model` (None: the embedded one) with `draft` in the background; the chat stays on screen and
         in the session, and messages sent meanwhile wait for the new model. A failure keeps the loaded one."""
         self._state_before_reload = self.state
+        # Loading from now on (the status bar, a second F12, a message sent): a state still "ready" until the
+        # worker started let a second apply through the check and a script see the old model as the new one.
         self.state = "loading"
         self.state_message = "starting"
         self.chat.show_loading(model, draft)
-        self.reload_model(model, draft)
+        # The worker after the next refresh, once the dialog is gone from the screen: a load thread busy from the
+        # start keeps the app from repainting what the dialog covered (its border and keys stayed until the end).
+        self.call_after_refresh(self.reload_model, model, draft)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="reload")
     def reload_model(self, model: str | None, draft: str) -> None:

@@ -404,9 +404,7 @@ class ChatFlows:
         if form.model_changed(result):
             # Kept until the load ends: where it fails, the dialog comes back with what was typed.
             self._settings_typed = result
-            # After the dialog is gone from the screen: a load thread busy from the start keeps the app from
-            # repainting what the dialog covered (its border and keys stayed until the load ended).
-            self.call_after_refresh(self.app.start_reload, result["model"] or None, result["draft"])  # type: ignore[attr-defined]
+            self.app.start_reload(result["model"] or None, result["draft"])  # type: ignore[attr-defined]
         self.refresh_status()
 
     def _busy(self) -> str | None:
