@@ -2,13 +2,16 @@
 
 Usable without any UI: `send()` blocks (run it in a thread) and reports everything through `on_event`.
 The TUI polls the plain attributes (`live`, `active`, `last_stats`) for its status bar.
+
+The session holds the state and runs the reply's lifecycle; the parts apart from it: which preset
+(`preset_choice.PresetChoice`, which it holds), the context window's arithmetic (`context_window`), a reply's
+request, streamed text and stats (`reply`), loading a model (`loading`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -16,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.backends.base import Backend
-from engine.config import Settings, data_dir, env_name, presets_dir
+from engine.config import Settings, data_dir, presets_dir
 from engine.decoding.acceptance import AcceptanceAccounting
 from engine.decoding.verdict import DraftVerdict, draft_verdict, verdict_k_max, verify_costs_of
 from engine.errors import SpecchatError, UserError
@@ -31,13 +34,21 @@ from engine.events import (
     ReplyFinished,
     ReplyStarted,
 )
-from engine.origins import OriginRun, encode_runs, merge_runs, split_chunk_by_origin
-from engine.presets import Preset, PresetError, load_presets, with_overrides
-from engine.reasoning import split_reasoning, thinking_end
-from engine.request import GenerationRequest
-from engine.router import RECENT_TURNS, route
+from engine.origins import encode_runs
+from engine.presets import Preset, load_presets
+from engine.session.context_window import context_messages, fit_turns, reply_room
 from engine.session.editing import SessionEditing
 from engine.session.history import SessionHistory
+from engine.session.loading import check_model_choice, fetch_model_files, load_replacement, model_source
+from engine.session.preset_choice import PresetChoice
+from engine.session.reply import (
+    ReplyHandle,
+    ReplyText,
+    reply_done,
+    reply_request,
+    reply_stats,
+    without_partial_claim,
+)
 from engine.session.turn import Turn
 from engine.storage import metrics
 from engine.storage.metrics import Regression
@@ -45,76 +56,6 @@ from engine.storage.recording import ChatRecorder
 
 EventCallback = Callable[[object], None]
 ProgressCallback = Callable[[str, float | None], None]
-
-# Preset fields the command line may override for every message (`--k`, `--temperature`, ...).
-OVERRIDABLE = (
-    "k",
-    "k_mode",
-    "temperature",
-    "max_new_tokens",
-    "drafting",
-    "ramp_tokens",
-    "ramp_start",
-    "top_p",
-)
-
-
-def without_reasoning(text: str) -> str:
-    """A reply as it goes back into the context: a finished reasoning block is left out (as chat templates do)."""
-    split = split_reasoning(text)
-    return split.answer if split.has_thinking and split.closed else text
-
-
-def without_partial_claim(message: str) -> str:
-    """A backend's error without its promise that "the partial reply is kept", for a reply that kept nothing."""
-    return message.replace("the partial reply is kept; ", "").replace("; the partial reply is kept", "")
-
-
-def with_thinking_counts(
-    stats: MessageStats, reply_text: str, marks: list[tuple[int, int, int, int]]
-) -> MessageStats:
-    """`stats` with the reasoning's tokens, drafts and accepted drafts counted apart (chunks that start in it)."""
-    end = thinking_end(reply_text)
-    if not end:
-        return stats
-    inside = [m for m in marks if m[0] < end]
-    return dataclasses.replace(
-        stats,
-        thinking_tokens=sum(m[1] for m in inside),
-        thinking_drafted_tokens=sum(m[2] for m in inside),
-        thinking_accepted_tokens=sum(m[3] for m in inside),
-    )
-
-
-class ReplyHandle:
-    """A reply generating in its own thread: `cancel()` it, `wait()` for its ReplyFinished / ReplyFailed."""
-
-    def __init__(self, run: Callable[[threading.Event], ReplyFinished | ReplyFailed]) -> None:
-        self.cancel_event = threading.Event()
-        self.result: ReplyFinished | ReplyFailed | None = None
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(run,), name="specchat-reply", daemon=True)
-        self._thread.start()
-
-    def _run(self, run: Callable[[threading.Event], ReplyFinished | ReplyFailed]) -> None:
-        try:
-            self.result = run(self.cancel_event)
-        except BaseException as exc:  # handed to wait(): a thread has no one else to tell
-            self.error = exc
-
-    def cancel(self) -> None:
-        self.cancel_event.set()
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
-
-    def wait(self, timeout: float | None = None) -> ReplyFinished | ReplyFailed | None:
-        """The result (None if still running after `timeout`); re-raises what the thread raised."""
-        self._thread.join(timeout)
-        if self.error is not None:
-            raise self.error
-        return self.result
 
 
 class ChatSession(SessionHistory, SessionEditing):
@@ -133,13 +74,10 @@ class ChatSession(SessionHistory, SessionEditing):
         self.backend = backend
         self.backend_reason = "given" if backend is not None else ""
         # A bad user preset file is left out (name -> its one-line problem), the others load: the UI says so.
-        self.skipped_presets: dict[str, str] = {}
-        self.presets = (
-            presets if presets is not None else load_presets(presets_dir(), skipped=self.skipped_presets)
-        )
-        self.mode = "auto"
+        skipped: dict[str, str] = {}
+        loaded = presets if presets is not None else load_presets(presets_dir(), skipped=skipped)
+        self.preset_choice = PresetChoice(loaded, skipped)
         self.set_mode(settings.preset)
-        self.overrides: dict[str, Any] = {}
         self.turns: list[Turn] = []
         self.live = LiveStats()
         self.active: ReplyStarted | None = None
@@ -177,18 +115,9 @@ class ChatSession(SessionHistory, SessionEditing):
     def load(self, progress: ProgressCallback | None = None) -> BackendInfo:
         try:
             if self.backend is None:
-                from engine.backends.select import create_backend, uses_remote
+                from engine.backends.select import create_backend
 
-                settings = self.settings
-                # Fetch here, so the download and conversion show progress (a remote server needs no model).
-                if settings.model is None and not uses_remote(settings):
-                    from engine.models import ensure_embedded_model
-
-                    settings = settings.model_copy(update={"model": ensure_embedded_model(progress)})
-                if not uses_remote(settings):  # a named model (qwen2.5-coder-1.5b) not fetched yet
-                    from engine.models.named import ensure_named_files
-
-                    ensure_named_files(settings, progress)
+                settings = fetch_model_files(self.settings, progress)
                 self.model_dir = str(settings.model) if settings.model is not None else None
                 self.backend, self.backend_reason = create_backend(settings, progress)
             self.backend.load(progress)
@@ -197,26 +126,14 @@ class ChatSession(SessionHistory, SessionEditing):
             self.check_regressions()
             self._recount_context()  # a chat opened before the model was ready (--resume)
         except UserError as exc:
-            raise SpecchatError(self._where_model_came_from() + str(exc)) from exc
+            raise SpecchatError(model_source(self.settings) + str(exc)) from exc
         except MemoryError as exc:
             raise SpecchatError(
                 "out of memory loading the model: lower max_context or use a smaller model"
             ) from exc
         return self._info
 
-    @staticmethod
-    def check_model_choice(model: str | Path | None = None, draft: str | None = None) -> None:
-        """SpecchatError (one line) unless `model` (None: not checked) holds a model and `draft` (None: not
-        checked) is 'ngram', 'none' or a draft model. Reads file headers only: fit to run as a path is typed."""
-        from engine.models import ModelError, check_draft_choice, check_model_path
-
-        try:
-            if model is not None:
-                check_model_path(model)
-            if draft is not None:
-                check_draft_choice(draft)
-        except ModelError as exc:
-            raise SpecchatError(str(exc)) from exc
+    check_model_choice = staticmethod(check_model_choice)
 
     def reload(
         self, model: str | Path | None, draft: str, progress: ProgressCallback | None = None
@@ -228,7 +145,6 @@ class ChatSession(SessionHistory, SessionEditing):
         a draft that cannot draft for it, out of memory) SpecchatError says why in one line and nothing changed.
         Call it between replies (from a thread: loading takes a while).
         """
-        from engine.backends.select import create_backend
         from engine.models import ModelError, check_draft_choice, check_model_path
 
         if self.active is not None:
@@ -239,28 +155,14 @@ class ChatSession(SessionHistory, SessionEditing):
         except ModelError as exc:
             raise SpecchatError(str(exc)) from exc
         settings = self.settings.model_copy(update={"model": model_path, "draft": draft})
-        backend: Backend | None = None
-        try:
-            loading = settings
-            if model_path is None:  # the embedded model (fetched and converted on its first use)
-                from engine.models import ensure_embedded_model
-
-                loading = settings.model_copy(update={"model": ensure_embedded_model(progress)})
-            from engine.models.named import ensure_named_files
-
-            ensure_named_files(loading, progress)  # a named model or draft not fetched yet
-            backend, reason = create_backend(loading, progress)
-            backend.load(progress)
-            info = backend.info
-        except (UserError, MemoryError) as exc:
-            if backend is not None:
-                with contextlib.suppress(Exception):  # half-loaded: free what it holds, keep the old one
-                    backend.close()
-            if isinstance(exc, MemoryError):
-                raise SpecchatError(
-                    "out of memory loading the new model: the current one stays loaded; "
-                    "try a smaller model or lower max_context"
-                ) from exc
+        try:  # the old backend stays loaded meanwhile, and stays where the new one fails
+            backend, reason, info, loading = load_replacement(settings, progress)
+        except MemoryError as exc:
+            raise SpecchatError(
+                "out of memory loading the new model: the current one stays loaded; "
+                "try a smaller model or lower max_context"
+            ) from exc
+        except UserError as exc:
             raise SpecchatError(str(exc)) from exc
         old, self.backend = self.backend, backend
         self.settings, self.backend_reason, self._info = settings, reason, info
@@ -292,54 +194,38 @@ class ChatSession(SessionHistory, SessionEditing):
             self.verdict_changed = True
         self.verdict = new
 
-    def _where_model_came_from(self) -> str:
-        """'SPECCHAT_MODEL: ' when the model folder was set through that variable, so a bad path names its source."""
-        value = os.environ.get(env_name("model"))
-        model = self.settings.model
-        if value and model is not None and Path(value).expanduser() == Path(model):
-            return f"{env_name('model')}: "
-        return ""
+    # --- the preset (engine.session.preset_choice) ------------------------------------------------------------
+
+    @property
+    def presets(self) -> dict[str, Preset]:
+        return self.preset_choice.presets
+
+    @property
+    def skipped_presets(self) -> dict[str, str]:
+        return self.preset_choice.skipped
+
+    @property
+    def mode(self) -> str:
+        return self.preset_choice.mode
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        return self.preset_choice.overrides
 
     def set_mode(self, name: str) -> None:
-        if name != "auto" and name not in self.presets:
-            if name in self.skipped_presets:
-                raise SpecchatError(f"preset {name!r} was skipped: {self.skipped_presets[name]}")
-            known = ", ".join(["auto", *self.presets])
-            raise SpecchatError(f"unknown preset {name!r} (known: {known})")
-        self.mode = name
+        self.preset_choice.set_mode(name)
 
     def set_overrides(self, **values: Any) -> None:
         """Override preset fields for every following message; None leaves a field to the preset."""
-        unknown = set(values) - set(OVERRIDABLE)
-        if unknown:
-            raise SpecchatError(f"cannot override {', '.join(sorted(unknown))}")
-        self.overrides = {k: v for k, v in values.items() if v is not None}
+        self.preset_choice.set_overrides(**values)
 
     def check_overrides(self, **values: Any) -> None:
         """Raise SpecchatError (one line) unless `values` make a valid preset of every preset they may apply to."""
-        unknown = set(values) - set(OVERRIDABLE)
-        if unknown:
-            raise SpecchatError(f"cannot override {', '.join(sorted(unknown))}")
-        values = {k: v for k, v in values.items() if v is not None}
-        if self.mode == "auto":
-            bases = [self.presets[n] for n in ("code", "qa", "creative") if n in self.presets]
-        else:
-            bases = [self.presets[self.mode]]
-        for base in bases:
-            try:
-                with_overrides(base, values)
-            except PresetError as exc:
-                raise SpecchatError(str(exc)) from None
+        self.preset_choice.check_overrides(**values)
 
     def effective_preset(self, name: str) -> Preset:
         """Preset `name` as the next reply would use it: with this chat's overrides."""
-        preset = self.presets[name]
-        if not self.overrides:
-            return preset
-        update = dict(self.overrides)
-        if "temperature" in update and "ramp_tokens" not in update:
-            update["ramp_tokens"] = 0  # an explicit temperature means exactly that temperature
-        return preset.model_copy(update=update)
+        return self.preset_choice.effective(name)
 
     def set_system_prompt(self, text: str | None) -> None:
         """The system prompt of this chat's next requests (empty: none); the stored chat records it."""
@@ -352,20 +238,7 @@ class ChatSession(SessionHistory, SessionEditing):
 
     def choose_preset(self, text: str) -> tuple[Preset, bool, str]:
         """The preset for a message: (preset, chosen automatically, why)."""
-        if self.mode == "auto":
-            # The conversation counts: a follow-up ("show that function again") stays with the code before it.
-            earlier = self.turns[:-1] if self.turns and self.turns[-1].role == "user" else self.turns
-            decision = route(
-                text,
-                available=[n for n in ("code", "qa", "creative") if n in self.presets],
-                recent=[(turn.role, turn.content) for turn in earlier[-RECENT_TURNS:]],
-            )
-            preset, auto, reason = self.presets[decision.preset], True, decision.reason
-        else:
-            preset, auto, reason = self.presets[self.mode], False, "chosen by hand"
-        if self.overrides:
-            preset = self.effective_preset(preset.name)
-        return preset, auto, reason
+        return self.preset_choice.choose(text, self.turns)
 
     # --- conversation ----------------------------------------------------------------------------------------
 
@@ -429,28 +302,26 @@ class ChatSession(SessionHistory, SessionEditing):
 
     def _reserve(self, preset: Preset) -> int:
         """Room a reply with `preset` keeps free in the context for its answer."""
-        return min(preset.max_new_tokens, self.max_context // 2)
+        return reply_room(preset, self.max_context)
 
     def _next_reserve(self) -> int:
         """The room the next reply will keep: its preset's, or (auto: the router picks per message) the largest any
         routed preset keeps, so that the turns shown as seen stay seen whichever preset the router picks."""
-        if self.mode != "auto":
-            return self._reserve(self.effective_preset(self.mode))
-        names = [n for n in ("code", "qa", "creative") if n in self.presets] or list(self.presets)
-        return max((self._reserve(self.effective_preset(n)) for n in names), default=0)
+        return max((self._reserve(p) for p in self.preset_choice.next_presets()), default=0)
 
     def _fit(self, start: int, reserve: int, keep_from: int) -> tuple[int, list[int]]:
         """(first turn kept, prompt ids): from turn `start` on, the oldest exchanges are dropped until the prompt
         plus `reserve` fits, never past turn `keep_from` (the message being answered)."""
         assert self.backend is not None
-        max_context = self.max_context
-        ids = self.backend.encode_chat(self._messages(self.turns[start:]))
-        while len(ids) + reserve > max_context and start < keep_from:
-            start += 1
-            while start < keep_from and self.turns[start].role != "user":
-                start += 1
-            ids = self.backend.encode_chat(self._messages(self.turns[start:]))
-        return start, ids
+        backend = self.backend
+        return fit_turns(
+            self.turns,
+            start,
+            reserve,
+            keep_from,
+            self.max_context,
+            lambda t: backend.encode_chat(self._messages(t)),
+        )
 
     def send(
         self, text: str, on_event: EventCallback, cancel: threading.Event
@@ -496,17 +367,7 @@ class ChatSession(SessionHistory, SessionEditing):
     # --- one reply -------------------------------------------------------------------------------------------
 
     def _messages(self, turns: list[Turn]) -> list[dict[str, str]]:
-        messages = (
-            [{"role": "system", "content": self.settings.system_prompt}]
-            if self.settings.system_prompt
-            else []
-        )
-        messages += [
-            {"role": t.role, "content": t.content if t.role == "user" else without_reasoning(t.content)}
-            for t in turns
-            if t.content or t.role == "user"
-        ]
-        return messages
+        return context_messages(turns, self.settings.system_prompt)
 
     def _fit_context(self, preset: Preset, on_event: EventCallback) -> list[int] | None:
         """Render the conversation, leaving out the oldest exchanges until prompt + reply room fits."""
@@ -561,33 +422,16 @@ class ChatSession(SessionHistory, SessionEditing):
                 on_event,
                 undone=True,
             )
-        drafting = preset.drafting and preset.k > 0 and info.draft_mode != "none"
-        if info.k_by_server:
-            # The server drafts by its own settings: the preset's K is neither sent nor claimed.
-            drafting = info.draft_mode != "none"
-        request = GenerationRequest(
-            prompt_ids=tuple(prompt_ids),
-            sampler=preset.sampler(),
-            max_new_tokens=max(1, min(preset.max_new_tokens, self.max_context - len(prompt_ids))),
-            num_draft_tokens=preset.k if drafting and not info.k_by_server else 0,
-            drafting=drafting,
+        request, started = reply_request(
+            preset,
+            info,
+            prompt_ids,
+            self._messages(self.context_turns),
+            max_context=self.max_context,
             seed=self.settings.seed,
-            k_mode=preset.k_mode,
-            tuning_key=preset.name,
-            acceptance_prior=self.acceptance_seed(preset.name)
-            if drafting and preset.k_mode == "adaptive"
-            else (),
-            messages=tuple(self._messages(self.context_turns)),
-        )
-        started = ReplyStarted(
-            preset=preset.name,
+            acceptance_seed=self.acceptance_seed,
             auto=auto,
-            router_reason=reason,
-            num_draft_tokens=request.num_draft_tokens,
-            temperature=request.sampler.temperature_at(0),
-            drafting=drafting,
-            prompt_tokens=len(prompt_ids),
-            k_mode=request.k_mode if drafting else "fixed",
+            reason=reason,
         )
         accounting = AcceptanceAccounting(t_start=self.clock())
         accounting.live.temperature = started.temperature
@@ -603,13 +447,7 @@ class ChatSession(SessionHistory, SessionEditing):
         else:
             reply_id = self._record_reply_started(started, preset.temperature)
             own_row = reply_id
-        token_ids: list[int] = []
-        origins: list[bool] = []
-        runs: list[OriginRun] = []
-        pieces: list[str] = []
-        # Per chunk: (where its text starts in the reply, tokens, drafted, accepted), to count reasoning apart.
-        marks: list[tuple[int, int, int, int]] = []
-        chars = 0
+        streamed = ReplyText()
         done: Done | None = None
         try:
             # Stopped before it began (esc right after enter): the backend is not asked at all.
@@ -617,56 +455,43 @@ class ChatSession(SessionHistory, SessionEditing):
             for event in events:
                 if isinstance(event, Chunk):
                     accounting.add(event)
-                    token_ids.extend(event.token_ids)
-                    origins.extend(event.origins)
-                    merge_runs(runs, split_chunk_by_origin(event, self.backend.decode))
-                    pieces.append(event.text)
-                    marks.append((chars, event.n_tokens, event.drafted, event.accepted))
-                    chars += len(event.text)
+                    streamed.add(event, self.backend.decode)
                     self.context_used = len(prompt_ids) + accounting.live.new_tokens
                     on_event(event)
                     if self.recorder is not None:
-                        self.recorder.reply_progress(reply_id, lambda: prefix + "".join(pieces))
+                        self.recorder.reply_progress(reply_id, lambda: prefix + streamed.text)
                 else:
                     done = event
         except UserError as exc:
-            if not pieces:
+            if not streamed.pieces:
                 # Nothing arrived (a server gone before its first token): as for a reply stopped before it
                 # began, the message goes back to the user (a regenerated reply's old one stays).
                 self._discard_user(self._undo_turn(replaced, edited))
                 return self._failed(without_partial_claim(str(exc)), "", on_event, own_row, undone=True)
-            return self._failed(str(exc), prefix + "".join(pieces), on_event, reply_id)
+            return self._failed(str(exc), prefix + streamed.text, on_event, reply_id)
         except MemoryError:
             return self._failed(
                 "out of memory while generating: lower max_context or max_new_tokens",
-                prefix + "".join(pieces),
+                prefix + streamed.text,
                 on_event,
                 reply_id,
             )
         finally:
             self.active = None
-        if done is None:  # a backend that ended without its Done: treat what came as complete
-            done = Done("cancelled" if cancel.is_set() else "eos", prompt_tokens=len(prompt_ids))
-        if done.stop_reason == "max_new_tokens" and request.max_new_tokens < preset.max_new_tokens:
-            # The limit it ran into was the room left in the context, not the preset's reply length.
-            done = dataclasses.replace(done, stop_reason="context")
-        reply_text = "".join(pieces)
-        stats = accounting.finish(
+        done = reply_done(done, cancel.is_set(), request, preset)
+        stats = reply_stats(
+            accounting,
             done,
             self.clock(),
-            preset=preset.name,
-            num_draft_tokens=request.num_draft_tokens,
-            temperature=preset.temperature,
-            draft_mode=info.draft_mode if drafting else "none",
-            backend=info.backend,
-            model=info.model,
-            router_reason=reason if auto else "",
-            cache_mode=info.cache_mode,
-            k_mode=request.k_mode if drafting else "fixed",
+            preset=preset,
+            request=request,
+            info=info,
+            auto=auto,
+            reason=reason,
+            text=streamed,
         )
-        if info.k_by_server:
-            stats = dataclasses.replace(stats, k_by_server=True)
-        stats = with_thinking_counts(stats, reply_text, marks)
+        reply_text, token_ids = streamed.text, streamed.token_ids
+        origins, runs = streamed.origins, streamed.runs
         self._rejudge_drafting()
         if self.verdict is not None and self.verdict.pays is not None:
             stats = dataclasses.replace(

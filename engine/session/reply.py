@@ -1,0 +1,179 @@
+"""One reply's parts, apart from the session that runs it (`ChatSession._reply`): what is asked of the backend
+(`reply_request`), what has streamed so far (`ReplyText`), how it ended and its stats (`reply_done`,
+`reply_stats`), and a reply run in a thread of its own (`ReplyHandle`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Sequence
+
+from engine.decoding.acceptance import AcceptanceAccounting
+from engine.events import BackendInfo, Chunk, Done, MessageStats, ReplyFailed, ReplyFinished, ReplyStarted
+from engine.origins import OriginRun, merge_runs, split_chunk_by_origin
+from engine.presets import Preset
+from engine.reasoning import thinking_end
+from engine.request import GenerationRequest
+
+
+class ReplyHandle:
+    """A reply generating in its own thread: `cancel()` it, `wait()` for its ReplyFinished / ReplyFailed."""
+
+    def __init__(self, run: Callable[[threading.Event], ReplyFinished | ReplyFailed]) -> None:
+        self.cancel_event = threading.Event()
+        self.result: ReplyFinished | ReplyFailed | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(run,), name="specchat-reply", daemon=True)
+        self._thread.start()
+
+    def _run(self, run: Callable[[threading.Event], ReplyFinished | ReplyFailed]) -> None:
+        try:
+            self.result = run(self.cancel_event)
+        except BaseException as exc:  # handed to wait(): a thread has no one else to tell
+            self.error = exc
+
+    def cancel(self) -> None:
+        self.cancel_event.set()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> ReplyFinished | ReplyFailed | None:
+        """The result (None if still running after `timeout`); re-raises what the thread raised."""
+        self._thread.join(timeout)
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def without_partial_claim(message: str) -> str:
+    """A backend's error without its promise that "the partial reply is kept", for a reply that kept nothing."""
+    return message.replace("the partial reply is kept; ", "").replace("; the partial reply is kept", "")
+
+
+def reply_request(
+    preset: Preset,
+    info: BackendInfo,
+    prompt_ids: Sequence[int],
+    messages: list[dict[str, str]],
+    *,
+    max_context: int,
+    seed: int | None,
+    acceptance_seed: Callable[[str], tuple[float, ...]],
+    auto: bool,
+    reason: str,
+) -> tuple[GenerationRequest, ReplyStarted]:
+    """What the backend is asked for a reply with `preset` to `prompt_ids`, and the event that says it started.
+    `acceptance_seed(preset name)` is asked only where adaptive K drafts."""
+    drafting = preset.drafting and preset.k > 0 and info.draft_mode != "none"
+    if info.k_by_server:
+        # The server drafts by its own settings: the preset's K is neither sent nor claimed.
+        drafting = info.draft_mode != "none"
+    request = GenerationRequest(
+        prompt_ids=tuple(prompt_ids),
+        sampler=preset.sampler(),
+        max_new_tokens=max(1, min(preset.max_new_tokens, max_context - len(prompt_ids))),
+        num_draft_tokens=preset.k if drafting and not info.k_by_server else 0,
+        drafting=drafting,
+        seed=seed,
+        k_mode=preset.k_mode,
+        tuning_key=preset.name,
+        acceptance_prior=acceptance_seed(preset.name) if drafting and preset.k_mode == "adaptive" else (),
+        messages=tuple(messages),
+    )
+    started = ReplyStarted(
+        preset=preset.name,
+        auto=auto,
+        router_reason=reason,
+        num_draft_tokens=request.num_draft_tokens,
+        temperature=request.sampler.temperature_at(0),
+        drafting=drafting,
+        prompt_tokens=len(prompt_ids),
+        k_mode=request.k_mode if drafting else "fixed",
+    )
+    return request, started
+
+
+class ReplyText:
+    """What a reply has streamed so far: its tokens, whether each came from an accepted draft, the text's origin
+    runs (the colouring), and per chunk where its text starts with its counts (to count the reasoning apart)."""
+
+    def __init__(self) -> None:
+        self.token_ids: list[int] = []
+        self.origins: list[bool] = []
+        self.runs: list[OriginRun] = []
+        self.pieces: list[str] = []
+        # Per chunk: (where its text starts in the reply, tokens, drafted, accepted).
+        self.marks: list[tuple[int, int, int, int]] = []
+        self.chars = 0
+
+    def add(self, chunk: Chunk, decode: Callable[[list[int]], str]) -> None:
+        self.token_ids.extend(chunk.token_ids)
+        self.origins.extend(chunk.origins)
+        merge_runs(self.runs, split_chunk_by_origin(chunk, decode))
+        self.pieces.append(chunk.text)
+        self.marks.append((self.chars, chunk.n_tokens, chunk.drafted, chunk.accepted))
+        self.chars += len(chunk.text)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+def reply_done(done: Done | None, cancelled: bool, request: GenerationRequest, preset: Preset) -> Done:
+    """How the reply ended: a backend that ended without its Done is taken as complete (or cancelled), and a reply
+    stopped by the room left in the context (not the preset's reply length) says so."""
+    if done is None:
+        done = Done("cancelled" if cancelled else "eos", prompt_tokens=len(request.prompt_ids))
+    if done.stop_reason == "max_new_tokens" and request.max_new_tokens < preset.max_new_tokens:
+        done = dataclasses.replace(done, stop_reason="context")
+    return done
+
+
+def with_thinking_counts(
+    stats: MessageStats, reply_text: str, marks: list[tuple[int, int, int, int]]
+) -> MessageStats:
+    """`stats` with the reasoning's tokens, drafts and accepted drafts counted apart (chunks that start in it)."""
+    end = thinking_end(reply_text)
+    if not end:
+        return stats
+    inside = [m for m in marks if m[0] < end]
+    return dataclasses.replace(
+        stats,
+        thinking_tokens=sum(m[1] for m in inside),
+        thinking_drafted_tokens=sum(m[2] for m in inside),
+        thinking_accepted_tokens=sum(m[3] for m in inside),
+    )
+
+
+def reply_stats(
+    accounting: AcceptanceAccounting,
+    done: Done,
+    now: float,
+    *,
+    preset: Preset,
+    request: GenerationRequest,
+    info: BackendInfo,
+    auto: bool,
+    reason: str,
+    text: ReplyText,
+) -> MessageStats:
+    """The finished reply's stats: the accounting's, labelled with what ran it, the reasoning counted apart."""
+    drafting = request.drafting
+    stats = accounting.finish(
+        done,
+        now,
+        preset=preset.name,
+        num_draft_tokens=request.num_draft_tokens,
+        temperature=preset.temperature,
+        draft_mode=info.draft_mode if drafting else "none",
+        backend=info.backend,
+        model=info.model,
+        router_reason=reason if auto else "",
+        cache_mode=info.cache_mode,
+        k_mode=request.k_mode if drafting else "fixed",
+    )
+    if info.k_by_server:
+        stats = dataclasses.replace(stats, k_by_server=True)
+    return with_thinking_counts(stats, text.text, text.marks)
