@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs llama-cpp-python into $PYTHON's environment, built for this CPU from its sdist with specchat's patch
 # (scripts/patch_llama_cpp.py: float32 activations for float16 weights, and one token computed exactly as a row
-# of a batch, so the exact speculative path needs no padded plain steps). The wheel is kept in
+# of a batch of up to 64, float16 and quantized weights alike, repacked Q4_K included, so the exact speculative path
+# needs no padded plain steps). The wheel is kept in
 #   ${XDG_CACHE_HOME:-~/.cache}/specchat/wheels/llama-cpp-python-<version>-<edits hash>-<cpu hash>-<CMAKE_ARGS hash>/
 # so a fresh checkout on the same machine installs in seconds. Where the patch does not apply or the patched build
 # fails, the stock bindings are built instead (pip caches that wheel) and the reason is printed: specchat then finds
