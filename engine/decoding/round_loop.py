@@ -34,7 +34,7 @@ from engine.decoding.adaptive_k import AdaptiveK
 from engine.decoding.cost_model import VerifyCostModel, round_cost, round_limit
 from engine.decoding.drafters import DraftContext, Drafter, best_plan, build_drafters, common_prefix
 from engine.decoding.sampling import choose_tokens, count_accepted, reply_uniforms
-from engine.errors import BackendError
+from engine.errors import BackendError, first_line
 from engine.events import Chunk, Done, StopReason
 from engine.request import GenerationRequest
 
@@ -179,8 +179,8 @@ def run_reply(
     except (BackendError, MemoryError):
         raise
     except Exception as exc:
-        text = str(exc).strip().splitlines()
-        detail = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+        line = first_line(exc, default="")
+        detail = f"{type(exc).__name__}: {line}" if line else type(exc).__name__
         raise BackendError(f"generation failed inside the model ({detail[:200]})") from exc
 
 
