@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.backends import registry
 from engine.backends.exllamav2 import ExLlamaV2Backend, probe_exllamav2
 from engine.backends.exllamav3 import ExLlamaV3Backend, probe_exllamav3
 from engine.decoding.acceptance import AcceptanceAccounting
@@ -36,6 +37,9 @@ from engine.errors import BackendError
 from engine.events import Chunk, Done
 from engine.request import GenerationRequest, SamplerSettings
 
+# The GPU engines of the registry (engine/backends/registry.py), in its order: the first one's runs are the JSON's
+# top level, the others' each under its name.
+GPU_ENGINES = tuple(row.name for row in registry.ENGINES if row.gpu)
 PROMPT = (
     "Copy this list exactly, then copy it once more: alpha, beta, gamma, delta, epsilon, zeta, eta, theta, "
     "iota, kappa, lambda, mu."
@@ -56,9 +60,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--draft-fp16", action="store_true", help="load the draft model in FP16, not Q4")
     parser.add_argument(
         "--engine",
-        choices=["exllamav2", "exllamav3", "both"],
+        choices=[*GPU_ENGINES, "both"],
         default=None,
-        help="engines to check (default: both where exllamav3 is installed, else exllamav2)",
+        help=f"engines to check; both: {' and '.join(GPU_ENGINES)} (default: {GPU_ENGINES[0]}, and the others "
+        "where they are installed)",
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="print the steps and expected times; run nothing"
@@ -488,14 +493,20 @@ SETUP_NAMES = ("a_none", "b_ngram", "c_draft_model", "d_none_fp16_cache")
 
 def chosen_engines(args: argparse.Namespace) -> list[str]:
     if args.engine == "both":
-        return ["exllamav2", "exllamav3"]
+        return list(GPU_ENGINES)
     if args.engine:
         return [args.engine]
     if args.dry_run:  # gpu_check.sh installs exllamav3 before the real run: the dry run shows what that runs
-        return ["exllamav2", "exllamav3"]
+        return list(GPU_ENGINES)
     import importlib.util
 
-    return ["exllamav2", "exllamav3"] if importlib.util.find_spec("exllamav3") else ["exllamav2"]
+    # The first always (where it cannot run, the check says so and exits 2); the others where they are installed.
+    rows = [registry.engine(name) for name in GPU_ENGINES]
+    return [
+        row.name
+        for row in rows
+        if row is rows[0] or (row.distribution and importlib.util.find_spec(row.distribution))
+    ]
 
 
 def dry_run_steps(args: argparse.Namespace, engines: list[str]) -> list[tuple[str, int]]:

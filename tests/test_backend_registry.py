@@ -111,3 +111,28 @@ def test_one_row_adds_an_engine_that_auto_tries_before_the_fallback(monkeypatch,
     assert registry.resolve_cache_mode("auto", "fake") == "q4"
     with pytest.raises(Exception, match="^--draft mtp drafts with the model's own MTP head"):
         create_backend(SimpleNamespace(**{**vars(settings), "backend": "fake", "draft": "mtp"}))
+
+
+def test_the_bench_reads_which_engine_runs_what_from_the_rows(monkeypatch) -> None:
+    """`specchat bench`: the transformers bench where the engine asked for loads no GGUF, the llama.cpp bench
+    unless it runs other local models, the answer check on the CPU engines; a row added takes its part."""
+    from engine.benchmarks.llamacpp import runs_other_local_models
+    from tui.cli.bench import loads, runs_on_the_cpu
+
+    def parts(name: str) -> tuple[bool, bool, bool]:
+        return (
+            not loads(name, "gguf"),
+            not runs_other_local_models(name),
+            name == "auto" or runs_on_the_cpu(name),
+        )
+
+    assert {name: parts(name) for name in registry.CHOICES} == {
+        "auto": (True, True, True),
+        "exllamav2": (True, False, False),
+        "exllamav3": (True, False, False),
+        "transformers": (True, False, True),
+        "llamacpp": (False, True, True),
+        "remote": (True, True, False),
+    }
+    monkeypatch.setattr(registry, "ENGINES", (*registry.ENGINES, FAKE))
+    assert parts("fake") == (True, False, True)

@@ -180,6 +180,17 @@ def run_llamacpp_bench(
     return summary
 
 
+def runs_other_local_models(backend: str) -> bool:
+    """Whether `--backend` names an engine of the registry that runs local models but no GGUF file (a row that loads
+    neither GGUF nor an endpoint): the llama.cpp bench is not its bench. `auto` is not one."""
+    from engine.backends import registry
+
+    if backend == "auto":
+        return False
+    row = registry.engine(backend)
+    return "gguf" not in row.loads and "endpoint" not in row.loads
+
+
 def bench_llamacpp_if_usable(
     settings, quick: bool = False, out=sys.stdout, prompt_set: str | None = None
 ) -> dict | None:
@@ -188,7 +199,7 @@ def bench_llamacpp_if_usable(
     from engine.backends.llamacpp import probe_llamacpp
     from engine.backends.select import is_gguf_path, uses_embedded_model
 
-    if settings.backend in ("transformers", "exllamav2", "exllamav3"):
+    if runs_other_local_models(settings.backend):
         return None
     usable, reason = probe_llamacpp()
     if not usable:

@@ -84,10 +84,10 @@ def run(args: argparse.Namespace) -> int:
 
         run_remote_bench(settings, args.remote, quick=args.quick, prompt_set=prompt_set)
         return 0
-    if settings.backend != "llamacpp" and not str(settings.model or "").lower().endswith(".gguf"):
+    if not loads(settings.backend, "gguf") and not str(settings.model or "").lower().endswith(".gguf"):
         run_bench(settings, quick=args.quick, prompt_set=prompt_set)
     bench_llamacpp_if_usable(settings, quick=args.quick, prompt_set=prompt_set)
-    if settings.backend in ("auto", "transformers", "llamacpp"):
+    if settings.backend == "auto" or runs_on_the_cpu(settings.backend):
         from engine.benchmarks.answers import run_answer_check
 
         run_answer_check(settings, load_prompt_set(prompt_set))
@@ -97,6 +97,23 @@ def run(args: argparse.Namespace) -> int:
         run_chat_vs_generate(settings, quick=args.quick)
         run_ui_bench()
     return 0
+
+
+def loads(backend: str, model_format: str) -> bool:
+    """Whether the engine `--backend` names loads that model format, by its row in the registry (`auto`: no one
+    engine, so no)."""
+    from engine.backends import registry
+
+    return backend != "auto" and model_format in registry.engine(backend).loads
+
+
+def runs_on_the_cpu(backend: str) -> bool:
+    """Whether the engine `--backend` names runs a local model on the CPU (no GPU, no server): the engines the
+    answer check compares with the model's own fp32 answers."""
+    from engine.backends import registry
+
+    row = registry.engine(backend)
+    return not row.gpu and "endpoint" not in row.loads
 
 
 def _run_tasks(settings, args: argparse.Namespace) -> int:
