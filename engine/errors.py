@@ -22,7 +22,9 @@ class UserError(Exception):
 
 
 class SpecchatError(UserError):
-    """A failure of the chat session (bad input, a model that did not load): the CLI's chat start catches it."""
+    """The chat session's own refusals (an unknown preset, an empty message, nothing to regenerate, out of memory
+    loading): the CLI's chat start catches it apart (an unknown preset in the settings opens the chat on auto).
+    Errors from below (a model, the store, an engine) pass through the session as they are, with their title."""
 
 
 class BackendError(UserError):

@@ -8,7 +8,7 @@ import pytest
 
 from engine.backends.scripted import ScriptedBackend
 from engine.config import Settings
-from engine.errors import SpecchatError
+from engine.errors import BackendError, SpecchatError, UserError
 from engine.events import Chunk, ContextTrimmed, ReplyFailed, ReplyFinished, ReplyStarted
 from engine.presets import load_presets
 from engine.session import ChatSession
@@ -183,10 +183,29 @@ def test_system_prompt_is_rendered_first():
     assert prompt.startswith("<system>\nBe terse.")
 
 
-def test_load_failure_is_one_line_specchat_error():
+def test_a_load_failure_passes_through_the_session_as_it_is():
     session = ChatSession(Settings(), backend=ScriptedBackend(load_error="model folder not found: /x"))
-    with pytest.raises(SpecchatError, match="model folder not found"):
+    with pytest.raises(BackendError, match="^model folder not found: /x$") as caught:
         session.load()
+    assert not isinstance(caught.value, SpecchatError)  # the engine's own error, not re-wrapped
+
+
+def test_a_titled_error_keeps_its_title_and_a_model_path_from_the_environment_names_its_source(
+    tmp_path, monkeypatch
+):
+    class LostGpu(ScriptedBackend):
+        def load(self, progress=None) -> None:
+            raise BackendError("the GPU went away: load the model again", title="Model not loaded")
+
+    session = ChatSession(Settings(), backend=LostGpu("x"))
+    with pytest.raises(BackendError, match="^the GPU went away") as caught:
+        session.load()
+    assert caught.value.title == "Model not loaded"
+    monkeypatch.setenv("SPECCHAT_MODEL", str(tmp_path))
+    session = ChatSession(Settings(model=tmp_path), backend=LostGpu("x"))
+    with pytest.raises(BackendError, match="^SPECCHAT_MODEL: the GPU went away") as caught:
+        session.load()
+    assert caught.value.title == "Model not loaded"
 
 
 def test_start_runs_the_reply_in_a_thread_and_can_cancel_it():
@@ -273,7 +292,7 @@ def test_a_failed_reload_changes_nothing(tiny_model_dir, tiny_model_dir_other_vo
         (tiny_model_dir, "bananas", "draft: .*bananas does not exist"),
         (tiny_model_dir, str(tiny_model_dir_other_vocab), "cannot draft for .*vocabulary size differs"),
     ):
-        with pytest.raises(SpecchatError, match=why):
+        with pytest.raises(UserError, match=why):
             session.reload(model, draft)
         assert session.backend is backend and session.info == info and session.settings == before
         assert backend.target is not None  # still loaded

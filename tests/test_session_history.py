@@ -13,11 +13,11 @@ import pytest
 
 from engine.backends.scripted import ScriptedBackend
 from engine.config import Settings
-from engine.errors import BackendError, SpecchatError
+from engine.errors import BackendError
 from engine.events import MessageStats, ReplyFailed, ReplyFinished
 from engine.presets import load_presets
 from engine.session import ChatSession
-from engine.storage.store import Store
+from engine.storage.store import Store, StoreError
 
 
 def make_session(data_dir: Path, backend: ScriptedBackend, save: bool = True) -> ChatSession:
@@ -168,7 +168,7 @@ def test_new_chat_starts_another_chat_and_keeps_the_old_one(tmp_path: Path):
 
 def test_open_unknown_chat_is_a_clear_error(tmp_path: Path):
     session = make_session(tmp_path, ScriptedBackend("ok"))
-    with pytest.raises(SpecchatError, match="no chat with id 42"):
+    with pytest.raises(StoreError, match="no chat with id 42"):  # the store's error, as it is
         session.open_chat(42)
 
 

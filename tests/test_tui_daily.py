@@ -382,11 +382,11 @@ async def test_13_a_broken_config_opens_on_defaults_with_the_message_and_loads_t
 
 def test_13_a_bad_model_path_from_the_environment_names_specchat_model(tmp_path, monkeypatch):
     from engine.config import load_settings
-    from engine.errors import SpecchatError
+    from engine.errors import UserError
 
     monkeypatch.setenv("SPECCHAT_MODEL", str(tmp_path / "no-such-model"))
     session = ChatSession(load_settings(backend="transformers"))
-    with pytest.raises(SpecchatError, match=r"^SPECCHAT_MODEL: .*no-such-model"):
+    with pytest.raises(UserError, match=r"^SPECCHAT_MODEL: .*no-such-model"):
         session.load()
 
 

@@ -126,7 +126,10 @@ class ChatSession(SessionHistory, SessionEditing):
             self.check_regressions()
             self._recount_context()  # a chat opened before the model was ready (--resume)
         except UserError as exc:
-            raise SpecchatError(model_source(self.settings) + str(exc)) from exc
+            source = model_source(self.settings)
+            if source:  # a bad path says where it came from; the error keeps its type and title
+                exc.args = (source + str(exc), *exc.args[1:])
+            raise
         except MemoryError as exc:
             raise SpecchatError(
                 "out of memory loading the model: lower max_context or use a smaller model"
@@ -142,18 +145,15 @@ class ChatSession(SessionHistory, SessionEditing):
 
         `model` is a model folder or .gguf file (None: the embedded model), `draft` 'ngram', 'none' or a draft
         model. The new backend loads while the old one stays loaded: on any failure (no such path, not a model,
-        a draft that cannot draft for it, out of memory) SpecchatError says why in one line and nothing changed.
+        a draft that cannot draft for it, out of memory) a UserError says why in one line and nothing changed.
         Call it between replies (from a thread: loading takes a while).
         """
-        from engine.models import ModelError, check_draft_choice, check_model_path
+        from engine.models import check_draft_choice, check_model_path
 
         if self.active is not None:
             raise SpecchatError("a reply is being generated: stop it (esc) or let it finish, then reload")
-        try:
-            model_path = check_model_path(model) if model not in (None, "") else None
-            draft = check_draft_choice(draft)
-        except ModelError as exc:
-            raise SpecchatError(str(exc)) from exc
+        model_path = check_model_path(model) if model not in (None, "") else None
+        draft = check_draft_choice(draft)
         settings = self.settings.model_copy(update={"model": model_path, "draft": draft})
         try:  # the old backend stays loaded meanwhile, and stays where the new one fails
             backend, reason, info, loading = load_replacement(settings, progress)
@@ -162,8 +162,6 @@ class ChatSession(SessionHistory, SessionEditing):
                 "out of memory loading the new model: the current one stays loaded; "
                 "try a smaller model or lower max_context"
             ) from exc
-        except UserError as exc:
-            raise SpecchatError(str(exc)) from exc
         old, self.backend = self.backend, backend
         self.settings, self.backend_reason, self._info = settings, reason, info
         self.verdict, self.verdict_changed = self.judge_drafting(), False
@@ -220,7 +218,7 @@ class ChatSession(SessionHistory, SessionEditing):
         self.preset_choice.set_overrides(**values)
 
     def check_overrides(self, **values: Any) -> None:
-        """Raise SpecchatError (one line) unless `values` make a valid preset of every preset they may apply to."""
+        """Raise a UserError (one line) unless `values` make a valid preset of every preset they may apply to."""
         self.preset_choice.check_overrides(**values)
 
     def effective_preset(self, name: str) -> Preset:
@@ -409,7 +407,7 @@ class ChatSession(SessionHistory, SessionEditing):
         if prompt_ids is not None and continuing is not None:
             try:
                 prompt_ids = self._continued_prompt(prefix)
-            except SpecchatError:
+            except UserError:
                 self._undo_turn(replaced)
                 raise
             if len(prompt_ids) + 16 > self.max_context:

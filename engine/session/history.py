@@ -15,7 +15,7 @@ from engine.origins import decode_runs
 from engine.session.turn import Turn
 from engine.storage.metrics import Regression, Summary, find_regressions, recent_average
 from engine.storage.recording import ChatRecorder, stats_from_dict
-from engine.storage.store import MessageRecord, StoreError
+from engine.storage.store import MessageRecord
 
 if TYPE_CHECKING:
     from engine.config import Settings
@@ -97,10 +97,7 @@ class SessionHistory:
         """Continue a stored chat: its visible conversation becomes this session's turns."""
         if self.recorder is None:
             raise SpecchatError("this session does not keep a history")
-        try:
-            records = self.recorder.open_chat(chat_id)
-        except StoreError as exc:
-            raise SpecchatError(str(exc)) from exc
+        records = self.recorder.open_chat(chat_id)  # StoreError (no such chat), as it is
         self.new_chat()
         self.recorder.chat_id = chat_id
         self.turns = [_turn(r) for r in records if r.role in ("user", "assistant")]
@@ -129,17 +126,11 @@ class SessionHistory:
         return self._store().chats(search) if self.recorder is not None else []
 
     def rename_chat(self, chat_id: int, title: str) -> None:
-        try:
-            self._store().rename_chat(chat_id, title)
-        except StoreError as exc:
-            raise SpecchatError(str(exc)) from exc
+        self._store().rename_chat(chat_id, title)
 
     def delete_chat(self, chat_id: int) -> None:
         """Delete a stored chat; deleting the open one leaves its turns on screen, unsaved from here on."""
-        try:
-            self._store().delete_chat(chat_id)
-        except StoreError as exc:
-            raise SpecchatError(str(exc)) from exc
+        self._store().delete_chat(chat_id)
         if self.recorder is not None and self.recorder.chat_id == chat_id:
             self.recorder.new_chat()
             for turn in self.turns:
@@ -149,10 +140,7 @@ class SessionHistory:
         from engine.storage.store import export_json, export_markdown
 
         store = self._store()
-        try:
-            chat = store.chat(chat_id)
-        except StoreError as exc:
-            raise SpecchatError(str(exc)) from exc
+        chat = store.chat(chat_id)
         messages = store.conversation(chat_id)
         if fmt == "json":
             return export_json(chat, messages)

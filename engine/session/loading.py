@@ -10,7 +10,7 @@ from pathlib import Path
 
 from engine.backends.base import Backend
 from engine.config import Settings, env_name
-from engine.errors import SpecchatError, UserError
+from engine.errors import UserError
 from engine.events import BackendInfo
 
 ProgressCallback = Callable[[str, float | None], None]
@@ -71,14 +71,11 @@ def model_source(settings: Settings) -> str:
 
 
 def check_model_choice(model: str | Path | None = None, draft: str | None = None) -> None:
-    """SpecchatError (one line) unless `model` (None: not checked) holds a model and `draft` (None: not checked) is
-    a drafter's name or a draft model. Reads file headers only: fit to run as a path is typed."""
-    from engine.models import ModelError, check_draft_choice, check_model_path
+    """ModelError (one line) unless `model` (None: not checked) holds a model and `draft` (None: not checked) is a
+    drafter's name or a draft model. Reads file headers only: fit to run as a path is typed."""
+    from engine.models import check_draft_choice, check_model_path
 
-    try:
-        if model is not None:
-            check_model_path(model)
-        if draft is not None:
-            check_draft_choice(draft)
-    except ModelError as exc:
-        raise SpecchatError(str(exc)) from exc
+    if model is not None:
+        check_model_path(model)
+    if draft is not None:
+        check_draft_choice(draft)

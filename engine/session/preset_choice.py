@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.errors import SpecchatError
-from engine.presets import Preset, PresetError, with_overrides
+from engine.presets import Preset, with_overrides
 from engine.router import RECENT_TURNS, route
 from engine.session.turn import Turn
 
@@ -55,17 +55,14 @@ class PresetChoice:
         self.overrides = {k: v for k, v in values.items() if v is not None}
 
     def check_overrides(self, **values: Any) -> None:
-        """Raise SpecchatError (one line) unless `values` make a valid preset of every preset they may apply to."""
+        """Raise a UserError (one line) unless `values` make a valid preset of every preset they may apply to."""
         unknown = set(values) - set(OVERRIDABLE)
         if unknown:
             raise SpecchatError(f"cannot override {', '.join(sorted(unknown))}")
         values = {k: v for k, v in values.items() if v is not None}
         bases = [self.presets[n] for n in self.routed()] if self.mode == "auto" else [self.presets[self.mode]]
         for base in bases:
-            try:
-                with_overrides(base, values)
-            except PresetError as exc:
-                raise SpecchatError(str(exc)) from None
+            with_overrides(base, values)  # PresetError, as it is
 
     def effective(self, name: str) -> Preset:
         """Preset `name` as the next reply would use it: with this chat's overrides."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from engine.errors import SpecchatError
+from engine.errors import UserError
 from engine.prompt_file import PromptFileError, read_prompt_file
 
 TASKS = ("code", "qa", "creative")
@@ -16,7 +16,7 @@ K_VALUES = (0, 1, 2, 3, 4, 5, 6, 7, 8)
 TEMPERATURES = (0.1, 0.5, 0.7, 1.0, 1.2)
 
 
-class TuneError(SpecchatError):
+class TuneError(UserError):
     """Bad tune input (no prompts, a bad prompt file); one line for the user."""
 
 
