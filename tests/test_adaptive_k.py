@@ -43,7 +43,7 @@ from engine.decoding.drafters.ngram import NgramDrafter
 from engine.events import Chunk, Done
 from engine.request import GenerationRequest, SamplerSettings
 from engine.storage import metrics
-from tests.conftest import TOKENIZER_FILE_NAMES, build_successor_llama, build_tiny_llama
+from tests.support.tiny_models import TOKENIZER_FILE_NAMES, build_successor_llama, build_tiny_llama
 
 # A CPU-like verify curve: each extra token in a pass costs 15% of a plain step (SmolLM2 on 2 cores: 10-20%).
 CPU_CURVE = {w: 1.0 + 0.15 * (w - 1) for w in range(1, MAX_DRAFT_LENGTH + 2)}

@@ -14,7 +14,7 @@ import torch
 
 import engine.backends.transformers.backend as hf
 from engine.backends.transformers import TransformersBackend
-from tests.conftest import save_small_chat_tokenizer
+from tests.support.tiny_models import save_small_chat_tokenizer
 from tests.test_hf_backend import generate
 
 pytestmark = pytest.mark.slow

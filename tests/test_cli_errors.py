@@ -3,38 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-
-def run_cli(
-    args: list[str], tmp_path: Path, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess:
-    full_env = dict(os.environ)
-    full_env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
-    full_env.pop("SPECCHAT_CONFIG_FILE", None)
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "tui.cli", *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=300,
-    )
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    error_lines = [line for line in lines if "error" in line]
-    assert len(error_lines) == 1, proc.stderr
-    for fragment in fragments:
-        assert fragment in error_lines[0], (fragment, error_lines[0])
+from tests.support.cli import assert_one_line_error
+from tests.support.cli import run_cli_isolated as run_cli
 
 
 def test_missing_model_folder(tmp_path):

@@ -1,4 +1,5 @@
-from test_cli_errors import assert_one_line_error, run_cli
+from tests.support.cli import assert_one_line_error
+from tests.support.cli import run_cli_isolated as run_cli
 
 
 def test_plan_prints_weights_cache_and_verdict(tmp_path, tiny_model_dir):

@@ -10,7 +10,7 @@ import pytest
 
 from engine.benchmarks.doctor import CHECK_NAMES, compare_baseline
 from engine.benchmarks.ladder import default_ladder, ladder_verdict
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 
 def checks_of(proc: subprocess.CompletedProcess) -> dict[str, dict]:

@@ -14,7 +14,7 @@ from engine.decoding.cost_model import VerifyCostModel
 from engine.decoding.verdict import draft_verdict, verdict_k_max
 from engine.events import Chunk, Done
 from engine.session import ChatSession
-from tests.tui_helpers import make_app, send, status, wait_ready, wait_until
+from tests.support.tui import make_app, send, status, wait_ready, wait_until
 from tui.formatting import stats_line
 
 # The Qwen2.5-Coder pair on a 2-core CPU, as the issue saw it: r(2) 2.00, c 0.42.
@@ -122,7 +122,7 @@ def test_no_draft_step_timed_reads_dash_not_zero():
     assert stats.cost_ratio is None and stats.predicted_speedup is None and stats.alpha is None
     from textual.widgets import Static
 
-    from tests.tui_helpers import plain
+    from tests.support.tui import plain
     from tui.screens.inspector import stats_table
 
     text = plain(Static(stats_table(stats)))
@@ -198,7 +198,7 @@ async def test_the_chat_says_so_when_a_reply_turns_the_verdict():
 def inspector_text(stats, notes=()) -> str:
     from textual.widgets import Static
 
-    from tests.tui_helpers import plain
+    from tests.support.tui import plain
     from tui.screens.inspector import stats_table
 
     return plain(Static(stats_table(stats, backend_notes=notes)))

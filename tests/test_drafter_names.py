@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +14,9 @@ from engine.decoding.drafters import DRAFTERS, DrafterSpec, build_drafters, draf
 from engine.decoding.drafters.ngram import build as ngram_build
 from engine.decoding.verdict import draft_verdict
 from engine.events import Chunk
+from tests.support import paths
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.ROOT
 HISTORY = DrafterSpec(
     name="history",
     description="free drafts copied from past chats",
@@ -158,9 +158,9 @@ async def test_the_settings_dialog_offers_a_drafter_added_to_the_map(
 ):
     from textual.suggester import SuggestFromList
     from textual.widgets import Input
-    from tui_helpers import make_app, wait_ready, wait_until
 
     from engine.backends.scripted import ScriptedBackend
+    from tests.support.tui import make_app, wait_ready, wait_until
     from tui.screens.settings import SettingsScreen
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))

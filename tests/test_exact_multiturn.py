@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from engine.backends.transformers import TransformersBackend
-from tests.conftest import COPY_CYCLE, FreeVerify
+from tests.support.drafting import FreeVerify
+from tests.support.tiny_models import COPY_CYCLE
 from tests.test_hf_backend import generate
 
 pytestmark = pytest.mark.slow

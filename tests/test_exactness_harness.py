@@ -148,7 +148,7 @@ def embedded_f16() -> Iterator[Engine]:
 
 def embedded_q4_1() -> Iterator[Engine]:
     from engine.models import ensure_embedded_gguf
-    from tests.native_guard import survives
+    from tests.support.native_guard import survives
 
     q4_1 = ensure_embedded_gguf(precision="q4_1")
     survives(q4_1)
@@ -158,8 +158,8 @@ def embedded_q4_1() -> Iterator[Engine]:
 
 
 def gemma3_swa() -> Iterator[Engine]:
-    from tests.native_guard import survives
-    from tests.real_gguf import gemma3_gguf
+    from tests.support.native_guard import survives
+    from tests.support.real_gguf import gemma3_gguf
 
     try:
         path = gemma3_gguf()
@@ -174,7 +174,7 @@ def gemma3_swa() -> Iterator[Engine]:
 def qwen_pair() -> Iterator[Engine]:
     from engine.models import ModelError
     from engine.models.named import PAIR_DRAFT, PAIR_TARGET, ensure_named_model
-    from tests.native_guard import survives
+    from tests.support.native_guard import survives
 
     try:
         target, draft = ensure_named_model(PAIR_TARGET), ensure_named_model(PAIR_DRAFT)

@@ -31,8 +31,9 @@ from engine.decoding.acceptance import AcceptanceAccounting
 from engine.errors import BackendError
 from engine.events import Chunk, Done
 from engine.request import GenerationRequest, SamplerSettings
+from tests.support import paths
 
-STANDIN = Path(__file__).parent / "exl2_standin"
+STANDIN = paths.EXL2_STANDIN
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",

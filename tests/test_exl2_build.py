@@ -21,8 +21,9 @@ from engine.backends import extension_build
 from engine.backends.exllamav2 import import_exllamav2, probe_exllamav2
 from engine.backends.exllamav2.library import BUILD_STAGE
 from engine.errors import BackendError
+from tests.support import paths
 
-DATA = Path(__file__).parent / "data" / "exl2_build"
+DATA = paths.DATA / "exl2_build"
 NINJA = shutil.which("ninja", path=str(Path(sys.executable).parent)) or shutil.which("ninja")
 
 
@@ -230,9 +231,9 @@ async def test_the_chat_s_loading_banner_shows_the_build(tmp_path, monkeypatch, 
     """The real app under Pilot: while exllamav2 'builds', the banner says so with files and elapsed time."""
     import torch
     from torch.utils import cpp_extension
-    from tui_helpers import SIZE, plain, wait_until
 
     from engine.config import Settings
+    from tests.support.tui import SIZE, plain, wait_until
     from tui.app import SpecchatApp
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

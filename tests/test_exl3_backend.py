@@ -31,8 +31,9 @@ from engine.errors import BackendError
 from engine.events import Chunk, Done
 from engine.models import folder_format
 from engine.request import GenerationRequest, SamplerSettings
+from tests.support import paths
 
-STANDIN = Path(__file__).parent / "exl3_standin"
+STANDIN = paths.EXL3_STANDIN
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",

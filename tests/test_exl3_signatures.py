@@ -23,10 +23,11 @@ import engine.backends.exllamav3.backend as backend_module
 import engine.backends.held_rounds as held_rounds
 from engine.backends.exllamav3.sampling import cache_kwargs, combo_sampler_kwargs
 from engine.request import SamplerSettings
-from tests.exl3_real import real_exllamav3, unpacked_source
+from tests.support import paths
+from tests.support.exl3_real import real_exllamav3, unpacked_source
 
 BACKEND_SOURCE = Path(backend_module.__file__).read_text(encoding="utf-8")
-STANDIN = Path(__file__).parent / "exl3_standin"
+STANDIN = paths.EXL3_STANDIN
 
 # The backend's calls, as written in its source, and the real callable each one reaches.
 CALLS = {

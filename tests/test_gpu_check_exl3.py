@@ -8,11 +8,12 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import paths
+
+ROOT = paths.ROOT
 
 
 def _forget() -> None:
@@ -26,8 +27,8 @@ def gpu_check(monkeypatch):
     import torch
 
     _forget()
-    monkeypatch.syspath_prepend(str(ROOT / "tests" / "exl2_standin"))
-    monkeypatch.syspath_prepend(str(ROOT / "tests" / "exl3_standin"))
+    monkeypatch.syspath_prepend(str(paths.EXL2_STANDIN))
+    monkeypatch.syspath_prepend(str(paths.EXL3_STANDIN))
     monkeypatch.syspath_prepend(str(ROOT / "scripts"))
     for name, value in (
         ("is_available", lambda: True),

@@ -1,4 +1,4 @@
-"""scripts/gpu_check.py's whole flow, on the exllamav2 stand-in (tests/exl2_standin) instead of a GPU.
+"""scripts/gpu_check.py's whole flow, on the exllamav2 stand-in (tests/support/exl2_standin) instead of a GPU.
 
 The numbers mean nothing here; what is checked is the script: the four runs (no drafting, n-gram, the model as its
 own draft with Q8 caches, an FP16-cache baseline), the greedy identity checks, the side-by-side JSON and the list
@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-STANDIN = Path(__file__).parent / "exl2_standin"
+from tests.support import paths
+
+ROOT = paths.ROOT
+STANDIN = paths.EXL2_STANDIN
 
 
 def _forget_exllamav2() -> None:

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from engine.backends.transformers import TransformersBackend
-from tests.conftest import COPY_CYCLE, FreeVerify
+from tests.support.drafting import FreeVerify
+from tests.support.tiny_models import COPY_CYCLE
 from tests.test_hf_backend import Reply, generate
 
 pytestmark = pytest.mark.slow

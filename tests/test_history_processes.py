@@ -12,16 +12,16 @@ from pathlib import Path
 import orjson
 
 from engine.storage.store import Store
-from tests.history_worker import FIRST_REPLY, LONG_REPLY
+from tests.support import paths
+from tests.support.history_worker import FIRST_REPLY, LONG_REPLY
 
-WORKER = Path(__file__).with_name("history_worker.py")
-REPO = Path(__file__).resolve().parent.parent
+REPO = paths.ROOT
 
 
 def start_worker(data_dir: Path, *args: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
-        [sys.executable, str(WORKER), str(data_dir), *args],
+        [sys.executable, "-m", "tests.support.history_worker", str(data_dir), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "install_torch.py"
+from tests.support import paths
+
+SCRIPT = paths.SCRIPTS / "install_torch.py"
 sys.path.insert(0, str(SCRIPT.parent))
 import install_torch  # noqa: E402
 

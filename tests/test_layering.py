@@ -26,7 +26,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import paths
+
+ROOT = paths.ROOT
 PACKAGES = ("engine", "tui", "presets")
 MAX_LINES = 600
 FRONT_DOOR = (

@@ -19,9 +19,9 @@ import torch
 pytest.importorskip("llama_cpp")
 
 from engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from tests.support.tiny_gguf import write_tiny_gguf  # noqa: E402
 from tests.test_architectures import QUESTION, WINDOW, build_tiny  # noqa: E402
 from tests.test_llamacpp_backend import generate  # noqa: E402
-from tests.tiny_gguf import write_tiny_gguf  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

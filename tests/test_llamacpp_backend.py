@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import FreeVerify
+from tests.support.drafting import FreeVerify
 
 pytest.importorskip("llama_cpp")
 
@@ -246,7 +246,7 @@ def test_the_kernel_probe_notices_single_token_kernels_that_round_differently() 
     # On the Q4_1 GGUF llama.cpp's single-token and batched kernels agree here (on F16 they do not): the probe
     # must see one planted ulp.
     from engine.models import ensure_embedded_gguf
-    from tests.native_guard import survives
+    from tests.support.native_guard import survives
 
     q4_1 = ensure_embedded_gguf(precision="q4_1")
     survives(q4_1)  # a native crash (llama.cpp's AMX repack) fails this test alone, not the suite

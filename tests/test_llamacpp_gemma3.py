@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import FreeVerify
+from tests.support.drafting import FreeVerify
 
 pytest.importorskip("llama_cpp")
 
 from engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
-from tests.native_guard import survives  # noqa: E402
-from tests.real_gguf import gemma3_gguf  # noqa: E402
+from tests.support.native_guard import survives  # noqa: E402
+from tests.support.real_gguf import gemma3_gguf  # noqa: E402
 from tests.test_llamacpp_backend import generate  # noqa: E402
 
 pytestmark = pytest.mark.slow

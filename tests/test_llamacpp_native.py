@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from engine.backends.llamacpp import native as native
+from engine.backends.llamacpp.library import ExactKernels, exact_kernels
 from engine.errors import BackendError
-from tests import native_guard
+from tests.support import native_guard, paths
 
 # /proc/cpuinfo of a 4th-generation Xeon (Sapphire Rapids), as a cloud VM shows it: AMX and AVX512-FP16.
 SAPPHIRE_RAPIDS_FLAGS = (
@@ -61,12 +62,104 @@ def test_a_cpu_with_amx_turns_repacking_off(tmp_path: Path) -> None:
         assert choice.server_args() == ["--no-repack"]
 
 
-def test_without_amx_the_peers_keep_llama_cpps_default_and_ours_runs_unpacked(tmp_path: Path) -> None:
+# What the patched build exports (library.exact_kernels): exact up to 64 rows, repacked Q4_K on the exact kernel.
+EXACT_BUILD = ExactKernels(rows=64, repack=True)
+
+
+def test_without_amx_the_peers_keep_llama_cpps_default(tmp_path: Path) -> None:
     flags = native.cpu_flags(cpuinfo(tmp_path, AVX2_DESKTOP_FLAGS))
+    for kernels in (EXACT_BUILD, None):  # whatever the build: llama.cpp's own default
+        peer = native.choose_repack(flags, environ={}, exact=False, kernels=kernels)
+        assert peer.enabled is True and peer.server_args() == []
+
+
+def test_ours_repacks_where_the_build_says_its_repacked_kernels_are_exact(tmp_path: Path) -> None:
+    flags = native.cpu_flags(cpuinfo(tmp_path, AVX2_DESKTOP_FLAGS))
+    ours = native.choose_repack(flags, environ={}, kernels=EXACT_BUILD)
+    assert ours.enabled is True and ours.exact and "64" in ours.reason
+    # A build without the exports (stock, or the patch before part 5): repacked kernels would pad plain steps.
+    old = native.choose_repack(flags, environ={}, kernels=None)
+    assert old.enabled is False and not old.for_amx and "padded" in old.reason
+    # Exports saying repacked Q4_K takes the stock kernels (ARM: the patch's kernels are x86-only).
+    arm = native.choose_repack(flags, environ={}, kernels=ExactKernels(rows=64, repack=False))
+    assert arm.enabled is False and "padded" in arm.reason
+    # Exact, but narrower than the widest verify pass the loop sends (the probe's 49 rows).
+    narrow = native.choose_repack(flags, environ={}, kernels=ExactKernels(rows=32, repack=True))
+    assert narrow.enabled is False and "32" in narrow.reason and "49" in narrow.reason
+    assert native.choose_repack(flags, environ={}, kernels=ExactKernels(rows=49, repack=True)).enabled
+
+
+def test_an_amx_cpu_keeps_repacking_off_even_with_exact_kernels(tmp_path: Path) -> None:
+    flags = native.cpu_flags(cpuinfo(tmp_path, SAPPHIRE_RAPIDS_FLAGS))
+    choice = native.choose_repack(flags, environ={}, kernels=EXACT_BUILD)
+    assert choice.enabled is False and choice.for_amx
+
+
+def test_the_environment_overrides_exact_kernels(tmp_path: Path) -> None:
+    flags = native.cpu_flags(cpuinfo(tmp_path, AVX2_DESKTOP_FLAGS))
+    off = native.choose_repack(flags, environ={native.REPACK_ENV: "off"}, kernels=EXACT_BUILD)
+    assert off.enabled is False and native.REPACK_ENV in off.reason
+    assert native.choose_repack(flags, environ={native.REPACK_ENV: "on"}, kernels=None).enabled is True
+
+
+def test_a_file_with_weights_the_patch_leaves_stock_loads_unpacked(tmp_path: Path) -> None:
+    flags = native.cpu_flags(cpuinfo(tmp_path, AVX2_DESKTOP_FLAGS))
+    ours = native.choose_repack(flags, environ={}, kernels=EXACT_BUILD)
+    assert ours.for_types(["Q4_K", "Q6_K", "Q8_0", "Q5_0"]) is ours  # a Qwen Q4_K_M: repacked
+    q4_0 = ours.for_types(["Q4_0", "Q6_K"])
+    assert q4_0.enabled is False and "Q4_0" in q4_0.reason
+    # Only an exact choice is narrowed: the peers and a forced "on" repack what llama.cpp repacks.
     peer = native.choose_repack(flags, environ={}, exact=False)
-    assert peer.enabled is True and peer.server_args() == []
-    ours = native.choose_repack(flags, environ={})  # exact plain steps: repacked kernels would pad them
-    assert ours.enabled is False and not ours.for_amx and "padded" in ours.reason
+    assert peer.for_types(["Q4_0"]).enabled is True
+    forced = native.choose_repack(flags, environ={native.REPACK_ENV: "on"})
+    assert forced.for_types(["Q4_0"]).enabled is True
+
+
+def test_the_exports_are_read_from_the_ggml_cpu_library(tmp_path: Path) -> None:
+    # Tiny shared libraries with and without the symbols, read as exact_kernels reads the loaded libggml-cpu.
+    import ctypes
+    import shutil
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler")
+
+    def library(name: str, source: str) -> ctypes.CDLL:
+        c, so = tmp_path / f"{name}.c", tmp_path / f"lib{name}.so"
+        c.write_text(source)
+        subprocess.run([compiler, "-shared", "-fPIC", "-o", str(so), str(c)], check=True, timeout=60)
+        return ctypes.CDLL(str(so))
+
+    both = library(
+        "both", "int specchat_exact_rows(void){return 64;} int specchat_repack_exact(void){return 1;}"
+    )
+    assert exact_kernels(both) == ExactKernels(rows=64, repack=True)
+    arm = library(
+        "arm", "int specchat_exact_rows(void){return 64;} int specchat_repack_exact(void){return 0;}"
+    )
+    assert exact_kernels(arm) == ExactKernels(rows=64, repack=False)
+    older = library("older", "int ggml_vec_dot_f16_f32(void){return 0;}")
+    assert exact_kernels(older) is None
+
+
+@pytest.mark.slow
+def test_the_installed_build_is_read_from_the_copy_libllama_loaded() -> None:
+    # The lookup must not map a second libggml-cpu (pool.py: a pip wheel's .so and .so.0 are separate files).
+    from engine.backends.llamacpp.library import loaded_ggml_cpu, patched_build
+
+    if not patched_build():
+        pytest.skip("a stock llama.cpp build")
+    import llama_cpp  # noqa: F401  (libllama and its ggml mapped)
+
+    def mapped() -> set[str]:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            return {line.split()[-1] for line in maps if "libggml-cpu" in line}
+
+    before = mapped()
+    kernels = exact_kernels()
+    assert loaded_ggml_cpu() is not None and mapped() == before and len(before) == 1
+    if kernels is not None:  # the build with the exact quantized kernels
+        assert kernels.rows >= 49
 
 
 def test_the_environment_overrides_the_choice(tmp_path: Path) -> None:
@@ -114,7 +207,7 @@ def test_a_planted_crash_fails_one_test_and_the_suite_goes_on(tmp_path: Path) ->
     module.write_text(
         "import sys\n"
         "import pytest\n"
-        "from tests.native_guard import survives\n"
+        "from tests.support.native_guard import survives\n"
         "CRASH = [sys.executable, '-c', 'import os, signal; os.kill(os.getpid(), signal.SIGSEGV)']\n"
         "@pytest.fixture\n"
         "def model():\n"
@@ -124,7 +217,7 @@ def test_a_planted_crash_fails_one_test_and_the_suite_goes_on(tmp_path: Path) ->
         "def test_after_it():\n"
         "    assert 1 + 1 == 2\n"
     )
-    root = Path(native_guard.__file__).resolve().parents[1]
+    root = paths.ROOT
     done = subprocess.run(
         [
             sys.executable,
@@ -276,12 +369,16 @@ def test_on_an_amx_cpu_the_backend_loads_without_repacking_and_answers(
 
 
 @pytest.mark.slow
-def test_without_amx_the_backend_runs_unpacked_unless_asked(q4_1: Path, tmp_path: Path, monkeypatch) -> None:
+def test_without_amx_the_backend_repacks_where_the_build_is_exact_or_asked(
+    q4_1: Path, tmp_path: Path, monkeypatch
+) -> None:
     from engine.backends.llamacpp import LlamaCppBackend
 
     monkeypatch.delenv(native.REPACK_ENV, raising=False)
     monkeypatch.setattr(native, "CPUINFO", str(cpuinfo(tmp_path, AVX2_DESKTOP_FLAGS)))
-    for asked, expected in ((None, False), ("on", True)):
+    kernels = exact_kernels()
+    exact = kernels is not None and kernels.repack and kernels.rows >= 49  # the installed build's own word
+    for asked, expected in ((None, exact), ("on", True), ("off", False)):
         if asked:
             monkeypatch.setenv(native.REPACK_ENV, asked)
         backend = LlamaCppBackend(q4_1, draft="none", cache_mode="fp16", max_context=512, probe_kernels=False)
@@ -309,7 +406,7 @@ _internals.LlamaModel(path_model=sys.argv[1], params=params, verbose=True)
 def test_the_switch_reaches_llama_cpp(tmp_path: Path) -> None:
     # What use_extra_bufts does inside llama.cpp, read from its own load log on a model with repackable weights
     # (Gemma 3 270M Q4_K_M: Q4_K/Q6_K/Q8_0 take the CPU repack on AVX2/NEON CPUs, the AMX buffer on AMX ones).
-    from tests.real_gguf import gemma3_gguf
+    from tests.support.real_gguf import gemma3_gguf
 
     try:
         path = gemma3_gguf()

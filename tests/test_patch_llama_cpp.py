@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "patch_llama_cpp.py"
+from tests.support import paths
+
+SCRIPT = paths.SCRIPTS / "patch_llama_cpp.py"
 
 
 @pytest.fixture(scope="module")

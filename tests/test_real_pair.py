@@ -16,7 +16,8 @@ import pytest
 
 from engine.models import ModelError
 from engine.models.named import PAIR_DRAFT, PAIR_TARGET, ensure_named_model
-from tests.native_guard import survives
+from tests.support import paths
+from tests.support.native_guard import survives
 
 pytestmark = pytest.mark.slow
 
@@ -122,11 +123,11 @@ def test_smollm2_as_the_draft_of_the_1_5b_fails_naming_the_rule(pair) -> None:
 
 async def test_the_app_stays_up_when_smollm2_is_offered_as_the_draft(pair, tmp_path, monkeypatch) -> None:
     from textual.widgets import Input
-    from tui_helpers import plain, wait_until
 
     from engine.config import Settings
     from engine.models import ensure_embedded_gguf
     from engine.session import ChatSession
+    from tests.support.tui import plain, wait_until
     from tests.test_tui_model_reload import apply_settings
     from tui.app import SpecchatApp
     from tui.screens.settings import SettingsScreen
@@ -164,10 +165,9 @@ async def test_the_app_stays_up_when_smollm2_is_offered_as_the_draft(pair, tmp_p
 def test_tmux_chat_on_the_pair_shows_the_draft_and_f12_switches_drafters(pair) -> None:
     import shutil
     import subprocess
-    from pathlib import Path
 
-    script = Path(__file__).with_name("tmux_pair_e2e.sh")
-    specchat = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "specchat"
+    script = paths.E2E / "tmux_pair_e2e.sh"
+    specchat = paths.SPECCHAT
     if shutil.which("tmux") is None or not specchat.exists():
         pytest.skip("needs tmux and the installed specchat")
     result = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=1500)

@@ -18,7 +18,7 @@ from engine.endpoint import insecure_warning, normalize_endpoint
 from engine.errors import BackendError
 from engine.events import Chunk, ReplyFailed, ReplyFinished
 from engine.session import ChatSession
-from tests.remote_fixture_server import (
+from tests.support.remote_fixture_server import (
     DATA,
     FixtureServer,
     Reply,

@@ -36,15 +36,18 @@ from engine.config import load_settings
 from engine.errors import BackendError
 from engine.events import ReplyFailed, ReplyFinished
 from engine.session import ChatSession
-from tests.remote_fixture_server import (
+from tests.support.remote_fixture_server import (
     DATA,
     FixtureServer,
     Reply,
     Routes,
+    endless_line,
     file_reply,
     redirect,
     tabby_routes,
+    vllm_metrics_routes,
     vllm_routes,
+    with_second_engine,
 )
 from tui.screens.inspector import stats_table
 
@@ -275,35 +278,12 @@ def test_tabby_draft_fields_that_are_not_counts_show_dashes():
     assert (counters.drafted, counters.accepted, counters.problems) == (3, 3, {})
 
 
-def _vllm_metrics(after: str) -> Routes:
-    routes = vllm_routes(metrics=False)
-    routes.add(
-        "GET",
-        "/metrics",
-        file_reply("vllm_metrics_before.txt"),
-        file_reply("vllm_metrics_before.txt"),
-        Reply(200, after, content_type="text/plain; version=0.0.4"),
-    )
-    return routes
-
-
-def _with_second_engine(value: str) -> str:
-    """vLLM's after-page with a second engine whose counters are `value` (summed over engines by the client)."""
-    text = (DATA / "vllm_metrics_after.txt").read_text()
-    extra = [
-        line.replace('engine="0"', 'engine="1"').rsplit(" ", 1)[0] + f" {value}"
-        for line in text.splitlines()
-        if line.startswith("vllm:spec_decode_num_") and "_total{" in line
-    ]
-    return text + "\n".join(extra) + "\n"
-
-
 @pytest.mark.parametrize("value", ["1e308", "+Inf", "NaN"])
 def test_metrics_that_sum_to_inf_show_dashes_with_a_reason_and_keep_the_text(value):
-    page = _with_second_engine(value)
+    page = with_second_engine(value)
     if value == "1e308":  # two engines at 1e308: each finite, their sum inf (and inf - inf is NaN)
-        page = _with_second_engine("1e308").replace('engine="0"', 'engine="2"') + _with_second_engine("1e308")
-    with FixtureServer(_vllm_metrics(page)) as server:
+        page = with_second_engine("1e308").replace('engine="0"', 'engine="2"') + with_second_engine("1e308")
+    with FixtureServer(vllm_metrics_routes(page)) as server:
         result = _send(_session(server.url))
     assert isinstance(result, ReplyFinished)
     assert result.text == "The capital of France is Paris. It is known for the Eiffel Tower."
@@ -329,7 +309,7 @@ def test_a_huge_position_label_costs_no_memory():
     assert counters.per_position == (37, 27, 16)  # the absurd position is skipped
     assert peak < 1, f"{peak:.1f} MiB"
     # Through the backend: the reply finishes with the real per-position figures.
-    with FixtureServer(_vllm_metrics(page)) as server:
+    with FixtureServer(vllm_metrics_routes(page)) as server:
         result, peak = _peak_mib(lambda: _send(_session(server.url)))
     assert isinstance(result, ReplyFinished) and len(result.stats.per_position_acceptance) == 3
     assert peak < 16, f"{peak:.1f} MiB"
@@ -338,22 +318,9 @@ def test_a_huge_position_label_costs_no_memory():
 # --- caps --------------------------------------------------------------------------------------------------
 
 
-def _first_events(n: int) -> bytes:
-    events = (DATA / "vllm_chat_stream.sse").read_text().split("\n\n")
-    return ("\n\n".join(events[:n]) + "\n\n").encode()
-
-
-def _endless_line(total: int = 50 * MiB, piece: int = 64 * 1024) -> Iterator[bytes]:
-    yield _first_events(4)  # the role chunk, "The", " capital of France", " is"
-    yield b"data: "
-    block = b"x" * piece
-    for _ in range(total // piece):
-        yield block
-
-
 def test_a_50_mb_event_line_without_a_newline_is_cut_at_the_cap_and_the_text_kept():
     routes = vllm_routes()
-    routes.add("POST", "/v1/chat/completions", Reply(content_type="text/event-stream", chunks=_endless_line))
+    routes.add("POST", "/v1/chat/completions", Reply(content_type="text/event-stream", chunks=endless_line))
     with FixtureServer(routes) as server:
         session = _session(server.url)
         result, peak = _peak_mib(lambda: _send(session))

@@ -199,7 +199,7 @@ def test_the_server_answers_on_a_quantized_gguf():
     # The embedded model's Q4_1 GGUF: weights llama.cpp's AMX path repacks (and crashes on, on some Xeons);
     # LlamaServer passes --no-repack there. The child-process check first, so a crash fails this test alone.
     from engine.models import ensure_embedded_gguf
-    from tests.native_guard import survives
+    from tests.support.native_guard import survives
 
     q4_1 = ensure_embedded_gguf(precision="q4_1")
     survives(q4_1)

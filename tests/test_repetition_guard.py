@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from engine.decoding.round_loop import MAX_PERIOD, MIN_REPEATED_TOKENS, REPEATS, RepetitionGuard
-from tests.conftest import COPY_CYCLE, FreeVerify
+from tests.support.drafting import FreeVerify
+from tests.support.tiny_models import COPY_CYCLE
 from tests.test_hf_backend import generate
 
 

@@ -6,13 +6,13 @@ Run with `pytest -s tests/test_router.py` to see the accuracy and the confusion 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from engine.router import DECISION_THRESHOLD, ROUTED_PRESETS, RouteDecision, route
+from tests.support import paths
 
-DATA = Path(__file__).parent / "data" / "router_messages.jsonl"
+DATA = paths.DATA / "router_messages.jsonl"
 CLASSES = ("code", "qa", "creative")
 
 

@@ -219,7 +219,8 @@ def test_without_the_c_kernel_the_onednn_fallback_still_drafts_exactly(
     copy_model_dir: Path, cache_mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SPECCHAT_ROWLIN=0 (as on a machine without a compiler): oneDNN kernels, a note, and the same text."""
-    from tests.conftest import COPY_CYCLE, FreeVerify
+    from tests.support.drafting import FreeVerify
+    from tests.support.tiny_models import COPY_CYCLE
 
     monkeypatch.setenv("SPECCHAT_ROWLIN", "0")
     rowlin.reset_for_tests()

@@ -15,6 +15,7 @@ from engine.config import Settings
 from engine.presets import load_presets
 from engine.session import ChatSession
 from engine.storage.store import Store
+from tests.support import paths
 
 
 def make_session(data_dir: Path, backend: ScriptedBackend, **settings) -> ChatSession:
@@ -168,8 +169,8 @@ def test_two_windows_on_one_chat_both_branches_stay_reachable_and_each_sees_the_
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        cwd=Path(__file__).resolve().parents[1],
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        cwd=paths.ROOT,
+        env={**os.environ, "PYTHONPATH": str(paths.ROOT)},
     )
     try:
         assert other.stdout.readline().split() == ["others", "1"]  # B sees A

@@ -224,7 +224,7 @@ def no_template_dir(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     " Dog." and then begins the user's turn."""
     from tokenizers import Tokenizer
 
-    from tests.conftest import build_successor_llama
+    from tests.support.tiny_models import build_successor_llama
 
     tokenizer = Tokenizer.from_file(str(smol_dir / "tokenizer.json"))
     cycle = tuple(tokenizer.encode(": Dog.\nUser", add_special_tokens=False).ids)

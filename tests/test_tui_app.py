@@ -7,13 +7,13 @@ import threading
 
 import pytest
 from textual.widgets.markdown import MarkdownBlock
-from tui_helpers import SIZE, make_app, plain, send, status, wait_ready, wait_until
 
 from engine.backends.scripted import DEFAULT_REPLY, ScriptedBackend
 from engine.config import Settings
 from engine.errors import UserError
 from engine.presets import Preset
 from engine.session import ChatSession
+from tests.support.tui import SIZE, make_app, plain, send, status, wait_ready, wait_until
 from tui.app import SpecchatApp
 from tui.screens.error import ErrorScreen
 from tui.screens.help import HelpScreen

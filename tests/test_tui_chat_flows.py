@@ -9,13 +9,13 @@ import threading
 from pathlib import Path
 
 import pytest
-from tui_helpers import make_app, plain, send, status, wait_ready, wait_until
 
 from engine.backends.scripted import ScriptedBackend
 from engine.config import Settings
 from engine.presets import load_presets
 from engine.session import ChatSession
 from engine.storage.store import Store
+from tests.support.tui import make_app, plain, send, status, wait_ready, wait_until
 from tui.app import SpecchatApp
 from tui.screens.find import FindScreen
 from tui.screens.history import HistoryScreen

@@ -20,7 +20,7 @@ from engine.config import Settings
 from engine.presets import load_presets
 from engine.session import ChatSession
 from engine.storage.store import Store
-from tests.tui_helpers import SIZE, make_app, plain, send, status, wait_ready, wait_until
+from tests.support.tui import SIZE, make_app, plain, send, status, wait_ready, wait_until
 from tui.app import SpecchatApp
 from tui.screens.inspector import InspectorScreen
 from tui.widgets.chat_log import ContextRule

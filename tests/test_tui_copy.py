@@ -7,9 +7,8 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from tui_helpers import SIZE, make_app, send, wait_ready
-
 from engine.backends.scripted import ScriptedBackend
+from tests.support.tui import SIZE, make_app, send, wait_ready
 from tui import clipboard
 
 FUNCTION = "def add(a, b):\n    return a + b"

@@ -15,12 +15,12 @@ from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 from textual.widgets._markdown import MarkdownFence, MarkdownParagraph
 from textual.widgets._toast import Toast
-from tui_helpers import make_app, plain, send, status, wait_ready, wait_until
 
 from engine.backends.scripted import DEFAULT_REPLY, ScriptedBackend
 from engine.config import Settings
 from engine.presets import Preset
 from engine.session import ChatSession
+from tests.support.tui import make_app, plain, send, status, wait_ready, wait_until
 from tui.app import SpecchatApp
 from tui.screens.error import ErrorScreen
 from tui.screens.help import HelpScreen

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from textual.widgets._footer import FooterKey
 from textual.widgets._markdown import MarkdownParagraph
-from tui_helpers import make_app, plain, send, status, wait_ready, wait_until
 
 from engine.backends.scripted import ScriptedBackend, scripted_words
 from engine.config import config_dir, presets_dir
@@ -19,6 +18,7 @@ from engine.presets import Preset
 from engine.session import ChatSession
 from engine.storage import metrics
 from engine.storage.store import Store
+from tests.support.tui import make_app, plain, send, status, wait_ready, wait_until
 from tui.app import SpecchatApp
 from tui.screens.inspector import InspectorScreen
 from tui.widgets.message import DRAFT_STYLE

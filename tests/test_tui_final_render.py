@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Markdown
 from textual.widgets.markdown import MarkdownBlock
-from tui_helpers import SIZE, make_app, send, wait_ready
 
 from engine.backends.scripted import ScriptedBackend
+from tests.support.tui import SIZE, make_app, send, wait_ready
 
 RICH_REPLY = (
     "# Plan\n\nFirst a paragraph with `inline code` and **bold**.\n\n"

@@ -12,7 +12,7 @@ from engine.config import Settings
 from engine.presets import load_presets
 from engine.session import ChatSession
 from engine.storage.store import Store
-from tests.tui_helpers import SIZE, plain, send, wait_ready, wait_until
+from tests.support.tui import SIZE, plain, send, wait_ready, wait_until
 from tui.app import SpecchatApp
 from tui.screens.history import HistoryScreen
 from tui.widgets.message import ReplyMessage, UserMessage
@@ -112,7 +112,7 @@ async def test_resume_shows_the_chat_and_its_stats_before_the_model_is_ready(tmp
         assert len(headers) == 1 and headers.pop().startswith("auto → qa · K 5 — "), headers
         assert app.session.chat_id == chat_id
         await wait_ready(pilot)
-        from tests.tui_helpers import status
+        from tests.support.tui import status
 
         assert "accept " in status(app) and "accept –" not in status(app)  # the last reply's figures
 
@@ -169,7 +169,7 @@ def write_regressed_log(data_dir: Path) -> None:
 
 
 async def test_status_bar_warns_of_a_regression_and_opens_the_trend(tmp_path: Path):
-    from tests.tui_helpers import status
+    from tests.support.tui import status
     from tui.screens.trend import TrendScreen
 
     app = saving_app(tmp_path, ScriptedBackend("ok"))

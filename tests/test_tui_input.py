@@ -10,7 +10,7 @@ from __future__ import annotations
 from textual import events
 from textual._xterm_parser import XTermParser
 
-from tests.tui_helpers import SIZE, make_app, wait_until
+from tests.support.tui import SIZE, make_app, wait_until
 from tui.widgets.prompt import strip_escape_sequences
 
 # What `printf 'first line\nsecond \x1b[1mbold\x1b[0m end\nthird line'` pasted into tmux (paste-buffer -p) sends:

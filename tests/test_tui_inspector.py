@@ -16,9 +16,9 @@ import threading
 from textual.containers import VerticalScroll
 from textual.errors import NoWidget
 from textual.geometry import Region
-from tui_helpers import make_app, plain, send, wait_ready, wait_until
 
 from engine.backends.scripted import ScriptedBackend
+from tests.support.tui import make_app, plain, send, wait_ready, wait_until
 from tui.app import SpecchatApp
 from tui.screens.inspector import NO_STATS, WAITING, InspectorScreen
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import re
 import threading
-from pathlib import Path
 
 from textual.widgets._footer import FooterKey
-from tui_helpers import make_app, plain, send, wait_ready, wait_until
 
 from engine.backends.scripted import ScriptedBackend
+from tests.support import paths
+from tests.support.tui import make_app, plain, send, wait_ready, wait_until
 from tui.app import SpecchatApp
 from tui.cli.entry import build_parser
 from tui.commands import SpecchatCommands
@@ -20,7 +20,7 @@ from tui.screens.chat import ChatScreen
 from tui.screens.help import HelpScreen
 from tui.widgets.message import ReplyMessage
 
-USAGE = Path(__file__).resolve().parent.parent / "docs" / "usage.md"
+USAGE = paths.DOCS / "usage.md"
 WIDE = (250, 40)  # every footer key fits
 
 

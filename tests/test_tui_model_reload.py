@@ -7,10 +7,10 @@ import threading
 
 import pytest
 from textual.widgets import Input, TextArea
-from tui_helpers import plain, status, wait_until
 
 from engine.config import Settings
 from engine.session import ChatSession
+from tests.support.tui import plain, status, wait_until
 from tui.app import SpecchatApp
 from tui.screens.settings import SettingsScreen
 

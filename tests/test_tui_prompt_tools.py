@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.tui import SIZE, make_app, wait_until
 from tests.test_tui_input import parse
-from tests.tui_helpers import SIZE, make_app, wait_until
 from tui.commands import SpecchatCommands
 from tui.prompt_draft import draft_path
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from tui_helpers import SIZE, wait_until
 
 from engine.config import Settings
+from tests.support.tui import SIZE, wait_until
 from tui.app import SpecchatApp
 
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from tui_helpers import SIZE, plain, send, status, wait_ready, wait_until
-
 from engine.backends.remote import RemoteBackend
 from engine.config import Settings
-from tests.remote_fixture_server import FixtureServer, Reply, file_reply, vllm_routes
+from tests.support.remote_fixture_server import FixtureServer, Reply, file_reply, vllm_routes
+from tests.support.tui import SIZE, plain, send, status, wait_ready, wait_until
 from tui.app import SpecchatApp
 
 

@@ -3,19 +3,24 @@ and a capped stream is the one-line reply failure, never the worker-error dialog
 
 from __future__ import annotations
 
-from test_remote_hardening import _endless_line, _vllm_metrics, _with_second_engine
-from tui_helpers import SIZE, plain, send, wait_ready, wait_until
-
 from engine.backends.remote import RemoteBackend
 from engine.config import Settings
-from tests.remote_fixture_server import FixtureServer, Reply, vllm_routes
+from tests.support.remote_fixture_server import (
+    FixtureServer,
+    Reply,
+    endless_line,
+    vllm_metrics_routes,
+    vllm_routes,
+    with_second_engine,
+)
+from tests.support.tui import SIZE, plain, send, wait_ready, wait_until
 from tui.app import SpecchatApp
 from tui.screens.error import ErrorScreen
 from tui.screens.inspector import InspectorScreen
 
 
 async def test_metrics_at_inf_give_a_reply_with_dashes_not_an_error_dialog():
-    routes = _vllm_metrics(_with_second_engine("+Inf"))
+    routes = vllm_metrics_routes(with_second_engine("+Inf"))
     routes.add("POST", "/tokenize", Reply(200, "<html>not json</html>", "text/html"))
     with FixtureServer(routes) as server:
         app = SpecchatApp(Settings(preset="qa"), backend=RemoteBackend(server.url))
@@ -34,7 +39,7 @@ async def test_metrics_at_inf_give_a_reply_with_dashes_not_an_error_dialog():
 
 async def test_an_endless_stream_line_is_the_one_line_reply_failure():
     routes = vllm_routes()
-    routes.add("POST", "/v1/chat/completions", Reply(content_type="text/event-stream", chunks=_endless_line))
+    routes.add("POST", "/v1/chat/completions", Reply(content_type="text/event-stream", chunks=endless_line))
     with FixtureServer(routes) as server:
         app = SpecchatApp(Settings(preset="qa"), backend=RemoteBackend(server.url))
         async with app.run_test(size=SIZE) as pilot:

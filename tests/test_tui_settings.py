@@ -6,10 +6,10 @@ import tomllib
 
 import pytest
 from textual.widgets import Input, Switch, TextArea
-from tui_helpers import make_app, plain, send, status, wait_ready, wait_until
 
 from engine.backends.scripted import ScriptedBackend
 from engine.config import load_settings
+from tests.support.tui import make_app, plain, send, status, wait_ready, wait_until
 from tui.app import SpecchatApp
 from tui.screens.settings import SettingsScreen
 

@@ -10,10 +10,10 @@ import dataclasses
 import threading
 
 import pytest
-from tui_helpers import send, wait_ready, wait_until
 
 from engine.backends.scripted import ScriptedBackend, SteppingClock
 from engine.config import Settings
+from tests.support.tui import send, wait_ready, wait_until
 from tui.app import SpecchatApp
 from tui.widgets.message import ReplyMessage
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tui_helpers import SIZE, plain, status, wait_until
 
 from engine.backends.scripted import ScriptedBackend
 from engine.config import Settings
+from tests.support.tui import SIZE, plain, status, wait_until
 from tui.app import SpecchatApp
 from tui.screens.error import ErrorScreen
 

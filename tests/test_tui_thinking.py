@@ -6,12 +6,12 @@ import threading
 
 import pytest
 from textual.widgets import Collapsible
-from tui_helpers import make_app, plain, send, wait_ready, wait_until
 
 from engine.backends.scripted import ScriptedBackend
 from engine.config import Settings
 from engine.reasoning import split_reasoning, thinking_end
 from engine.session import ChatSession
+from tests.support.tui import make_app, plain, send, wait_ready, wait_until
 from tui.screens.inspector import InspectorScreen
 from tui.widgets.message import ReplyMessage
 

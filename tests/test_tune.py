@@ -23,7 +23,7 @@ from engine.benchmarks.tune import (
     prompts_from_jsonl,
 )
 from engine.benchmarks.tune.apply import apply_results, set_toml_keys
-from tests.conftest import run_cli as run_specchat
+from tests.support.cli import run_cli as run_specchat
 
 run_cli = functools.partial(run_specchat, timeout=600)
 

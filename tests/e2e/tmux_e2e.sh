@@ -11,9 +11,9 @@
 # escape sequences inside): it must arrive whole, in order and unsent; quit with it unsent (ctrl+q) and check that
 # the next start puts it back in the prompt. Exits non-zero on failure and prints the captured screen.
 #
-#   tests/tmux_e2e.sh                 # uses .venv/bin/specchat
-#   SPECCHAT=/path/to/specchat tests/tmux_e2e.sh
-#   E2E_LOAD_TIMEOUT=600 E2E_REPLY_TIMEOUT=300 tests/tmux_e2e.sh
+#   tests/e2e/tmux_e2e.sh                 # uses .venv/bin/specchat
+#   SPECCHAT=/path/to/specchat tests/e2e/tmux_e2e.sh
+#   E2E_LOAD_TIMEOUT=600 E2E_REPLY_TIMEOUT=300 tests/e2e/tmux_e2e.sh
 set -euo pipefail
 
 NAME=tmux_e2e
@@ -22,7 +22,7 @@ SESSION="specchat-e2e-$$"
 LOAD_TIMEOUT="${E2E_LOAD_TIMEOUT:-300}"
 REPLY_TIMEOUT="${E2E_REPLY_TIMEOUT:-300}"
 QUESTION="${E2E_QUESTION:-What is the capital of France? Answer in three sentences.}"
-# shellcheck source=tests/tmux_lib.sh
+# shellcheck source=tests/e2e/tmux_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/tmux_lib.sh"
 
 # A fixed seed keeps the reply stable.

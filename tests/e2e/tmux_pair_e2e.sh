@@ -6,7 +6,7 @@
 # model's name; then switch the draft to n-gram in the settings dialog (F12: the model reloads, the draft's name
 # leaves the bar) and back to the draft model by name. Exits non-zero on failure and prints the captured screen.
 #
-#   tests/tmux_pair_e2e.sh            # uses .venv/bin/specchat; the pair is fetched first if needed
+#   tests/e2e/tmux_pair_e2e.sh            # uses .venv/bin/specchat; the pair is fetched first if needed
 set -euo pipefail
 
 NAME=tmux_pair_e2e
@@ -16,7 +16,7 @@ POLL_S=0.2
 LOAD_TIMEOUT="${E2E_LOAD_TIMEOUT:-600}"
 REPLY_TIMEOUT="${E2E_REPLY_TIMEOUT:-300}"
 DRAFT="qwen2.5-coder-0.5b"
-# shellcheck source=tests/tmux_lib.sh
+# shellcheck source=tests/e2e/tmux_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/tmux_lib.sh"
 
 mkdir -p "$WORK/config/specchat/presets"

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from engine.backends.llamacpp.native import signal_name
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 _verdicts: dict[tuple, str | None] = {}
 
 
 def child_command(path: Path, draft: Path | None = None) -> list[str]:
-    command = [sys.executable, "-m", "tests.native_guard", str(path)]
+    command = [sys.executable, "-m", "tests.support.native_guard", str(path)]
     return command + ([str(draft)] if draft is not None else [])
 
 

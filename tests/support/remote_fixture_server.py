@@ -1,4 +1,4 @@
-"""A real HTTP server on a loopback port that replays recorded server responses (tests/data/remote).
+"""A real HTTP server on a loopback port that replays recorded server responses (tests/support/data/remote).
 
 Used where no real server can run here (vLLM, TabbyAPI need GPUs) and for failures a real llama-server does not
 produce on demand (a 503, a stream cut after N events). The client side is the real thing: httpx over a socket.
@@ -10,12 +10,13 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
-DATA = Path(__file__).parent / "data" / "remote"
+from tests.support import paths
+
+DATA = paths.DATA / "remote"
 
 
 @dataclass
@@ -191,3 +192,47 @@ def tabby_routes() -> Routes:
     routes.add("GET", "/props", file_reply("tabby_props.json"))
     routes.add("POST", "/v1/chat/completions", file_reply("tabby_chat_stream.sse"))
     return routes
+
+
+# --- servers that misbehave ---------------------------------------------------------------------------------
+
+MiB = 1 << 20
+
+
+def vllm_metrics_routes(after: str) -> Routes:
+    """vLLM's routes whose /metrics reads the before-page twice, then `after`."""
+    routes = vllm_routes(metrics=False)
+    routes.add(
+        "GET",
+        "/metrics",
+        file_reply("vllm_metrics_before.txt"),
+        file_reply("vllm_metrics_before.txt"),
+        Reply(200, after, content_type="text/plain; version=0.0.4"),
+    )
+    return routes
+
+
+def with_second_engine(value: str) -> str:
+    """vLLM's after-page with a second engine whose counters are `value` (summed over engines by the client)."""
+    text = (DATA / "vllm_metrics_after.txt").read_text()
+    extra = [
+        line.replace('engine="0"', 'engine="1"').rsplit(" ", 1)[0] + f" {value}"
+        for line in text.splitlines()
+        if line.startswith("vllm:spec_decode_num_") and "_total{" in line
+    ]
+    return text + "\n".join(extra) + "\n"
+
+
+def first_events(n: int) -> bytes:
+    """The first `n` events of the recorded vLLM reply stream."""
+    events = (DATA / "vllm_chat_stream.sse").read_text().split("\n\n")
+    return ("\n\n".join(events[:n]) + "\n\n").encode()
+
+
+def endless_line(total: int = 50 * MiB, piece: int = 64 * 1024) -> Iterator[bytes]:
+    """A reply stream whose fifth event is one line of `total` bytes that never ends."""
+    yield first_events(4)  # the role chunk, "The", " capital of France", " is"
+    yield b"data: "
+    block = b"x" * piece
+    for _ in range(total // piece):
+        yield block

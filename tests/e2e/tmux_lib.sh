@@ -1,7 +1,7 @@
-# Shared by the tmux end-to-end checks (tests/tmux_e2e.sh, tests/tmux_pair_e2e.sh). Source it after setting
+# Shared by the tmux end-to-end checks (tests/e2e/tmux_e2e.sh, tests/e2e/tmux_pair_e2e.sh). Source it after setting
 # NAME (the check's name in messages), SIZE (COLSxROWS) and SESSION; it checks tmux and specchat are there, makes
 # WORK (private config and data folders, removed on exit) and defines the helpers below. It starts nothing.
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SPECCHAT="${SPECCHAT:-$ROOT/.venv/bin/specchat}"
 POLL_S="${POLL_S:-0.5}"
 WORK="$(mktemp -d)"

@@ -1,6 +1,6 @@
 """A real specchat chat process for the store's fault tests (run by tests/test_history_processes.py).
 
-    python tests/history_worker.py DATA_DIR MODE [COUNT]
+    python -m tests.support.history_worker DATA_DIR MODE [COUNT]
 
 MODE "long": one short exchange, then a long reply streamed at 40 tokens/s; every chunk is reported on stdout as
 a JSON line {"t": wall time, "chars": reply length so far} so the test knows what existed when it killed us.

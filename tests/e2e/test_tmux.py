@@ -1,15 +1,16 @@
-"""Runs tests/tmux_e2e.sh: the real `specchat` in a real terminal (tmux), on the embedded model."""
+"""Runs tests/e2e/tmux_e2e.sh: the real `specchat` in a real terminal (tmux), on the embedded model."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).with_name("tmux_e2e.sh")
-SPECCHAT = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "specchat"
+from tests.support import paths
+
+SCRIPT = paths.E2E / "tmux_e2e.sh"
+SPECCHAT = paths.SPECCHAT
 
 
 @pytest.mark.slow
