@@ -109,3 +109,17 @@ async def test_the_footer_shows_the_keys_the_table_marks_for_it_while_they_apply
         await wait_until(pilot, lambda: not app.chat.generating)
         # Done: regenerate, nothing to stop.
         await wait_until(pilot, lambda: footer_ids(app) == (shown - {"reply.cancel"}) | {"command_palette"})
+
+
+async def test_esc_is_in_the_footer_while_an_edit_is_under_way_and_leaves_with_it():
+    app = make_app(ScriptedBackend(["first answer"]))
+    async with app.run_test(size=WIDE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "hi")
+        await wait_until(pilot, lambda: "reply.cancel" not in footer_ids(app))
+        await pilot.press("ctrl+e")
+        await wait_until(pilot, lambda: "reply.cancel" in footer_ids(app))  # esc cancels the edit
+        await pilot.press("escape")
+        assert app.chat.editing is None
+        # It stayed after the edit ended (the footer's state left the edit out).
+        await wait_until(pilot, lambda: "reply.cancel" not in footer_ids(app))

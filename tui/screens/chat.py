@@ -145,6 +145,7 @@ class ChatScreen(ChatFlows, Screen[None]):
         footer_state = (
             self.generating,
             self._queued is not None,
+            self.editing is not None,
             any(t.role == "assistant" for t in self.session.turns),
         )
         if footer_state != self._footer_state:
