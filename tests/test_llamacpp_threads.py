@@ -197,6 +197,36 @@ def test_an_explicit_count_is_neither_measured_nor_switched_and_a_stall_is_said(
         backend.close()
 
 
+def test_a_count_measured_by_another_backend_is_taken_as_measured_with_the_guard_armed(
+    gguf: Path, two_cores: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The bench's variants (ours-plain and ours-draft are two backends): the second takes the first's measured
+    # count as its own, not as a count set in the config, so a stall drops both alike.
+    seen: list[int] = []
+    plant_measurement(monkeypatch, slow_count=1, seen=seen)
+    first = load(gguf)
+    seen.clear()
+    second = LlamaCppBackend(
+        gguf,
+        draft="ngram",
+        cache_mode="fp16",
+        max_context=1024,
+        thread_choice=first.thread_control.thread_choice,
+    )
+    second.load()
+    try:
+        assert seen == [], "not measured again"
+        assert second.threads == first.threads == 2 and second.context_threads() == 2
+        assert any(n.startswith("2 threads: measured at load") for n in second.info.notes)
+        assert "2 threads (set in the config)" not in second.info.notes
+        counts = plant_stall(second, at_threads=2)
+        _, done = reply(second)
+        assert set(counts[STALL_ROUNDS:]) == {1} and done.notes[0].startswith("dropped to 1 thread")
+    finally:
+        second.close()
+        first.close()
+
+
 def long_document(backend: LlamaCppBackend, tokens: int) -> list[int]:
     """A chat prompt of about `tokens` tokens: a log of numbered entries to summarize (what a user pastes)."""
     crops = ("barley", "rye", "beans", "flax", "turnips", "oats", "hops")

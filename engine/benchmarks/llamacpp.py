@@ -112,7 +112,8 @@ def run_llamacpp_bench(
         draft="none",
         cache_mode=cache_mode,
         max_context=max_context,
-        threads=exact.threads,
+        threads=threads,
+        thread_choice=exact.thread_control.thread_choice,  # the count exact's load measured, guard and all
         fast_plain=True,
     )
     fast.load()

@@ -148,8 +148,13 @@ def run_pair_bench(
     started = time.perf_counter()
     plain = LlamaCppBackend(target_path, draft="ngram", max_context=max_context, threads=threads)
     plain.load()
+    # The same threads as ours-plain, and the same busy-CPU guard: the count its load measured, taken as measured.
     drafted = LlamaCppBackend(
-        target_path, draft=str(draft_path), max_context=max_context, threads=plain.threads
+        target_path,
+        draft=str(draft_path),
+        max_context=max_context,
+        threads=threads,
+        thread_choice=plain.thread_control.thread_choice,
     )
     drafted.load()
     presets = chat_presets()

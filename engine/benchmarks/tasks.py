@@ -205,9 +205,15 @@ def run_task_bench(
     remotes: dict = {}
     try:
         if draft is not None:
-            # The draft model's backend runs on the thread count load chose for ours (as pair.py does).
+            # The draft model's backend runs as ours does: the thread count load measured for ours, taken as
+            # measured (the busy-CPU guard armed alike), or the count given (as pair.py does).
             drafted = LlamaCppBackend(
-                gguf, draft=str(draft), cache_mode="auto", max_context=context, threads=ours.threads
+                gguf,
+                draft=str(draft),
+                cache_mode="auto",
+                max_context=context,
+                threads=threads,
+                thread_choice=ours.thread_control.thread_choice,
             )
             drafted.load()
         server_note = (

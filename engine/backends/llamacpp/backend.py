@@ -43,6 +43,7 @@ from engine.backends.llamacpp.probe import ProbeVerdict, probe_widths
 from engine.backends.llamacpp.text import ByteDetokenizer, GgufTokenizer, resolve_gguf
 from engine.backends.llamacpp.threads import (
     StallWatch,
+    ThreadChoice,
     ThreadControl,
     threads_label,
 )
@@ -106,6 +107,7 @@ class LlamaCppBackend(RoundLoopBackend):
         fast_plain: bool = False,
         model_name: str | None = None,
         probe_kernels: bool = True,
+        thread_choice: ThreadChoice | None = None,
     ) -> None:
         self.model_path = Path(model_path).expanduser()
         self.model_name = model_name
@@ -116,6 +118,11 @@ class LlamaCppBackend(RoundLoopBackend):
         self.requested_max_context = max_context
         # An explicit count (SPECCHAT_THREADS / config) is used as given: no measuring, no switching.
         self.requested_threads = threads
+        # A count another backend measured on this machine (the bench's variants): taken as measured here, with
+        # the busy-CPU guard armed as after a measurement, so that both run alike.
+        self.adopted_threads = thread_choice
+        if thread_choice is not None:
+            threads = thread_choice.threads
         self.fast_plain = fast_plain
         self.probe_kernels = probe_kernels
         # Whether plain steps (and one-token prefill slices) need the throw-away position; set at load.
@@ -271,12 +278,18 @@ class LlamaCppBackend(RoundLoopBackend):
                 )
         control = self.thread_control
         control.attach(llama_cpp, self.target, self.draft_state, self.max_context)
-        measure = self.requested_threads is None and self.threads > 1 and self.device == "cpu"
+        adopted = self.adopted_threads
+        measure = self.requested_threads is None and adopted is None and self.threads > 1
+        measure = measure and self.device == "cpu"
         if measure:
             report("measuring threads", 0.92)
             control.thread_choice = control.measure()
             control.set_threads(control.thread_choice.threads)
             thread_note = control.thread_choice.note()
+        elif adopted is not None:
+            control.thread_choice = adopted
+            control.set_threads(adopted.threads)
+            thread_note = adopted.note()
         else:
             given = " (set in the config)" if self.requested_threads is not None else ""
             thread_note = threads_label(self.threads) + given
@@ -293,7 +306,7 @@ class LlamaCppBackend(RoundLoopBackend):
             if self.target.costs is not None and cost.growth:
                 # the verify-cost ratios (calibrated over as many cached tokens) read at each pass's context
                 self.target.costs.set_context_shape(cost.predict, cost.short_context)
-        if measure and self.threads > 1:
+        if (measure or adopted is not None) and self.threads > 1:
             control.stall_watch = StallWatch(control.predicted_cost())
         report("ready", 1.0)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.backends.base import ProgressCallback
@@ -16,6 +17,10 @@ from engine.errors import first_line
 
 # Exported by specchat's patched llama.cpp build (scripts/patch_llama_cpp.py).
 PATCH_SYMBOL = "ggml_vec_dot_f16_f32"
+# ... and by the build whose quantized kernels are exact (the patch's part 5): the widest pass computed row by row,
+# and whether repacked Q4_K weights take the kernel whose rows all equal a one-token step.
+EXACT_ROWS_SYMBOL = "specchat_exact_rows"
+REPACK_EXACT_SYMBOL = "specchat_repack_exact"
 UNUSABLE_HINT = "run make install or use --backend auto"
 
 
@@ -47,6 +52,49 @@ def ggml_cpu_library() -> Path | None:
     )
 
 
+def loaded_ggml_cpu(library: Path | None = None) -> ctypes.CDLL | None:
+    """The libggml-cpu that libllama mapped (by default `ggml_cpu_library()`, its soname); None where there is
+    none. Opened with RTLD_NOLOAD first, so that no second copy of ggml is ever mapped (a wheel's `.so` and
+    `.so.0` are separate files: engine/backends/llamacpp/pool.py); where nothing is mapped yet, the soname is
+    loaded as libllama would load it."""
+    library = ggml_cpu_library() if library is None else library
+    if library is None:
+        return None
+    try:
+        return ctypes.CDLL(str(library), mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
+    except (OSError, AttributeError):  # not mapped (or no RTLD_NOLOAD here)
+        pass
+    try:
+        return ctypes.CDLL(str(library))
+    except OSError:  # a library that does not load
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ExactKernels:
+    """What the patched build says of its quantized kernels: a pass of up to `rows` rows computes every row as a
+    one-token step does, and `repack`: repacked Q4_K weights (llama.cpp's default) take such a kernel too."""
+
+    rows: int
+    repack: bool
+
+
+def exact_kernels(library: ctypes.CDLL | None = None) -> ExactKernels | None:
+    """The build's `specchat_exact_rows()` and `specchat_repack_exact()`, read from the loaded libggml-cpu
+    (`library`: another one, for tests); None where they are not exported (a stock or older build)."""
+    library = loaded_ggml_cpu() if library is None else library
+    if library is None:
+        return None
+    try:
+        rows = getattr(library, EXACT_ROWS_SYMBOL)
+        repack = getattr(library, REPACK_EXACT_SYMBOL)
+    except AttributeError:
+        return None
+    rows.restype = repack.restype = ctypes.c_int
+    rows.argtypes = repack.argtypes = []
+    return ExactKernels(rows=int(rows()), repack=int(repack()) == 1)
+
+
 def raw_bindings():
     """llama_cpp.llama_cpp (the ctypes layer: `_lib`, `_base_path`); None where it does not import."""
     try:
@@ -59,13 +107,8 @@ def raw_bindings():
 def patched_build() -> bool:
     """Whether the loaded llama.cpp carries specchat's patch (scripts/patch_llama_cpp.py, applied by make install):
     float16 weights times float32 activations, one token computed exactly as a row of a batch."""
-    library = ggml_cpu_library()
-    if library is None:
-        return False
-    try:
-        return hasattr(ctypes.CDLL(str(library)), PATCH_SYMBOL)
-    except Exception:  # a library that does not load: not ours
-        return False
+    library = loaded_ggml_cpu()
+    return library is not None and hasattr(library, PATCH_SYMBOL)
 
 
 def physical_cores() -> int:

@@ -4,20 +4,25 @@ Weight repacking. llama.cpp moves quantized weights into "extra buffer types" at
 (`amx_tile`/`amx_int8` in /proc/cpuinfo, compiled in by a native build on such a CPU) its AMX buffer takes
 Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K and IQ4_XS weights, and `ggml_backend_amx_mul_mat` segfaults on some of
 those machines (upstream llama.cpp#20824, closed unfixed). The same switch (`use_extra_bufts`, llama-server's
-`--no-repack`) also turns off the plain CPU repack (interleaved Q4_0/Q4_K/Q6_K/... for AVX2 and NEON). That
-repack computes one token (gemv) and the rows of a batch (gemm) in other orders, so the kernel probe finds them
-apart and specchat's exact plain steps run padded to two rows: measured on Gemma 3 270M Q4_K_M on an AVX2 CPU
-(scripts/bench_repack.py), plain 1.77x and n-gram 1.16x faster with repacking off, the same greedy text. So
-`choose_repack` keeps it off for specchat's own (exact) backend on every CPU, and for llama.cpp's own peers
-(llama-server, `Llama()` in the bench: no exactness to keep) off only where the CPU has AMX.
-`SPECCHAT_LLAMA_REPACK=on|off` overrides both.
+`--no-repack`) also turns off the plain CPU repack (interleaved Q4_0/Q4_K/IQ4_NL/... for AVX2 and NEON). Stock
+llama.cpp computes repacked weights' one token (gemv) and the rows of a batch (gemm) in other orders, so the
+kernel probe would find them apart and specchat's exact plain steps run padded to two rows (on Gemma 3 270M
+Q4_K_M, AVX2: plain 1.77x faster unpacked; scripts/bench_repack.py). specchat's patched build computes repacked
+Q4_K rows exactly in every pass of up to 64 rows (x86; it says so through `specchat_repack_exact()` and
+`specchat_exact_rows()`, library.exact_kernels), and repacked Q4_K is llama.cpp's fastest kernel there. So
+`choose_repack` turns repacking on for specchat's own (exact) backend where the loaded build exports both and its
+exact width covers the widest verify pass, and off elsewhere (a stock or older build, ARM); per GGUF it stays off
+where the file holds weights llama.cpp would repack with kernels the patch leaves stock (Q4_0, IQ4_NL, MXFP4,
+Q2_K: `RepackChoice.for_types`). llama.cpp's own peers (llama-server, `Llama()` in the bench: no exactness to
+keep) get llama.cpp's default. Off on AMX CPUs for both; `SPECCHAT_LLAMA_REPACK=on|off` overrides both.
 
 A trial in a child process. Where a crash cannot be ruled out (the GGUF has weights of a type that an extra
 buffer type would take), the first load of a (model file, llama.cpp build, CPU, repack) is preceded by a short
-trial: a child process loads the model as the backend will and decodes a prompt batch, single tokens and a
-verify-sized batch. A child killed by a signal means the parent would have died the same way: the backend
-retries the trial without repacking and, if that passes, loads so (with a note); if it still dies, load raises
-one BackendError line naming the signal and what to do, and the chat stays up. The verdict is remembered in
+trial: a child process loads the model as the backend will and decodes a prompt batch, single tokens and
+verify-sized batches (up to the widest the round loop sends). A child killed by a signal means the parent would
+have died the same way: the backend retries the trial without repacking and, if that passes, loads so (with a
+note); if it still dies, load raises one BackendError line naming the signal and what to do, and the chat stays
+up. The verdict is remembered in
 `<cache>/llamacpp-trials.json`, so a known (file, build, CPU) loads with no child at all.
 
 `python -m engine.backends.llamacpp.native --trial FILE [--no-repack]` is that child. For tests,
@@ -41,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import engine
+from engine.backends.llamacpp.library import ExactKernels
 from engine.errors import BackendError
 
 AMX_FLAGS = ("amx_bf16", "amx_int8", "amx_tile")
@@ -54,6 +60,11 @@ TRIAL_TIMEOUT_S = 180.0
 # GGUF tensor types that no CPU extra buffer type takes (so nothing is repacked and the AMX path is never used).
 UNREPACKED_TYPES = frozenset({"F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64"})
 TROUBLESHOOTING = "README: Troubleshooting, 'llama.cpp crashed'"
+# Weight types that x86 llama.cpp repacks (AVX2; Q2_K with AVX-512) with the stock gemv/gemm, which the patch does
+# not make exact (it covers repacked Q4_K): a GGUF holding any of them loads unpacked in the exact backend.
+STOCK_REPACKED_TYPES = frozenset({"Q4_0", "IQ4_NL", "MXFP4", "Q2_K"})
+# choose_repack's default: read the build's exact-kernel exports from the loaded libggml-cpu.
+READ_KERNELS = object()
 
 
 def cpu_flags(cpuinfo: str | Path | None = None) -> frozenset[str]:
@@ -73,10 +84,13 @@ def cpu_flags(cpuinfo: str | Path | None = None) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class RepackChoice:
-    """Whether llama.cpp may repack weights into its extra buffer types, and why (one line)."""
+    """Whether llama.cpp may repack weights into its extra buffer types, and why (one line). `exact`: on because
+    the build's repacked kernels compute every row of a verify pass as a one-token step (narrowed per file by
+    `for_types`)."""
 
     enabled: bool
     reason: str
+    exact: bool = False
 
     @property
     def for_amx(self) -> bool:
@@ -87,12 +101,33 @@ class RepackChoice:
         """llama-server's flag for the same choice."""
         return [] if self.enabled else ["--no-repack"]
 
+    def for_types(self, types: Iterable[str]) -> RepackChoice:
+        """The choice for a GGUF holding weights of `types` (GGMLQuantizationType names): an exact choice turns
+        repacking off where x86 llama.cpp would repack some of them with kernels the patch leaves stock (their
+        one-token and batch rows round otherwise: the probe would pad plain steps or cap drafts)."""
+        stock = sorted(set(types) & STOCK_REPACKED_TYPES)
+        if not (self.enabled and self.exact and stock):
+            return self
+        return RepackChoice(
+            False,
+            f"weight repacking off: llama.cpp repacks {', '.join(stock)} weights with kernels that compute one "
+            "token and a batch row in other orders",
+        )
+
 
 def choose_repack(
-    flags: Iterable[str] | None = None, environ: Mapping[str, str] | None = None, *, exact: bool = True
+    flags: Iterable[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    exact: bool = True,
+    kernels: ExactKernels | None | object = READ_KERNELS,
+    widest: int | None = None,
 ) -> RepackChoice:
-    """Repacking off where the CPU has AMX (llama.cpp's AMX buffer crashes there); elsewhere off for specchat's
-    exact backend (`exact`: repacked kernels would pad its plain steps) and on for llama.cpp's own peers."""
+    """Repacking off where the CPU has AMX (llama.cpp's AMX buffer crashes there). Elsewhere on for llama.cpp's
+    own peers, and for specchat's exact backend (`exact`) where the build's `kernels` (read from the loaded
+    libggml-cpu by default: library.exact_kernels) compute repacked weights' rows exactly in passes as wide as
+    `widest` (default: the widest verify pass the round loop sends); off otherwise (a stock or older build, ARM),
+    where repacked kernels would pad its plain steps."""
     environ = os.environ if environ is None else environ
     forced = environ.get(REPACK_ENV, "").strip().lower()
     if forced in ("on", "1", "true", "yes"):
@@ -107,13 +142,34 @@ def choose_repack(
             f"weight repacking off: this CPU has AMX ({', '.join(amx)}), where llama.cpp's AMX repack of "
             "quantized weights crashes (llama.cpp#20824)",
         )
-    if exact:
+    if not exact:
+        return RepackChoice(True, "weight repacking on (no AMX on this CPU)")
+    if kernels is READ_KERNELS:
+        from engine.backends.llamacpp.library import exact_kernels
+
+        kernels = exact_kernels()
+    if widest is None:
+        from engine.backends.llamacpp.probe import PROBE_MAX_WIDTH
+
+        widest = PROBE_MAX_WIDTH
+    if kernels is None or not kernels.repack:
         return RepackChoice(
             False,
-            "weight repacking off: repacked weights compute one token and a batch row in other orders, so exact "
-            "plain steps would run padded",
+            "weight repacking off: this llama.cpp build's repacked kernels compute one token and a batch row in "
+            "other orders, so exact plain steps would run padded",
         )
-    return RepackChoice(True, "weight repacking on (no AMX on this CPU)")
+    if kernels.rows < widest:
+        return RepackChoice(
+            False,
+            f"weight repacking off: this llama.cpp build computes passes exactly up to {kernels.rows} rows, "
+            f"the round loop sends {widest}",
+        )
+    return RepackChoice(
+        True,
+        f"weight repacking on: this build's repacked kernels compute every row of a pass of up to {kernels.rows} "
+        "tokens as one token",
+        exact=True,
+    )
 
 
 @contextlib.contextmanager
@@ -343,8 +399,10 @@ def plan_load(
 ) -> LoadPlan:
     """Trial-decode `path` in a child where a native crash cannot be ruled out; BackendError (one line) if every
     way to load it crashes."""
-    if not repacked_types(path):
+    types = repacked_types(path)
+    if not types:
         return LoadPlan(choice.enabled, [])  # F16/F32 weights: no extra buffer type takes them
+    choice = choice.for_types(types)
     first = trial_decode(path, repack=choice.enabled, threads=threads, store=store)
     spent = 0.0 if first.remembered else first.seconds
     if first.ok:
@@ -376,7 +434,8 @@ def _plant(point: str, repack: bool) -> None:
 
 
 def _child(path: str, repack: bool, threads: int) -> int:
-    """Load as the backend does and decode: a 48-token prompt batch, two single tokens, a 6-row verify batch."""
+    """Load as the backend does and decode: a 48-token prompt batch, two single tokens, a 6-row and a 49-row
+    verify batch (the exact kernels' narrow and wide paths)."""
     import llama_cpp
     from llama_cpp import _internals
 
@@ -395,10 +454,11 @@ def _child(path: str, repack: bool, threads: int) -> int:
     ctx = _internals.LlamaContext(model=model, params=ctx_params, verbose=False)
     batch = _internals.LlamaBatch(n_tokens=64, embd=0, n_seq_max=1, verbose=False)
     n_vocab = max(2, int(model.n_vocab()))
-    tokens = [(7 + 13 * i) % (n_vocab - 1) + 1 for i in range(56)]
+    sizes = (48, 1, 1, 6, 49)
+    tokens = [(7 + 13 * i) % (n_vocab - 1) + 1 for i in range(sum(sizes))]
     position = 0
     _plant("decode", repack)
-    for size in (48, 1, 1, 6):
+    for size in sizes:
         chunk, tokens = tokens[:size], tokens[size:]
         b = batch.batch
         for i, token in enumerate(chunk):
