@@ -86,3 +86,14 @@ def copy_model_dir(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         if (smol_dir / name).is_file():
             shutil.copy2(smol_dir / name, folder / name)
     return folder
+
+
+@pytest.fixture(scope="module")
+def long_copy_dir(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The successor model over LONG_CYCLE (no stop token in it: the copy goes on for as long as asked)."""
+    from tests.support.draft_pairs import LONG_CYCLE, with_tokenizer
+
+    folder = tmp_path_factory.mktemp("tiny-successor-long")
+    vocab_size = int(json.loads((smol_dir / "config.json").read_text())["vocab_size"])
+    build_successor_llama(folder, vocab_size, cycle=LONG_CYCLE)
+    return with_tokenizer(folder, smol_dir)

@@ -15,7 +15,8 @@ from engine.backends.scripted import ScriptedBackend
 from engine.config import Settings
 from engine.presets import load_presets
 from engine.session import ChatSession
-from tests.test_cli_errors import assert_one_line_error, run_cli
+from tests.support.cli import assert_one_line_error
+from tests.support.cli import run_cli_isolated as run_cli
 from tui.cli.entry import EXIT_BROKEN_PIPE, parse_command_line
 
 

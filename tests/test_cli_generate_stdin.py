@@ -11,7 +11,7 @@ import sys
 import orjson
 import pytest
 
-from tests.test_cli_errors import assert_one_line_error
+from tests.support.cli import assert_one_line_error
 from tui.cli.generate import _read_prompts
 
 

@@ -6,7 +6,7 @@ are mostly rejected, edit/regenerate) the reply equals plain decoding token for 
 own forward (transformers, fp32) to float rounding; never an uncaught exception.
 
 llama.cpp's Llama architecture has no sliding window (a Mistral window is ignored there), so the Llama-style model
-here has none; the transformers backend's tests (test_architectures.py) cover Mistral windows.
+here has none; the transformers backend's tests (tests/engine/backends/transformers/test_architectures.py) cover Mistral windows.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ pytest.importorskip("llama_cpp")
 
 from engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from tests.support.tiny_gguf import write_tiny_gguf  # noqa: E402
-from tests.test_architectures import QUESTION, WINDOW, build_tiny  # noqa: E402
+from tests.support.tiny_models import WINDOW, build_tiny_architecture  # noqa: E402
+from tests.support.tiny_models import WINDOW_QUESTION as QUESTION  # noqa: E402
 from tests.test_llamacpp_backend import generate  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -31,11 +32,11 @@ NEAR_TIE = 0.02
 
 
 def build_for_llamacpp(kind: str, folder: Path, seed: int) -> Path:
-    """`build_tiny`'s model, re-drawn with what llama.cpp's architecture fixes: Gemma 2 scales queries by
+    """`build_tiny_architecture`'s model, re-drawn with what llama.cpp's architecture fixes: Gemma 2 scales queries by
     1/sqrt(head_dim) (query_pre_attn_scalar = head_dim); its Llama has no sliding window."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    folder = build_tiny(kind, folder, seed)
+    folder = build_tiny_architecture(kind, folder, seed)
     config = AutoConfig.from_pretrained(folder)
     if kind == "gemma2":
         config.query_pre_attn_scalar = config.head_dim

@@ -403,7 +403,7 @@ def test_the_verify_cost_model_reads_its_ratios_at_the_pass_context(smol: LlamaC
     )
     assert (
         costs._shape == shape.predict
-    )  # wired at load; the arithmetic itself: tests/test_verify_cost_context.py
+    )  # wired at load; the arithmetic itself: tests/engine/decoding/test_cost_model_context.py
     ids = chat(smol, "Tell me about the sea.")
     generate(smol, ids, k=3, max_new=8)
     assert costs.context >= len(ids)  # set by the timed passes of the reply

@@ -7,7 +7,7 @@ name once (engine/models/named.py) into the model cache. What must hold:
 - draft-model speculation leaves a conversation exactly as plain decoding does: three turns, the second one
   edited (the cache is cropped back to the first turn and goes on from there), greedy and seeded sampling.
 Drafting is forced (fixed K, within the width the kernel probe found exact): on a 2-core CPU adaptive K rightly
-leaves this draft off (tests/test_draft_cost.py).
+leaves this draft off (tests/engine/decoding/test_draft_cost.py).
 """
 
 from __future__ import annotations
@@ -63,14 +63,14 @@ def backends(pair):
 
 
 def generate(backend, prompt: list[int], k: int, **sampler):
-    from tests.test_hf_backend import generate as run
+    from tests.support.replies import generate as run
 
     return run(backend, prompt, k=k, max_new=MAX_NEW, **sampler)  # K fixed: every round drafts
 
 
 def converse(backend, k: int, **sampler) -> list[list[int]]:
     """Turns 1 and 2, then turn 2 edited (the cache goes back to turn 1), then turn 3; each reply's ids."""
-    from tests.test_exact_multiturn import cache_holds_at_most
+    from tests.support.replies import cache_holds_at_most
 
     replies: list[list[int]] = []
     history: list[dict[str, str]] = []

@@ -144,3 +144,49 @@ def build_successor_llama(folder: Path, vocab_size: int, cycle: tuple[int, ...] 
     model.save_pretrained(folder, safe_serialization=True)
     GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=2).save_pretrained(folder)
     return folder
+
+
+# --- other architectures: sliding windows, soft-capping, untied embeddings --------------------------------
+
+# The sliding window of the tiny models of other architectures (every prompt in their tests runs past it).
+WINDOW = 16
+VOCAB = 512
+# A prompt that runs past the window in every chat template.
+WINDOW_QUESTION = "The quick brown fox jumps over the lazy dog. What is the capital of France?"
+
+
+def build_tiny_architecture(kind: str, folder: Path, seed: int) -> Path:
+    """A tiny random model of `kind` (sliding window 16) with a small trained tokenizer and a ChatML template."""
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    common = dict(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=4096,
+        initializer_range=0.2,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+        sliding_window=WINDOW,
+    )
+    if kind == "gemma2":  # one sliding and one full layer, logit soft-capping in attention and at the head
+        from transformers import Gemma2Config as Config
+    elif kind == "gemma3":  # sliding layers with their own rope base, query pre-scaling
+        from transformers import Gemma3TextConfig as Config
+    else:  # Mistral: one window on every layer, untied embeddings
+        from transformers import MistralConfig as Config
+
+        common["tie_word_embeddings"] = False
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(Config(**common)).eval()
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=2).save_pretrained(folder)
+    save_small_chat_tokenizer(folder, VOCAB)
+    return folder

@@ -24,7 +24,7 @@ from engine.decoding.drafters import DraftModelDrafter
 from engine.decoding.round_loop import LoopSetup, StopStringWatch, run_reply
 from engine.events import Chunk, Done
 from engine.request import GenerationRequest, SamplerSettings
-from tests.test_hf_backend import generate
+from tests.support.replies import generate
 
 FALLBACK_STOPS = ("\nUser:", "\nAssistant:", "\nSystem:")
 

@@ -14,50 +14,13 @@ import torch
 
 import engine.backends.transformers.backend as hf
 from engine.backends.transformers import TransformersBackend
-from tests.support.tiny_models import save_small_chat_tokenizer
-from tests.test_hf_backend import generate
+from tests.support.replies import generate
+from tests.support.tiny_models import WINDOW, build_tiny_architecture
+from tests.support.tiny_models import WINDOW_QUESTION as QUESTION
 
 pytestmark = pytest.mark.slow
 
-WINDOW = 16
-VOCAB = 512
 ARCHITECTURES = ("gemma2", "gemma3", "mistral")
-
-
-def build_tiny(kind: str, folder: Path, seed: int) -> Path:
-    """A tiny random model of `kind` (sliding window 16) with a small trained tokenizer and a ChatML template."""
-    from transformers import AutoModelForCausalLM, GenerationConfig
-
-    common = dict(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=4096,
-        initializer_range=0.2,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=2,
-        sliding_window=WINDOW,
-    )
-    if kind == "gemma2":  # one sliding and one full layer, logit soft-capping in attention and at the head
-        from transformers import Gemma2Config as Config
-    elif kind == "gemma3":  # sliding layers with their own rope base, query pre-scaling
-        from transformers import Gemma3TextConfig as Config
-    else:  # Mistral: one window on every layer, untied embeddings
-        from transformers import MistralConfig as Config
-
-        common["tie_word_embeddings"] = False
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(Config(**common)).eval()
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=2).save_pretrained(folder)
-    save_small_chat_tokenizer(folder, VOCAB)
-    return folder
 
 
 @pytest.fixture(scope="module", params=ARCHITECTURES)
@@ -67,8 +30,8 @@ def arch(request, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, 
     root = tmp_path_factory.mktemp(request.param)
     return (
         request.param,
-        build_tiny(request.param, root / "target", seed=5),
-        build_tiny("mistral", root / "draft", seed=6),
+        build_tiny_architecture(request.param, root / "target", seed=5),
+        build_tiny_architecture("mistral", root / "draft", seed=6),
     )
 
 
@@ -83,9 +46,6 @@ def reference(folder: Path, prompt: list[int], max_new: int) -> list[int]:
         )
     tokens = out[0, len(prompt) :].tolist()
     return tokens[: tokens.index(2)] if 2 in tokens else tokens
-
-
-QUESTION = "The quick brown fox jumps over the lazy dog. What is the capital of France?"
 
 
 @pytest.mark.parametrize("cache_mode", ["fp16", "q8"])

@@ -1,6 +1,6 @@
 """Router: accuracy on a labelled set of realistic messages, per-class checks, reasons and edge cases.
 
-Run with `pytest -s tests/test_router.py` to see the accuracy and the confusion matrix.
+Run with `pytest -s tests/engine/test_router.py` to see the accuracy and the confusion matrix.
 """
 
 from __future__ import annotations

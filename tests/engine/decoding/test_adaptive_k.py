@@ -1,6 +1,6 @@
 """Adaptive K: the rule (pure), and the transformers backend on draft pairs whose behaviour is known.
 
-Draft pairs (tests/conftest.py models): the target as its own draft (everything accepted, but a draft step costs
+Draft pairs (tests/conftest.py models, tests/support/draft_pairs.py): the target as its own draft (everything accepted, but a draft step costs
 a target step), a random tiny draft for a different random target (nothing accepted), the copy model as the
 draft of the copy model (everything accepted, made cheap by the cost model). The cost of a run is counted, not
 timed: every forward pass is recorded with its width and priced by a fixed cost curve (the one the backend is
@@ -16,7 +16,7 @@ Mutations tried (each turned the named test red, then was reverted):
 - `NgramDrafter` fixed mode using the cost model: `test_fixed_ngram_drafts_k_wherever_a_match_is_found`.
 - `expected_tokens` from a flat 0.7 instead of the estimates: five of the pure tests.
 - `acceptance_seed` without the backend filter: `test_acceptance_seed_from_the_metrics_log`.
-Elsewhere (tests/test_exl2_backend.py, test_tui_units.py, test_session.py): the exl2 probe never due, its K-0
+Elsewhere (tests/engine/backends/exllamav2/test_backend.py, test_tui_units.py, test_session.py): the exl2 probe never due, its K-0
 rounds not counted, its rounds not recorded; the `K 5→3` text dropped; the live K as the last round's instead of
 the median; the session sending `k_mode="fixed"` — each turned its test red.
 """
@@ -24,13 +24,10 @@ the median; the session sending `k_mode="fixed"` — each turned its test red.
 from __future__ import annotations
 
 import json
-import shutil
-import threading
 from pathlib import Path
 
 import pytest
 
-from engine.backends.transformers import TransformersBackend
 from engine.decoding.adaptive_k import (
     PROBE_INTERVAL,
     PROBE_LENGTH,
@@ -40,28 +37,21 @@ from engine.decoding.adaptive_k import (
 )
 from engine.decoding.cost_model import MAX_DRAFT_LENGTH, VerifyCostModel
 from engine.decoding.drafters.ngram import NgramDrafter
-from engine.events import Chunk, Done
-from engine.request import GenerationRequest, SamplerSettings
 from engine.storage import metrics
-from tests.support.tiny_models import TOKENIZER_FILE_NAMES, build_successor_llama, build_tiny_llama
+from tests.support.draft_pairs import (
+    CPU_CURVE,
+    LONG_CYCLE,
+    FrozenCosts,
+    pair,
+    reply,
+    request,
+    tokens,
+    with_tokenizer,
+)
+from tests.support.tiny_models import build_tiny_llama
 
-# A CPU-like verify curve: each extra token in a pass costs 15% of a plain step (SmolLM2 on 2 cores: 10-20%).
-CPU_CURVE = {w: 1.0 + 0.15 * (w - 1) for w in range(1, MAX_DRAFT_LENGTH + 2)}
 # A GPU-like one: extra tokens in a pass are nearly free.
 FLAT_CURVE = {w: 1.0 + 0.02 * (w - 1) for w in range(1, MAX_DRAFT_LENGTH + 2)}
-
-
-class FrozenCosts(VerifyCostModel):
-    """A cost model that stays as given, whatever the passes really take (the test machine is shared)."""
-
-    def __init__(self, curve: dict[int, float], draft_ratio: float) -> None:
-        super().__init__(curve, draft_ratio=draft_ratio)
-
-    def observe(self, width: int, seconds: float) -> None:
-        pass
-
-    def observe_draft(self, seconds: float) -> None:
-        pass
 
 
 # --- the rule, pure ----------------------------------------------------------------------------------------
@@ -208,29 +198,6 @@ class PassCounter:
         return scale * sum(curve.get(w, curve[max(curve)] + 0.15 * (w - max(curve))) for w in self.widths)
 
 
-def request(
-    prompt: list[int], k: int, max_new: int, mode: str = "adaptive", key: str = "t"
-) -> GenerationRequest:
-    return GenerationRequest(
-        prompt_ids=tuple(prompt),
-        sampler=SamplerSettings(temperature=0.0),
-        max_new_tokens=max_new,
-        num_draft_tokens=k,
-        seed=3,
-        k_mode=mode,
-        tuning_key=key,
-    )
-
-
-def reply(backend: TransformersBackend, req: GenerationRequest) -> tuple[list[Chunk], Done]:
-    events = list(backend.generate(req, threading.Event()))
-    return [e for e in events if isinstance(e, Chunk)], events[-1]
-
-
-def tokens(chunks: list[Chunk]) -> list[int]:
-    return [t for c in chunks for t in c.token_ids]
-
-
 @pytest.fixture(scope="module")
 def random_draft_dir(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Another tiny random Llama with SmolLM2's tokenizer (other seed): its guesses are the target's by chance."""
@@ -238,32 +205,6 @@ def random_draft_dir(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
     vocab_size = int(json.loads((smol_dir / "config.json").read_text())["vocab_size"])
     build_tiny_llama(folder, vocab_size, seed=999)
     return with_tokenizer(folder, smol_dir)
-
-
-# A cycle without a stop token: the copy model continues it for as long as asked.
-LONG_CYCLE = tuple(range(100, 140))
-
-
-def with_tokenizer(folder: Path, smol_dir: Path) -> Path:
-    for name in TOKENIZER_FILE_NAMES:
-        if (smol_dir / name).is_file():
-            shutil.copy2(smol_dir / name, folder / name)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def long_copy_dir(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny-successor-long")
-    vocab_size = int(json.loads((smol_dir / "config.json").read_text())["vocab_size"])
-    build_successor_llama(folder, vocab_size, cycle=LONG_CYCLE)
-    return with_tokenizer(folder, smol_dir)
-
-
-def pair(target: Path, draft: Path, curve: dict[int, float], draft_ratio: float) -> TransformersBackend:
-    backend = TransformersBackend(target, draft=str(draft), cache_mode="fp16", draft_cache_mode="fp16")
-    backend.load()
-    backend.target.costs = FrozenCosts(curve, draft_ratio)
-    return backend
 
 
 PROMPT = [1, 9690, 198, 5248, 314, 253, 1493, 30, 2, 198, 1, 520, 9531, 198]

@@ -1,6 +1,6 @@
 """The remote backend against recorded vLLM / TabbyAPI responses replayed by a real local HTTP server, and its
 failure lines (down, 401, 404, 5xx, a stream cut mid-reply). The real llama-server tests are in
-test_remote_llama_server.py."""
+tests/engine/backends/remote/test_llama_server.py."""
 
 from __future__ import annotations
 
@@ -392,7 +392,7 @@ def test_bench_remote_prints_the_servers_figures_and_says_k_is_fixed():
     assert "start it once without drafting" in text
 
 
-# --- llama-server (recorded; the real one is in test_remote_llama_server.py) -------------------------------
+# --- llama-server (recorded; the real one is in tests/engine/backends/remote/test_llama_server.py) -------------------------------
 
 
 def _llama_routes(props: str) -> Routes:

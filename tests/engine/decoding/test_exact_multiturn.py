@@ -16,8 +16,8 @@ import pytest
 
 from engine.backends.transformers import TransformersBackend
 from tests.support.drafting import FreeVerify
+from tests.support.replies import cache_holds_at_most, generate
 from tests.support.tiny_models import COPY_CYCLE
-from tests.test_hf_backend import generate
 
 pytestmark = pytest.mark.slow
 
@@ -32,16 +32,6 @@ CONVERSATIONS = (
 )
 MAX_NEW = 40
 K = 5
-
-
-def cache_holds_at_most(backend, sequence: list[int]) -> None:
-    """The target's cache is a prefix of prompt + reply: nothing past the reply (no stop token, no draft)."""
-    cached = list(backend.target.ids)
-    assert len(cached) <= len(sequence), f"{len(cached) - len(sequence)} positions past the reply are cached"
-    assert cached == sequence[: len(cached)]
-    if getattr(backend, "draft_state", None) is not None:
-        drafted = list(backend.draft_state.ids)
-        assert len(drafted) <= len(sequence) and drafted == sequence[: len(drafted)]
 
 
 def converse(backend, turns: tuple[str, ...], k: int, seed: int = 0, **sampler) -> list[list[int]]:

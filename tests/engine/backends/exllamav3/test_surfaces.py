@@ -8,7 +8,8 @@ import pytest
 from engine.backends.remote.servers import build_profile
 from engine.benchmarks.doctor import CHECK_NAMES, DoctorReport, check_environment
 from engine.config import BACKEND_NAMES
-from tests.test_cli_errors import assert_one_line_error, run_cli
+from tests.support.cli import assert_one_line_error
+from tests.support.cli import run_cli_isolated as run_cli
 
 
 def _check(report: DoctorReport, name: str):

@@ -1,3 +1,6 @@
+"""The acceptance arithmetic (engine.decoding.acceptance): alpha solved from the tokens per round, the predicted
+speedup, the best K for an alpha and a cost, and the accounting of rounds, positions and the live average."""
+
 import math
 
 import pytest

@@ -25,7 +25,6 @@ from engine.decoding.adaptive_k import AdaptiveK, drafting_can_pay
 from engine.decoding.cost_model import VerifyCostModel
 from engine.events import Done
 from engine.request import GenerationRequest, SamplerSettings
-from tests.test_adaptive_k import long_copy_dir  # noqa: F401, F811  (a fixture)
 
 # Qwen2.5-Coder-1.5B Q4_K_M on 2 cores (llama.cpp, measured alone): r(1 + k) for k = 0..8, and the 0.5B's step.
 PAIR_CURVE_2_CORES = {1: 1.0, 2: 1.58, 3: 1.91, 4: 2.26, 5: 2.5, 6: 2.72, 7: 2.93, 8: 3.13, 9: 3.33}
@@ -155,10 +154,10 @@ def test_the_prediction_prices_rounds_by_the_pass_cost_model():
 
 
 @pytest.mark.slow
-def test_beside_a_draft_that_cannot_pay_ngram_lookup_still_drafts_exactly(long_copy_dir: Path):  # noqa: F811
+def test_beside_a_draft_that_cannot_pay_ngram_lookup_still_drafts_exactly(long_copy_dir: Path):
     """The copy model drafting for itself at the cost of a target step (c = 1: never pays) on a repeating
     cycle: adaptive K leaves the draft model off, and n-gram lookup beside it drafts the cycle, output unchanged."""
-    from tests.test_adaptive_k import CPU_CURVE, LONG_CYCLE, pair, reply, request, tokens
+    from tests.support.draft_pairs import CPU_CURVE, LONG_CYCLE, pair, reply, request, tokens
 
     prompt = [*LONG_CYCLE, *LONG_CYCLE[:5]]
     backend = pair(long_copy_dir, long_copy_dir, CPU_CURVE, 1.0)

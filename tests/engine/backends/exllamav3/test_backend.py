@@ -2,7 +2,7 @@
 
 CUDA cannot run here: the stand-in follows the real generator's constructor checks, result dicts, live draft
 counters, K rules and stop rules (each stand-in module cites the real file and lines), and scripts the tokens and the
-per-round acceptance, so every number below is known in advance. tests/test_exl3_signatures.py holds the backend to
+per-round acceptance, so every number below is known in advance. tests/engine/backends/exllamav3/test_signatures.py holds the backend to
 the real package's signatures; scripts/gpu_check.sh runs it on the real thing.
 """
 

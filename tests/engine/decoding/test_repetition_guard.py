@@ -9,8 +9,8 @@ import pytest
 
 from engine.decoding.round_loop import MAX_PERIOD, MIN_REPEATED_TOKENS, REPEATS, RepetitionGuard
 from tests.support.drafting import FreeVerify
+from tests.support.replies import generate
 from tests.support.tiny_models import COPY_CYCLE
-from tests.test_hf_backend import generate
 
 
 def first_stop(tokens: list[int]) -> tuple[int, int] | None:

@@ -14,8 +14,8 @@ import torch
 
 from engine.backends.transformers import TransformersBackend
 from tests.support.drafting import FreeVerify
+from tests.support.replies import Reply, generate
 from tests.support.tiny_models import COPY_CYCLE
-from tests.test_hf_backend import Reply, generate
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,65 +15,13 @@ from engine.backends.transformers.cache import INITIAL_CAPACITY, Int8Layer, Spec
 from engine.errors import BackendError
 from engine.events import Chunk, Done
 from engine.request import GenerationRequest, SamplerSettings
+from tests.support.replies import Reply, generate
 
 PROMPTS = (
     "Write a Python function that reverses a string.",
     "What is the capital of France?",
     "List three colors, one per line, then list them again in the same order.",
 )
-
-
-@dataclass
-class Reply:
-    chunks: list[Chunk]
-    done: Done
-
-    @property
-    def tokens(self) -> list[int]:
-        return [t for c in self.chunks for t in c.token_ids]
-
-    @property
-    def text(self) -> str:
-        return "".join(c.text for c in self.chunks)
-
-    @property
-    def drafted(self) -> int:
-        return sum(c.drafted for c in self.chunks)
-
-    @property
-    def accepted(self) -> int:
-        return sum(c.accepted for c in self.chunks)
-
-
-def generate(
-    backend: TransformersBackend,
-    prompt_ids: list[int],
-    k: int = 0,
-    max_new: int = 24,
-    cancel_after: int | None = None,
-    seed: int = 0,
-    **sampler,
-) -> Reply:
-    request = GenerationRequest(
-        prompt_ids=tuple(prompt_ids),
-        sampler=SamplerSettings(**sampler),
-        max_new_tokens=max_new,
-        num_draft_tokens=k,
-        drafting=k > 0,
-        seed=seed,
-    )
-    cancel = threading.Event()
-    chunks: list[Chunk] = []
-    done: list[Done] = []
-    for event in backend.generate(request, cancel):
-        if isinstance(event, Chunk):
-            chunks.append(event)
-            if cancel_after is not None and len(chunks) >= cancel_after:
-                cancel.set()
-        else:
-            done.append(event)
-    assert len(done) == 1, "exactly one Done ends every generation"
-    return Reply(chunks, done[0])
 
 
 def hf_greedy(backend: TransformersBackend, prompt_ids: list[int], max_new: int) -> list[int]:
