@@ -47,6 +47,7 @@ from pathlib import Path
 
 import engine
 from engine.backends.llamacpp.library import ExactKernels
+from engine.decoding.drafters.ngram import LONG_DRAFT_MAX
 from engine.errors import BackendError
 
 AMX_FLAGS = ("amx_bf16", "amx_int8", "amx_tile")
@@ -148,10 +149,8 @@ def choose_repack(
         from engine.backends.llamacpp.library import exact_kernels
 
         kernels = exact_kernels()
-    if widest is None:
-        from engine.backends.llamacpp.probe import PROBE_MAX_WIDTH
-
-        widest = PROBE_MAX_WIDTH
+    if widest is None:  # the probe's widest width (probe.PROBE_MAX_WIDTH; the probe imports this module)
+        widest = LONG_DRAFT_MAX + 1
     if kernels is None or not kernels.repack:
         return RepackChoice(
             False,
