@@ -6,7 +6,7 @@ only inside these functions and every failure becomes one line. The build is ann
 by the same watcher as exllamav2's (engine/backends/extension_build.py, with exllamav3's names).
 
 The backend is written against one release, `PINNED_VERSION`: unknown keywords to `Generator` and `Job` are
-swallowed by `**kwargs` there, so tests/test_exl3_signatures.py checks every name used here against that release's
+swallowed by `**kwargs` there, so tests/engine/backends/exllamav3/test_signatures.py checks every name used here against that release's
 real source, and another installed version is named in the backend's notes.
 """
 

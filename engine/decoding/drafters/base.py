@@ -44,7 +44,7 @@ class Plan:
 
 class Drafter(Protocol):
     """One drafter, for one reply. Every implementation in engine/decoding/drafters/ passes
-    tests/test_drafter_contract.py; its name is an entry of the name map (drafters/registry.py)."""
+    tests/engine/decoding/drafters/test_contract.py; its name is an entry of the name map (drafters/registry.py)."""
 
     name: str  # the map's name for it, said per round (Chunk.drafter)
     # What a round of this drafter's drafts costs (cost_model: the verify pass, plus its draft-model steps); None

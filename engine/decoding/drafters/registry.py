@@ -2,7 +2,7 @@
 
 The CLI's help, the config's check, the settings dialog's suggestions, the backends' draft mode, the stats and the
 verdict read this map; none keeps its own list. Adding a drafter is one file in this folder (a class that passes
-tests/test_drafter_contract.py, and a `build(context)` factory) and one entry below.
+tests/engine/decoding/drafters/test_contract.py, and a `build(context)` factory) and one entry below.
 """
 
 from __future__ import annotations
