@@ -3,9 +3,10 @@
 Usable without any UI: `send()` blocks (run it in a thread) and reports everything through `on_event`.
 The TUI polls the plain attributes (`live`, `active`, `last_stats`) for its status bar.
 
-The session holds the state and runs the reply's lifecycle; the parts apart from it: which preset
-(`preset_choice.PresetChoice`, which it holds), the context window's arithmetic (`context_window`), a reply's
-request, streamed text and stats (`reply`), loading a model (`loading`).
+The session holds the state and runs the reply's lifecycle; the parts apart from it, as objects it holds: which
+preset (`preset_choice.PresetChoice`), the context figures (`context_window.ContextWindow`), what is saved and read
+back (`history.ChatHistory`, `session.history`); as functions: a reply's request, streamed text and stats
+(`reply`), loading a model (`loading`), an edited or continued conversation (`editing`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import engine.session.editing as editing
 from engine.backends.base import Backend
 from engine.config import Settings, data_dir, presets_dir
 from engine.decoding.acceptance import AcceptanceAccounting
@@ -26,7 +28,6 @@ from engine.errors import SpecchatError, UserError
 from engine.events import (
     BackendInfo,
     Chunk,
-    ContextTrimmed,
     Done,
     LiveStats,
     MessageStats,
@@ -36,10 +37,9 @@ from engine.events import (
 )
 from engine.origins import encode_runs
 from engine.presets import Preset, load_presets
-from engine.session.context_window import context_messages, fit_turns, reply_room
-from engine.session.editing import SessionEditing
-from engine.session.history import SessionHistory
-from engine.session.loading import check_model_choice, fetch_model_files, load_replacement, model_source
+from engine.session.context_window import ContextWindow, context_messages, reply_room
+from engine.session.history import ChatHistory
+from engine.session.loading import check_model_choice, fetch_model_files, load_errors, load_replacement
 from engine.session.preset_choice import PresetChoice
 from engine.session.reply import (
     ReplyHandle,
@@ -50,15 +50,14 @@ from engine.session.reply import (
     without_partial_claim,
 )
 from engine.session.turn import Turn
-from engine.storage import metrics
-from engine.storage.metrics import Regression
+from engine.storage.metrics import Regression, Summary
 from engine.storage.recording import ChatRecorder
 
 EventCallback = Callable[[object], None]
 ProgressCallback = Callable[[str, float | None], None]
 
 
-class ChatSession(SessionHistory, SessionEditing):
+class ChatSession:
     def __init__(
         self,
         settings: Settings,
@@ -83,20 +82,14 @@ class ChatSession(SessionHistory, SessionEditing):
         self.active: ReplyStarted | None = None
         self.last_stats: MessageStats | None = None
         self.last_prompt_ids: tuple[int, ...] = ()
-        # The tokens the next reply will see (the kept turns as its prompt renders them; during a reply, its prompt
-        # plus what it has generated so far), and the first turn it sees: `turns[:context_start]` stay in the chat
-        # (on screen, in the store) but no longer fit the context.
-        self.context_used = 0
-        self.context_start = 0
+        self.context_window = ContextWindow()  # the tokens the next reply sees, the first turn it sees
         self._info: BackendInfo | None = None
         # The model folder's path as resolved at load (the embedded model's cache folder when none was set).
         self.model_dir: str | None = str(settings.model) if settings.model is not None else None
         # Saving (chats to the store, replies to the metrics log) is asked for: the chat app, `generate --save`.
         if recorder is None and save:
             recorder = ChatRecorder(data_dir(settings))
-        self.recorder = recorder
-        self.regressions: list[Regression] = []  # from the metrics log; the status bar warns while non-empty
-        self._acceptance_seeds: dict[str, tuple[float, ...]] = {}  # per preset, from the metrics log
+        self.history = ChatHistory(recorder)
         # Whether drafting can pay on this machine (the doctor's verdict), judged at load and after every reply;
         # `verdict_changed` is set when a reply's measurements turned it (the UI says so once, then clears it).
         self.verdict: DraftVerdict | None = None
@@ -113,7 +106,7 @@ class ChatSession(SessionHistory, SessionEditing):
         return self._info.max_context if self._info else self.settings.max_context
 
     def load(self, progress: ProgressCallback | None = None) -> BackendInfo:
-        try:
+        with load_errors(self.settings):
             if self.backend is None:
                 from engine.backends.select import create_backend
 
@@ -125,15 +118,6 @@ class ChatSession(SessionHistory, SessionEditing):
             self.verdict, self.verdict_changed = self.judge_drafting(), False
             self.check_regressions()
             self._recount_context()  # a chat opened before the model was ready (--resume)
-        except UserError as exc:
-            source = model_source(self.settings)
-            if source:  # a bad path says where it came from; the error keeps its type and title
-                exc.args = (source + str(exc), *exc.args[1:])
-            raise
-        except MemoryError as exc:
-            raise SpecchatError(
-                "out of memory loading the model: lower max_context or use a smaller model"
-            ) from exc
         return self._info
 
     check_model_choice = staticmethod(check_model_choice)
@@ -148,32 +132,21 @@ class ChatSession(SessionHistory, SessionEditing):
         a draft that cannot draft for it, out of memory) a UserError says why in one line and nothing changed.
         Call it between replies (from a thread: loading takes a while).
         """
-        from engine.models import check_draft_choice, check_model_path
-
         if self.active is not None:
             raise SpecchatError("a reply is being generated: stop it (esc) or let it finish, then reload")
-        model_path = check_model_path(model) if model not in (None, "") else None
-        draft = check_draft_choice(draft)
-        settings = self.settings.model_copy(update={"model": model_path, "draft": draft})
-        try:  # the old backend stays loaded meanwhile, and stays where the new one fails
-            backend, reason, info, loading = load_replacement(settings, progress)
-        except MemoryError as exc:
-            raise SpecchatError(
-                "out of memory loading the new model: the current one stays loaded; "
-                "try a smaller model or lower max_context"
-            ) from exc
-        old, self.backend = self.backend, backend
-        self.settings, self.backend_reason, self._info = settings, reason, info
+        # The old backend stays loaded meanwhile, and stays where the new one fails.
+        new = load_replacement(self.settings, model, draft, progress)
+        old, self.backend = self.backend, new.backend
+        self.settings, self.backend_reason, self._info = new.settings, new.reason, new.info
         self.verdict, self.verdict_changed = self.judge_drafting(), False
-        self.model_dir = str(loading.model)
+        self.model_dir = new.model_dir
         if old is not None:
             # The new model is in: a failure in the old one's cleanup cannot undo that.
             with contextlib.suppress(Exception):
                 old.close()
         self._recount_context(from_start=True)  # another context size: what fits is measured afresh
-        if self.recorder is not None:
-            self.recorder.chat_settings_changed(model=self.model_dir, draft=draft)
-        return info
+        self.history.chat_settings_changed(model=self.model_dir, draft=new.settings.draft)
+        return new.info
 
     def judge_drafting(self) -> DraftVerdict | None:
         """Whether drafting can pay with the loaded backend's measured costs (as `specchat doctor` says)."""
@@ -231,8 +204,7 @@ class ChatSession(SessionHistory, SessionEditing):
         if text == self.settings.system_prompt:
             return
         self.settings = self.settings.model_copy(update={"system_prompt": text})
-        if self.recorder is not None:
-            self.recorder.chat_settings_changed(system_prompt=text)
+        self.history.chat_settings_changed(system_prompt=text)
 
     def choose_preset(self, text: str) -> tuple[Preset, bool, str]:
         """The preset for a message: (preset, chosen automatically, why)."""
@@ -242,12 +214,10 @@ class ChatSession(SessionHistory, SessionEditing):
 
     def new_chat(self) -> None:
         self.turns.clear()
-        self.context_used = 0
-        self.context_start = 0
+        self.context_window.clear()
         self.last_stats = None  # a new chat's status bar starts blank, not with the old chat's figures
         self.live = LiveStats()
-        if self.recorder is not None:
-            self.recorder.new_chat()
+        self.history.new_chat()
 
     def pop_last_exchange(self) -> str | None:
         """Remove the last user message and its reply; return the user's text (edit and resend)."""
@@ -260,43 +230,33 @@ class ChatSession(SessionHistory, SessionEditing):
         return text
 
     @property
+    def context_used(self) -> int:
+        """The tokens the next reply will see (during a reply, its prompt plus what it has generated so far)."""
+        return self.context_window.used
+
+    @property
+    def context_start(self) -> int:
+        """The first turn the next reply sees: the ones before it stay in the chat but no longer fit."""
+        return self.context_window.start
+
+    @property
     def context_turns(self) -> list[Turn]:
         """The turns the model sees (the oldest ones that no longer fit are left out)."""
-        return self.turns[self.context_start :]
+        return self.turns[self.context_window.start :]
 
-    def _recount_context(self, from_start: bool = False) -> None:
-        """`context_used` and `context_start` for the conversation as it stands now: the turns the next reply will
-        see, with room kept for that reply (after a reply, reopening a chat, paging, editing, another model).
-
-        The oldest turns that no longer fit are left out here already, so the figure is the truth before the next
-        message is typed; trimming only moves forward (`from_start` begins again at the first turn: another model).
-        """
+    def _recount_context(self, from_start: bool = False, on_event: EventCallback | None = None) -> None:
+        """The context figures for the conversation as it stands now, with room kept for the next reply (after a
+        reply, reopening a chat, paging, editing, another model): the truth before the next message is typed.
+        After a reply (`on_event`), turns that no longer fit are said now, when they leave the context."""
         if not self.turns or self.backend is None or self._info is None:
-            self.context_used = 0
-            self.context_start = 0
+            self.context_window.clear()
             return
-        users = [i for i, t in enumerate(self.turns) if t.role == "user"]
-        last_user = users[-1] if users else 0
-        start = 0 if from_start else min(self.context_start, last_user)
-        try:
-            self.context_start, ids = self._fit(start, self._next_reserve(), last_user)
-        except UserError:
-            return  # the figure stays as it was; the next reply measures it again
-        self.context_used = len(ids)
+        window = self.context_window
+        window.recount(self.turns, self._encode, self.max_context, self._next_reserve(), from_start, on_event)
 
-    def _recount_after_reply(self, on_event: EventCallback) -> None:
-        """Recount once a reply ended; turns that no longer leave the next reply its room are said (ContextTrimmed)
-        now, when they leave the context, not at the next message."""
-        before = self.context_start
-        self._recount_context()
-        if self.context_start > before:
-            on_event(
-                ContextTrimmed(
-                    dropped_turns=self.context_start - before,
-                    prompt_tokens=self.context_used,
-                    max_context=self.max_context,
-                )
-            )
+    def _encode(self, turns: list[Turn]) -> list[int]:
+        assert self.backend is not None
+        return self.backend.encode_chat(self._messages(turns))
 
     def _reserve(self, preset: Preset) -> int:
         """Room a reply with `preset` keeps free in the context for its answer."""
@@ -307,28 +267,13 @@ class ChatSession(SessionHistory, SessionEditing):
         routed preset keeps, so that the turns shown as seen stay seen whichever preset the router picks."""
         return max((self._reserve(p) for p in self.preset_choice.next_presets()), default=0)
 
-    def _fit(self, start: int, reserve: int, keep_from: int) -> tuple[int, list[int]]:
-        """(first turn kept, prompt ids): from turn `start` on, the oldest exchanges are dropped until the prompt
-        plus `reserve` fits, never past turn `keep_from` (the message being answered)."""
-        assert self.backend is not None
-        backend = self.backend
-        return fit_turns(
-            self.turns,
-            start,
-            reserve,
-            keep_from,
-            self.max_context,
-            lambda t: backend.encode_chat(self._messages(t)),
-        )
-
     def send(
         self, text: str, on_event: EventCallback, cancel: threading.Event
     ) -> ReplyFinished | ReplyFailed:
         if not text.strip():
             raise SpecchatError("empty message: type something to send")
-        turn = Turn("user", text)
-        self.turns.append(turn)
-        self._record_user(turn)
+        self.turns.append(Turn("user", text))
+        self._record_user()
         return self._reply(text, on_event, cancel)
 
     def start(self, text: str, on_event: EventCallback) -> ReplyHandle:
@@ -349,8 +294,8 @@ class ChatSession(SessionHistory, SessionEditing):
 
     def _discard_user(self, turn: Turn | None) -> None:
         """A message taken back from the conversation leaves the store too (it is in the prompt again)."""
-        if turn is not None and self.recorder is not None:
-            self.recorder.discard(turn.message_id)
+        if turn is not None:
+            self.history.discard(turn.message_id)
 
     def _undo_turn(self, replaced: list[Turn] | None, edited: list[Turn] | None = None) -> Turn | None:
         """A reply that produced nothing: a new message goes back to the user (returned, so its record can go too),
@@ -362,25 +307,32 @@ class ChatSession(SessionHistory, SessionEditing):
         self.turns.extend(replaced)
         return None
 
+    # --- editing and continuing (engine.session.editing) -------------------------------------------------------
+
+    def edit(
+        self, index: int, text: str, on_event: EventCallback, cancel: threading.Event
+    ) -> ReplyFinished | ReplyFailed:
+        """Send `text` in place of user turn `index` (any of them, not only the last): a new branch from the turn
+        before it. The old message and everything after it stay in the store, a sibling branch (`branches`,
+        `show_branch`); stopped before the first token, the old branch comes back."""
+        edited = editing.cut_for_edit(self.turns, index, text)
+        self._record_user()
+        return self._reply(text, on_event, cancel, edited=edited)
+
+    def can_continue(self) -> bool:
+        """True when the last reply stopped at its token limit (max_new_tokens) and can be continued."""
+        return editing.can_continue(self.turns)
+
+    def continue_reply(self, on_event: EventCallback, cancel: threading.Event) -> ReplyFinished | ReplyFailed:
+        """Extend the last reply where it stopped at its token limit: the model goes on from its last token (the
+        same reply, in the store too). Stopped before anything new, the reply stays as it was."""
+        last, user_text = editing.take_continued(self.turns, self._info)
+        return self._reply(user_text, on_event, cancel, replaced=[last], continuing=last)
+
     # --- one reply -------------------------------------------------------------------------------------------
 
     def _messages(self, turns: list[Turn]) -> list[dict[str, str]]:
         return context_messages(turns, self.settings.system_prompt)
-
-    def _fit_context(self, preset: Preset, on_event: EventCallback) -> list[int] | None:
-        """Render the conversation, leaving out the oldest exchanges until prompt + reply room fits."""
-        assert self.backend is not None
-        max_context = self.max_context
-        before = min(self.context_start, len(self.turns) - 1)
-        start, ids = self._fit(before, self._reserve(preset), len(self.turns) - 1)
-        if len(ids) + min(self._reserve(preset), 16) > max_context:
-            return None
-        self.context_start = start
-        if start > before:
-            on_event(
-                ContextTrimmed(dropped_turns=start - before, prompt_tokens=len(ids), max_context=max_context)
-            )
-        return ids
 
     def _reply(
         self,
@@ -399,14 +351,19 @@ class ChatSession(SessionHistory, SessionEditing):
         info = self._info
         preset, auto, reason = self.choose_preset(text)
         try:
-            prompt_ids = self._fit_context(preset, on_event)
+            # The conversation rendered, the oldest exchanges left out until prompt + reply room fits.
+            prompt_ids = self.context_window.fit_reply(
+                self.turns, self._encode, self.max_context, self._reserve(preset), on_event
+            )
         except UserError as exc:
             self._discard_user(self._undo_turn(replaced, edited))
             return self._failed(str(exc), "", on_event, undone=True)
         prefix = continuing.content if continuing is not None else ""
         if prompt_ids is not None and continuing is not None:
             try:
-                prompt_ids = self._continued_prompt(prefix)
+                prompt_ids = editing.continued_prompt(
+                    self.backend, self._messages(self.context_turns), prefix
+                )
             except UserError:
                 self._undo_turn(replaced)
                 raise
@@ -437,13 +394,13 @@ class ChatSession(SessionHistory, SessionEditing):
         self.active = started
         self.last_prompt_ids = request.prompt_ids
         # The prefill counts from now: the status bar shows the prompt being read, not the last reply's figure.
-        self.context_used = len(prompt_ids)
+        self.context_window.used = len(prompt_ids)
         on_event(started)
         if continuing is not None:
             reply_id = continuing.message_id  # the same row grows; never discarded from here
             own_row = None
         else:
-            reply_id = self._record_reply_started(started, preset.temperature)
+            reply_id = self.history.record_reply_started(self.turns, started, preset.temperature)
             own_row = reply_id
         streamed = ReplyText()
         done: Done | None = None
@@ -454,10 +411,9 @@ class ChatSession(SessionHistory, SessionEditing):
                 if isinstance(event, Chunk):
                     accounting.add(event)
                     streamed.add(event, self.backend.decode)
-                    self.context_used = len(prompt_ids) + accounting.live.new_tokens
+                    self.context_window.used = len(prompt_ids) + accounting.live.new_tokens
                     on_event(event)
-                    if self.recorder is not None:
-                        self.recorder.reply_progress(reply_id, lambda: prefix + streamed.text)
+                    self.history.reply_progress(reply_id, lambda: prefix + streamed.text)
                 else:
                     done = event
         except UserError as exc:
@@ -500,49 +456,27 @@ class ChatSession(SessionHistory, SessionEditing):
         if cancelled and not token_ids and not reply_text:
             # Nothing came: a new message goes back to the user untouched, a regenerated reply's old one stays.
             self._discard_user(self._undo_turn(replaced, edited))
-            if self.recorder is not None:
-                self.recorder.discard(own_row)
+            self.history.discard(own_row)
             reply_text = ""  # nothing new: a continued reply stays as it was
         else:
             if continuing is not None:
-                # The continued reply is one reply: its text, origins and colouring grow by what came now.
-                runs = [*(continuing.runs or ((prefix, False),)), *runs]
-                origins = [*(continuing.origins or ()), *origins]
-                reply_text = prefix + reply_text
+                reply_text, origins, runs = editing.grown(continuing, reply_text, origins, runs)
             self.turns.append(
                 Turn("assistant", reply_text, stats, tuple(origins), cancelled, reply_id, runs=tuple(runs))
             )
-            self._record_reply_end(reply_id, reply_text, stats, encode_runs(runs))
+            self.history.record_reply_end(
+                reply_id, reply_text, stats, encode_runs(runs), self._info, self.model_dir
+            )
         finished = ReplyFinished(reply_text, tuple(token_ids), tuple(origins), stats, cancelled)
-        self._recount_after_reply(on_event)  # before the event: the UI reads the figure and the kept turns
+        self._recount_context(
+            on_event=on_event
+        )  # before the event: the UI reads the figure and the kept turns
         on_event(finished)
         return finished
 
     def acceptance_seed(self, preset: str) -> tuple[float, ...]:
         """Per-position acceptance of the preset's recent logged replies on this model (adaptive K's start)."""
-        if preset not in self._acceptance_seeds:
-            info = self._info
-            rows: list[dict[str, Any]] = []
-            if info is not None:
-                if self.recorder is not None:
-                    rows = self.recorder.recent_metrics()
-                else:
-                    try:
-                        rows = metrics.read(data_dir(self.settings) / metrics.METRICS_NAME)
-                    except OSError:
-                        rows = []
-            self._acceptance_seeds[preset] = (
-                metrics.acceptance_seed(
-                    rows,
-                    preset,
-                    model=info.model,
-                    draft=info.draft_model or info.draft_mode,
-                    backend=info.backend,
-                )
-                if info is not None
-                else ()
-            )
-        return self._acceptance_seeds[preset]
+        return self.history.acceptance_seed(preset, self._info, self.settings)
 
     def _failed(
         self,
@@ -555,11 +489,107 @@ class ChatSession(SessionHistory, SessionEditing):
         message = " ".join(message.split())
         if partial:
             self.turns.append(Turn("assistant", partial, cancelled=True, message_id=reply_id))
-            if self.recorder is not None:
-                self.recorder.reply_ended(reply_id, partial, "error", error=message)
-        elif self.recorder is not None:
-            self.recorder.discard(reply_id)
+            self.history.reply_failed(reply_id, partial, message)
+        else:
+            self.history.discard(reply_id)
         failed = ReplyFailed(message, partial, undone=undone)
-        self._recount_after_reply(on_event)
+        self._recount_context(on_event=on_event)
         on_event(failed)
         return failed
+
+    # --- the history: what is saved and read back (`ChatHistory`'s, which says what each does) -------------------
+
+    @property
+    def recorder(self) -> ChatRecorder | None:
+        return self.history.recorder
+
+    @property
+    def regressions(self) -> list[Regression]:
+        """From the metrics log; the status bar warns while non-empty."""
+        return self.history.regressions
+
+    def _record_user(self) -> None:
+        """Save the message that now ends the turns."""
+        self.history.record_user(
+            self.turns,
+            model=self.model_dir or (self._info.model if self._info else None),
+            draft=self.settings.draft,
+            system_prompt=self.settings.system_prompt,
+            mode=self.mode,
+        )
+
+    def take_notices(self) -> list[str]:
+        return self.history.take_notices()
+
+    def open_chat(self, chat_id: int) -> list[Turn]:
+        """Continue a stored chat: its visible conversation becomes this session's turns."""
+        self.turns[:] = self.history.open_chat(chat_id, clear=self.new_chat)
+        # The status bar shows the last reply's figures, as it did when the chat was left, and the context
+        # this chat fills now (measured again at load when the model is not ready yet).
+        self.last_stats = next((t.stats for t in reversed(self.turns) if t.stats is not None), None)
+        self._recount_context()
+        return self.turns
+
+    @property
+    def chat_id(self) -> int | None:
+        return self.history.chat_id
+
+    def last_chat_id(self) -> int | None:
+        return self.history.last_chat_id()
+
+    def chats(self, search: str = "") -> list:
+        return self.history.chats(search)
+
+    def rename_chat(self, chat_id: int, title: str) -> None:
+        self.history.rename_chat(chat_id, title)
+
+    def delete_chat(self, chat_id: int) -> None:
+        """Delete a stored chat; deleting the open one leaves its turns on screen, unsaved from here on."""
+        self.history.delete_chat(chat_id, self.turns)
+
+    def export_chat(self, chat_id: int, fmt: str = "md", stats_line: Callable | None = None) -> bytes:
+        return self.history.export_chat(chat_id, fmt, stats_line)
+
+    def variants(self) -> tuple[int, int]:
+        return self.history.variants(self.turns)
+
+    def show_variant(self, step: int) -> Turn | None:
+        """Page the last reply to an older (-1) or newer (+1) variant; the conversation goes on from it."""
+        turn = self.history.variant(self.turns, step) if self.active is None else None
+        if turn is not None:
+            self.turns[-1] = turn
+            self.last_stats = turn.stats
+            self._recount_context()
+        return turn
+
+    def branches(self, index: int) -> tuple[int, int]:
+        return self.history.branches(self.turns, index)
+
+    def show_branch(self, index: int, step: int) -> list[Turn] | None:
+        """Page turn `index` to an older (-1) or newer (+1) alternative: the turns from `index` on become that
+        branch as it was last continued (returned); the conversation goes on from it."""
+        branch = self.history.branch(self.turns, index, step) if self.active is None else None
+        if not branch:
+            return None
+        self.turns[index:] = branch
+        self.last_stats = next((t.stats for t in reversed(self.turns) if t.stats is not None), None)
+        self._recount_context(from_start=True)  # another branch: what fits is measured afresh
+        return branch
+
+    @property
+    def memory_only(self) -> bool:
+        return self.history.memory_only
+
+    def open_elsewhere(self) -> int:
+        return self.history.open_elsewhere()
+
+    def check_regressions(self) -> list[Regression]:
+        return self.history.check_regressions()
+
+    def recent_average(
+        self, preset: str, model: str | None = None, backend: str | None = None
+    ) -> Summary | None:
+        return self.history.recent_average(preset, model=model, backend=backend)
+
+    def metrics_rows(self) -> list[dict[str, Any]]:
+        return self.history.metrics_rows()

@@ -1,7 +1,9 @@
-"""What a ChatSession keeps and reads back: saving to the store and the metrics log, stored chats, regenerated
-variants, and the metrics the UI shows. Mixed into `ChatSession` (one concept per file: this is its history).
+"""What a chat keeps and reads back: `ChatHistory`, which a `ChatSession` holds (`session.history`). It saves to the
+store and the metrics log, reads stored chats and their branches back as turns, and reads the metrics the UI shows;
+the session applies what it reads to the conversation (its turns, the status bar's figures, the context).
 
-Nothing here runs unless the session saves (`ChatSession(..., save=True)`, which builds `self.recorder`).
+Nothing here is saved unless the session saves (`ChatSession(..., save=True)`, which builds the recorder); without
+one, the reads come back empty and what needs a store says so.
 """
 
 from __future__ import annotations
@@ -9,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from engine.config import data_dir
 from engine.errors import SpecchatError
 from engine.events import MessageStats, ReplyStarted
 from engine.origins import decode_runs
 from engine.session.turn import Turn
-from engine.storage.metrics import Regression, Summary, find_regressions, recent_average
+from engine.storage import metrics
+from engine.storage.metrics import Regression, Summary, find_regressions
 from engine.storage.recording import ChatRecorder, stats_from_dict
 from engine.storage.store import MessageRecord
 
@@ -39,73 +43,91 @@ def _turn(record: MessageRecord) -> Turn:
     )
 
 
-class SessionHistory:
-    # Provided by ChatSession.
-    recorder: ChatRecorder | None
-    turns: list[Turn]
-    settings: Settings
-    mode: str
-    model_dir: str | None
-    _info: BackendInfo | None
-    active: ReplyStarted | None
-    last_stats: MessageStats | None
-    regressions: list[Regression]
+class ChatHistory:
+    """The session's store and metrics log, through its recorder (None: nothing is saved)."""
 
-    def new_chat(self) -> None: ...  # ChatSession's: clears the turns, and the recorder's open chat
-
-    def _recount_context(self, from_start: bool = False) -> None: ...  # ChatSession's: the context figure
+    def __init__(self, recorder: ChatRecorder | None) -> None:
+        self.recorder = recorder
+        self.regressions: list[Regression] = []  # from the metrics log; the status bar warns while non-empty
+        self._acceptance_seeds: dict[str, tuple[float, ...]] = {}  # per preset, from the metrics log
 
     # --- saving (the store and the metrics log; nothing here when the session does not save) -----------------
 
-    def _record_user(self, turn: Turn) -> None:
+    def record_user(
+        self, turns: list[Turn], *, model: str | None, draft: str, system_prompt: str | None, mode: str
+    ) -> None:
+        """Save the last of `turns`, a new user message, under the newest turn before it that has a row."""
         if self.recorder is None:
             return
-        parent = next((t.message_id for t in reversed(self.turns[:-1]) if t.message_id is not None), None)
+        turn = turns[-1]
+        parent = next((t.message_id for t in reversed(turns[:-1]) if t.message_id is not None), None)
         turn.message_id = self.recorder.user_message(
-            turn.content,
-            parent,
-            model=self.model_dir or (self._info.model if self._info else None),
-            draft=self.settings.draft,
-            system_prompt=self.settings.system_prompt,
-            mode=self.mode,
+            turn.content, parent, model=model, draft=draft, system_prompt=system_prompt, mode=mode
         )
 
-    def _record_reply_started(self, started: ReplyStarted, temperature: float) -> int | None:
-        """The reply's row, written as it starts. `temperature` is the preset's (a ramp's start is only where it
-        begins): all a reply interrupted by a killed process will say of its sampling."""
-        if self.recorder is None or not self.turns:
+    def record_reply_started(
+        self, turns: list[Turn], started: ReplyStarted, temperature: float
+    ) -> int | None:
+        """The reply's row, written as it starts (under the last of `turns`). `temperature` is the preset's (a
+        ramp's start is only where it begins): all a reply interrupted by a killed process will say of its
+        sampling."""
+        if self.recorder is None or not turns:
             return None
         return self.recorder.reply_started(
-            self.turns[-1].message_id, started.preset, started.num_draft_tokens, temperature
+            turns[-1].message_id, started.preset, started.num_draft_tokens, temperature
         )
 
-    def _record_reply_end(
-        self, reply_id: int | None, text: str, stats: MessageStats, origins: list[int] | None = None
+    def record_reply_end(
+        self,
+        reply_id: int | None,
+        text: str,
+        stats: MessageStats,
+        origins: list[int] | None,
+        info: BackendInfo | None,
+        model_dir: str | None,
     ) -> None:
+        """The reply's row finished; a reply not cancelled goes to the metrics log too (then the regression rule)."""
         if self.recorder is None:
             return
         self.recorder.reply_ended(reply_id, text, stats.stop_reason, stats, origins=origins)
-        if stats.stop_reason != "cancelled" and self._info is not None:
-            self.recorder.log_reply(stats, self._info, self.model_dir, reply_id)
+        if stats.stop_reason != "cancelled" and info is not None:
+            self.recorder.log_reply(stats, info, model_dir, reply_id)
             self.check_regressions()
+
+    def reply_progress(self, reply_id: int | None, text: Callable[[], str]) -> None:
+        if self.recorder is not None:
+            self.recorder.reply_progress(reply_id, text)
+
+    def reply_failed(self, reply_id: int | None, partial: str, message: str) -> None:
+        if self.recorder is not None:
+            self.recorder.reply_ended(reply_id, partial, "error", error=message)
+
+    def discard(self, message_id: int | None) -> None:
+        """Remove a row that should not stay (a message taken back, a reply that produced nothing)."""
+        if self.recorder is not None:
+            self.recorder.discard(message_id)
+
+    def chat_settings_changed(self, **values: str | None) -> None:
+        if self.recorder is not None:
+            self.recorder.chat_settings_changed(**values)
 
     def take_notices(self) -> list[str]:
         """Storage problems to tell the user (a damaged database moved aside, a full disk ...), each once."""
         return self.recorder.take_notices() if self.recorder is not None else []
 
-    def open_chat(self, chat_id: int) -> list[Turn]:
-        """Continue a stored chat: its visible conversation becomes this session's turns."""
+    def new_chat(self) -> None:
+        if self.recorder is not None:
+            self.recorder.new_chat()
+
+    def open_chat(self, chat_id: int, clear: Callable[[], None]) -> list[Turn]:
+        """A stored chat's visible conversation as turns; new messages go to it. `clear`: the session's new_chat,
+        run once the chat is read (a chat that is not there leaves the conversation as it was)."""
         if self.recorder is None:
             raise SpecchatError("this session does not keep a history")
         records = self.recorder.open_chat(chat_id)  # StoreError (no such chat), as it is
-        self.new_chat()
+        clear()
         self.recorder.chat_id = chat_id
-        self.turns = [_turn(r) for r in records if r.role in ("user", "assistant")]
-        # The status bar shows the last reply's figures, as it did when the chat was left, and the context
-        # this chat fills now (measured again at load when the model is not ready yet).
-        self.last_stats = next((t.stats for t in reversed(self.turns) if t.stats is not None), None)
-        self._recount_context()
-        return self.turns
+        return [_turn(r) for r in records if r.role in ("user", "assistant")]
 
     @property
     def chat_id(self) -> int | None:
@@ -114,7 +136,7 @@ class SessionHistory:
     def last_chat_id(self) -> int | None:
         return self.recorder.last_chat_id() if self.recorder is not None else None
 
-    # --- the history, for the UI (the store is reached through the session) ---------------------------------
+    # --- stored chats, for the UI ------------------------------------------------------------------------------
 
     def _store(self):
         if self.recorder is None:
@@ -128,12 +150,12 @@ class SessionHistory:
     def rename_chat(self, chat_id: int, title: str) -> None:
         self._store().rename_chat(chat_id, title)
 
-    def delete_chat(self, chat_id: int) -> None:
-        """Delete a stored chat; deleting the open one leaves its turns on screen, unsaved from here on."""
+    def delete_chat(self, chat_id: int, turns: list[Turn]) -> None:
+        """Delete a stored chat; deleting the open one leaves `turns` (its turns) unsaved from here on."""
         self._store().delete_chat(chat_id)
         if self.recorder is not None and self.recorder.chat_id == chat_id:
             self.recorder.new_chat()
-            for turn in self.turns:
+            for turn in turns:
                 turn.message_id = None
 
     def export_chat(self, chat_id: int, fmt: str = "md", stats_line: Callable | None = None) -> bytes:
@@ -146,63 +168,6 @@ class SessionHistory:
             return export_json(chat, messages)
         return export_markdown(chat, messages, stats_line).encode("utf-8")
 
-    # --- regenerated variants of the last reply -------------------------------------------------------------
-
-    def variants(self) -> tuple[int, int]:
-        """(position, count) of the last reply among its regenerated variants, oldest first; (0, 0) if none."""
-        if self.recorder is None or not self.turns or self.turns[-1].role != "assistant":
-            return (0, 0)
-        message_id = self.turns[-1].message_id
-        if message_id is None:
-            return (0, 0)
-        ids = [m.id for m in self.recorder.variants(message_id)]
-        return (ids.index(message_id) + 1, len(ids)) if message_id in ids else (0, 0)
-
-    def show_variant(self, step: int) -> Turn | None:
-        """Page the last reply to an older (-1) or newer (+1) variant; the conversation goes on from it."""
-        position, count = self.variants()
-        target = position + step
-        if not count or not 1 <= target <= count or self.active is not None:
-            return None
-        assert self.recorder is not None and self.turns[-1].message_id is not None
-        record = self.recorder.variants(self.turns[-1].message_id)[target - 1]
-        turn = _turn(record)
-        self.turns[-1] = turn
-        self.last_stats = turn.stats
-        self._recount_context()
-        return turn
-
-    # --- branches: an edited message, a regenerated reply, another window's message (siblings in the store) -----
-
-    def branches(self, index: int) -> tuple[int, int]:
-        """(position, count) of turn `index` among its alternatives (same parent and role), oldest first."""
-        if self.recorder is None or not 0 <= index < len(self.turns):
-            return (0, 0)
-        message_id = self.turns[index].message_id
-        if message_id is None:
-            return (0, 0)
-        ids = [m.id for m in self.recorder.variants(message_id)]
-        return (ids.index(message_id) + 1, len(ids)) if message_id in ids else (0, 0)
-
-    def show_branch(self, index: int, step: int) -> list[Turn] | None:
-        """Page turn `index` to an older (-1) or newer (+1) alternative: the turns from `index` on become that
-        branch as it was last continued (returned); the conversation goes on from it."""
-        position, count = self.branches(index)
-        target = position + step
-        if not count or not 1 <= target <= count or self.active is not None:
-            return None
-        assert self.recorder is not None and self.turns[index].message_id is not None
-        record = self.recorder.variants(self.turns[index].message_id)[target - 1]
-        branch = [
-            _turn(r) for r in self.recorder.newest_path_from(record.id) if r.role in ("user", "assistant")
-        ]
-        if not branch:
-            return None
-        self.turns[index:] = branch
-        self.last_stats = next((t.stats for t in reversed(self.turns) if t.stats is not None), None)
-        self._recount_context(from_start=True)  # another branch: what fits is measured afresh
-        return branch
-
     @property
     def memory_only(self) -> bool:
         """True while this chat is not being saved (the disk refused a write, the folder is not writable)."""
@@ -212,7 +177,51 @@ class SessionHistory:
         """How many other specchat windows have this chat open (their messages become sibling branches)."""
         return self.recorder.others_open() if self.recorder is not None else 0
 
-    # --- the metrics log, for the UI -------------------------------------------------------------------------
+    # --- alternatives: regenerated variants, edited messages, another window's message (siblings in the store) --
+
+    def branches(self, turns: list[Turn], index: int) -> tuple[int, int]:
+        """(position, count) of turn `index` among its alternatives (same parent and role), oldest first."""
+        if self.recorder is None or not 0 <= index < len(turns):
+            return (0, 0)
+        message_id = turns[index].message_id
+        if message_id is None:
+            return (0, 0)
+        ids = [m.id for m in self.recorder.variants(message_id)]
+        return (ids.index(message_id) + 1, len(ids)) if message_id in ids else (0, 0)
+
+    def variants(self, turns: list[Turn]) -> tuple[int, int]:
+        """(position, count) of the last reply among its regenerated variants, oldest first; (0, 0) if none."""
+        if not turns or turns[-1].role != "assistant":
+            return (0, 0)
+        return self.branches(turns, len(turns) - 1)
+
+    def _alternative(self, turns: list[Turn], index: int, step: int) -> MessageRecord | None:
+        position, count = self.branches(turns, index)
+        target = position + step
+        if not count or not 1 <= target <= count:
+            return None
+        assert self.recorder is not None and turns[index].message_id is not None
+        return self.recorder.variants(turns[index].message_id)[target - 1]
+
+    def variant(self, turns: list[Turn], step: int) -> Turn | None:
+        """The last reply's older (-1) or newer (+1) variant; None where there is none."""
+        if not turns or turns[-1].role != "assistant":
+            return None
+        record = self._alternative(turns, len(turns) - 1, step)
+        return _turn(record) if record is not None else None
+
+    def branch(self, turns: list[Turn], index: int, step: int) -> list[Turn] | None:
+        """Turn `index`'s older (-1) or newer (+1) alternative and what follows it as that branch was last
+        continued; None where there is none."""
+        record = self._alternative(turns, index, step)
+        if record is None:
+            return None
+        assert self.recorder is not None
+        return [
+            _turn(r) for r in self.recorder.newest_path_from(record.id) if r.role in ("user", "assistant")
+        ]
+
+    # --- the metrics log ---------------------------------------------------------------------------------------
 
     def check_regressions(self) -> list[Regression]:
         """Apply the regression rule to the metrics log (after each logged reply, and at load)."""
@@ -227,7 +236,33 @@ class SessionHistory:
         shows a reply beside it, so the average must come from the same model and engine."""
         if self.recorder is None:
             return None
-        return recent_average(self.recorder.recent_metrics(), preset, model=model, backend=backend)
+        return metrics.recent_average(self.recorder.recent_metrics(), preset, model=model, backend=backend)
 
     def metrics_rows(self) -> list[dict[str, Any]]:
         return self.recorder.recent_metrics() if self.recorder is not None else []
+
+    def acceptance_seed(self, preset: str, info: BackendInfo | None, settings: Settings) -> tuple[float, ...]:
+        """Per-position acceptance of the preset's recent logged replies on `info`'s model (adaptive K's start);
+        read once per preset, from the metrics log in `settings`' data folder where nothing is saved."""
+        if preset not in self._acceptance_seeds:
+            rows: list[dict[str, Any]] = []
+            if info is not None:
+                if self.recorder is not None:
+                    rows = self.recorder.recent_metrics()
+                else:
+                    try:
+                        rows = metrics.read(data_dir(settings) / metrics.METRICS_NAME)
+                    except OSError:
+                        rows = []
+            self._acceptance_seeds[preset] = (
+                metrics.acceptance_seed(
+                    rows,
+                    preset,
+                    model=info.model,
+                    draft=info.draft_model or info.draft_mode,
+                    backend=info.backend,
+                )
+                if info is not None
+                else ()
+            )
+        return self._acceptance_seeds[preset]

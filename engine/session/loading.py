@@ -4,13 +4,14 @@ engine chosen, built and loaded; where a bad model path came from; a model or dr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from engine.backends.base import Backend
 from engine.config import Settings, env_name
-from engine.errors import UserError
+from engine.errors import SpecchatError, UserError
 from engine.events import BackendInfo
 
 ProgressCallback = Callable[[str, float | None], None]
@@ -33,15 +34,31 @@ def fetch_model_files(settings: Settings, progress: ProgressCallback | None = No
     return settings
 
 
+@dataclasses.dataclass
+class Replacement:
+    """A model loaded to take over a chat: its backend, why that engine, its info, the chat's settings with the new
+    model and draft, and the model folder as loaded (the embedded model's cache folder where none was set)."""
+
+    backend: Backend
+    reason: str
+    info: BackendInfo
+    settings: Settings
+    model_dir: str
+
+
 def load_replacement(
-    settings: Settings, progress: ProgressCallback | None = None
-) -> tuple[Backend, str, BackendInfo, Settings]:
-    """A new backend for `settings` (model None: the embedded model, fetched and converted on its first use),
-    loaded: (backend, why that engine, its info, the settings it loaded). A backend that fails half-loaded is
-    closed (what it holds is freed) before the failure goes on."""
+    settings: Settings, model: str | Path | None, draft: str, progress: ProgressCallback | None = None
+) -> Replacement:
+    """A new backend for `settings` with `model` (None: the embedded model, fetched and converted on its first use)
+    and `draft`, loaded. Any failure is a UserError in one line (out of memory too); a backend that fails
+    half-loaded is closed (what it holds is freed) before the failure goes on."""
     from engine.backends.select import create_backend
+    from engine.models import check_draft_choice, check_model_path
     from engine.models.named import ensure_named_files
 
+    model_path = check_model_path(model) if model not in (None, "") else None
+    draft = check_draft_choice(draft)
+    settings = settings.model_copy(update={"model": model_path, "draft": draft})
     backend: Backend | None = None
     try:
         loading = settings
@@ -53,12 +70,34 @@ def load_replacement(
         backend, reason = create_backend(loading, progress)
         backend.load(progress)
         info = backend.info
-    except (UserError, MemoryError):
+    except (UserError, MemoryError) as exc:
         if backend is not None:
             with contextlib.suppress(Exception):  # half-loaded: free what it holds
                 backend.close()
+        if isinstance(exc, MemoryError):
+            raise SpecchatError(
+                "out of memory loading the new model: the current one stays loaded; "
+                "try a smaller model or lower max_context"
+            ) from exc
         raise
-    return backend, reason, info, loading
+    return Replacement(backend, reason, info, settings, str(loading.model))
+
+
+@contextlib.contextmanager
+def load_errors(settings: Settings) -> Iterator[None]:
+    """Loading `settings`' model: a bad path says where it came from (the error keeps its type and title), out of
+    memory is a one-line error."""
+    try:
+        yield
+    except UserError as exc:
+        source = model_source(settings)
+        if source:
+            exc.args = (source + str(exc), *exc.args[1:])
+        raise
+    except MemoryError as exc:
+        raise SpecchatError(
+            "out of memory loading the model: lower max_context or use a smaller model"
+        ) from exc
 
 
 def model_source(settings: Settings) -> str:
