@@ -85,7 +85,7 @@ class VariantFigures:
         return sum(d for d, _ in pairs) / sum(t for _, t in pairs)
 
 
-def _ours(backend, prompt_ids: list[int], k: int, mode: str, max_new: int):
+def _ours(backend, prompt_ids: list[int], k: int, mode: str, max_new: int, key: str):
     request = GenerationRequest(
         prompt_ids=tuple(prompt_ids),
         sampler=SamplerSettings(temperature=0.0),
@@ -94,7 +94,7 @@ def _ours(backend, prompt_ids: list[int], k: int, mode: str, max_new: int):
         drafting=k > 0,
         seed=0,
         k_mode=mode,
-        tuning_key="bench-pair",
+        tuning_key=key,
     )
     ids: list[int] = []
     rounds: list[tuple[int, int]] = []
@@ -193,7 +193,12 @@ def run_pair_bench(
                         backend = drafted if "draft" in name else plain
                         ask = 0 if name == "ours-plain" else fixed_k if name == "ours-draft-fixed" else k
                         mode = "fixed" if name == "ours-draft-fixed" else "adaptive"
-                        ids, tokens, seconds, rounds, done = _ours(backend, prompt_ids, ask, mode, max_new)
+                        # Adaptive K learns per preset, as in the chat (one tuner per preset); the fixed-K
+                        # run keeps its own, so its rounds never teach the adaptive one.
+                        key = f"bench-pair-{item['category']}" + ("-fixed" if mode == "fixed" else "")
+                        ids, tokens, seconds, rounds, done = _ours(
+                            backend, prompt_ids, ask, mode, max_new, key
+                        )
                         outputs[name] = ids
                         if rep == 0:
                             fig = figures[name]
