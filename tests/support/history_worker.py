@@ -1,4 +1,5 @@
-"""A real specchat chat process for the store's fault tests (run by tests/test_history_processes.py).
+"""A real specchat chat process for the store's fault tests (run by
+tests/engine/storage/test_store_across_processes.py).
 
     python -m tests.support.history_worker DATA_DIR MODE [COUNT]
 

@@ -1,4 +1,5 @@
-"""Shared helpers for the TUI tests: build the real app on a scripted backend and poll it."""
+"""Shared helpers for the TUI tests: build the real app on a scripted backend and poll it, feed it raw terminal
+bytes, set fields in its settings dialog, and the status bar's figures at full width."""
 
 from __future__ import annotations
 
@@ -6,11 +7,16 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from textual import events
+from textual._xterm_parser import XTermParser
 from textual.pilot import Pilot
+from textual.widgets import Input, TextArea
 
 from engine.backends.scripted import ScriptedBackend
 from engine.config import Settings
 from tui.app import SpecchatApp
+from tui.screens.settings import SettingsScreen
+from tui.widgets.status_bar import StatusFigures
 
 SIZE = (120, 36)
 
@@ -60,3 +66,47 @@ def plain(widget) -> str:
     console = Console(width=200, record=True, color_system=None, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(content)
     return console.export_text()
+
+
+def app_parser() -> XTermParser:
+    """The parser the app's terminal driver reads with (Textual's own where the app does not choose one)."""
+    return getattr(make_app().driver_class, "parser_class", XTermParser)()
+
+
+def parse(raw: bytes, *splits: int) -> list[events.Event]:
+    """The raw bytes through the app's parser, read in pieces cut at `splits` (as reads from the terminal are)."""
+    text = raw.decode("utf-8")
+    cuts = [0, *splits, len(text)]
+    parser = app_parser()
+    messages = []
+    for start, end in zip(cuts, cuts[1:], strict=False):
+        if text[start:end]:
+            messages += list(parser.feed(text[start:end]))
+    return messages
+
+
+async def apply_settings(pilot, **fields: str) -> SettingsScreen:
+    """Open F12, set the given inputs (model, draft, system-prompt), press ctrl+s."""
+    app = pilot.app
+    await pilot.press("f12")
+    await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen))
+    screen = app.screen
+    for field, value in fields.items():
+        if field == "system_prompt":
+            screen.query_one("#settings-system-prompt", TextArea).text = value
+        else:
+            screen.query_one(f"#settings-{field}", Input).value = value
+    await pilot.press("ctrl+s")
+    await pilot.pause(0.1)
+    return screen
+
+
+def wide_figures(**changes) -> StatusFigures:
+    """The status bar's figures with every field set (wide enough to need dropping at 80 columns)."""
+    base = dict(
+        state="idle", preset="auto → creative", k=3, temperature=0.9, acceptance=0.45, measured_drafting=True,
+        spark=(0.5, 1.0), tau=2.1, tokens_per_s=12.3, ttft_s=0.41, context_used=1234, max_context=4096,
+        cache_mode="q8", backend="transformers", device="cpu",
+    )  # fmt: skip
+    base.update(changes)
+    return StatusFigures(**base)

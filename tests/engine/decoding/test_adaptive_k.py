@@ -16,9 +16,10 @@ Mutations tried (each turned the named test red, then was reverted):
 - `NgramDrafter` fixed mode using the cost model: `test_fixed_ngram_drafts_k_wherever_a_match_is_found`.
 - `expected_tokens` from a flat 0.7 instead of the estimates: five of the pure tests.
 - `acceptance_seed` without the backend filter: `test_acceptance_seed_from_the_metrics_log`.
-Elsewhere (tests/engine/backends/exllamav2/test_backend.py, test_tui_units.py, test_session.py): the exl2 probe never due, its K-0
-rounds not counted, its rounds not recorded; the `K 5→3` text dropped; the live K as the last round's instead of
-the median; the session sending `k_mode="fixed"` — each turned its test red.
+Elsewhere (tests/engine/backends/exllamav2/test_backend.py, tests/tui/test_pure_parts.py,
+tests/engine/session/test_chat_session.py): the exl2 probe never due, its K-0 rounds not counted, its rounds not
+recorded; the `K 5→3` text dropped; the live K as the last round's instead of the median; the session sending
+`k_mode="fixed"` — each turned its test red.
 """
 
 from __future__ import annotations

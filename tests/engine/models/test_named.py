@@ -118,16 +118,16 @@ def test_names_work_as_model_and_draft_settings(tmp_path, monkeypatch):
 
 
 def test_the_status_bar_names_the_draft_model_and_keeps_it_at_80_columns():
-    from tests.test_tui_units import _wide_figures
+    from tests.support.tui import wide_figures
     from tui.widgets.status_bar import draft_label, render_status
 
     assert draft_label("Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf") == "qwen2.5-coder-0.5b"
     assert draft_label("my-draft.gguf") == "my-draft"
     assert draft_label("a-very-long-draft-model-file-name.gguf") == "a-very-long-draft-model…"
-    fig = _wide_figures(draft_model="qwen2.5-coder-0.5b")
+    fig = wide_figures(draft_model="qwen2.5-coder-0.5b")
     assert "│ K 3 │ draft qwen2.5-coder-0.5b │" in render_status(fig).plain
     assert "draft qwen2.5-coder-0.5b" in render_status(fig, width=80).plain
-    assert "draft" not in render_status(_wide_figures()).plain  # n-gram: nothing more on the bar
+    assert "draft" not in render_status(wide_figures()).plain  # n-gram: nothing more on the bar
 
 
 def test_fetch_and_paths_on_the_command_line(tmp_path, monkeypatch, capsys):

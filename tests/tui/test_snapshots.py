@@ -1,6 +1,6 @@
 """Snapshots of the main screen, help and the inspector, at 110x34 and at 80x24 (scripted backend, frozen timings).
 
-Regenerate after an intended visual change with `pytest tests/test_tui_snapshots.py --snapshot-update`
+Regenerate after an intended visual change with `pytest tests/tui/test_snapshots.py --snapshot-update`
 and look at the report before committing.
 """
 

@@ -161,7 +161,7 @@ def write_regressed_log(data_dir: Path) -> None:
     import time
 
     from engine.storage import metrics
-    from tests.test_metrics import baseline_rows, recent_rows
+    from tests.support.metrics_rows import baseline_rows, recent_rows
 
     shift = time.time() - 1_800_000_000.0  # the synthetic series ends now
     for row in baseline_rows(acceptance=0.7) + recent_rows(acceptance=0.5):

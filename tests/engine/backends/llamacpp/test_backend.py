@@ -6,7 +6,6 @@ Skipped where llama-cpp-python is not installed (`make install` builds it; a fai
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ import pytest
 import torch
 
 from tests.support.drafting import FreeVerify
+from tests.support.replies import Reply, generate
 
 pytest.importorskip("llama_cpp")
 
@@ -29,7 +29,7 @@ from engine.backends.llamacpp import (  # noqa: E402
 )
 from engine.decoding.drafters.ngram import LONG_DRAFT_MAX  # noqa: E402
 from engine.errors import BackendError
-from engine.events import Chunk, Done  # noqa: E402
+from engine.events import Done  # noqa: E402
 from engine.request import GenerationRequest, SamplerSettings  # noqa: E402
 
 # The reply repeats its own lines ('echo', loop syntax), so the n-gram drafter finds matches: measured, this
@@ -38,51 +38,6 @@ REPEAT_PROMPT = "Write a bash script that prints the numbers 1 to 10, then expla
 PALINDROME_PROMPT = (
     "Write a Python function that checks whether a string is a palindrome, then show how to call it."
 )
-
-
-@dataclass
-class Reply:
-    chunks: list[Chunk]
-    done: Done
-
-    @property
-    def tokens(self) -> list[int]:
-        return [t for c in self.chunks for t in c.token_ids]
-
-    @property
-    def text(self) -> str:
-        return "".join(c.text for c in self.chunks)
-
-    @property
-    def drafted(self) -> int:
-        return sum(c.drafted for c in self.chunks)
-
-    @property
-    def accepted(self) -> int:
-        return sum(c.accepted for c in self.chunks)
-
-
-def generate(backend, prompt_ids, k=0, max_new=48, seed=0, cancel_after=None, **sampler) -> Reply:
-    request = GenerationRequest(
-        prompt_ids=tuple(prompt_ids),
-        sampler=SamplerSettings(**sampler),
-        max_new_tokens=max_new,
-        num_draft_tokens=k,
-        drafting=k > 0,
-        seed=seed,
-    )
-    cancel = threading.Event()
-    chunks: list[Chunk] = []
-    done: list[Done] = []
-    for event in backend.generate(request, cancel):
-        if isinstance(event, Chunk):
-            chunks.append(event)
-            if cancel_after is not None and len(chunks) >= cancel_after:
-                cancel.set()
-        else:
-            done.append(event)
-    assert len(done) == 1, "exactly one Done ends every generation"
-    return Reply(chunks, done[0])
 
 
 def chat(backend, text: str) -> list[int]:

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.tui import SIZE, make_app, wait_until
-from tests.test_tui_input import parse
+from tests.support.tui import SIZE, make_app, parse, wait_until
 from tui.commands import SpecchatCommands
 from tui.prompt_draft import draft_path
 

@@ -8,9 +8,8 @@ became Enter: the prompt was sent, the rest lost), and the prompt dropped a type
 from __future__ import annotations
 
 from textual import events
-from textual._xterm_parser import XTermParser
 
-from tests.support.tui import SIZE, make_app, wait_until
+from tests.support.tui import SIZE, make_app, parse, wait_until
 from tui.widgets.prompt import strip_escape_sequences
 
 # What `printf 'first line\nsecond \x1b[1mbold\x1b[0m end\nthird line'` pasted into tmux (paste-buffer -p) sends:
@@ -18,23 +17,6 @@ from tui.widgets.prompt import strip_escape_sequences
 PASTED = "first line\rsecond \x1b[1mbold\x1b[0m end\rthird line"
 BRACKETED = b"\x1b[200~" + PASTED.encode() + b"\x1b[201~"
 FAMILY = "👩\u200d👩\u200d👧\u200d👦"
-
-
-def app_parser() -> XTermParser:
-    """The parser the app's terminal driver reads with (Textual's own where the app does not choose one)."""
-    return getattr(make_app().driver_class, "parser_class", XTermParser)()
-
-
-def parse(raw: bytes, *splits: int) -> list[events.Event]:
-    """The raw bytes through the app's parser, read in pieces cut at `splits` (as reads from the terminal are)."""
-    text = raw.decode("utf-8")
-    cuts = [0, *splits, len(text)]
-    parser = app_parser()
-    messages = []
-    for start, end in zip(cuts, cuts[1:], strict=False):
-        if text[start:end]:
-            messages += list(parser.feed(text[start:end]))
-    return messages
 
 
 def test_a_paste_with_escape_sequences_is_one_paste_event_in_order():

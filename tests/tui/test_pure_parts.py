@@ -1,14 +1,11 @@
-"""Pure parts of the TUI and the scripted backend: origin splitting, buffering, formatting, keymap checks."""
+"""Pure parts of the TUI: origin splitting, buffering, formatting, keymap checks, the status bar and the inspector."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
-from engine.backends.scripted import ScriptedBackend, SteppingClock, scripted_words
 from engine.events import Chunk, Done, MessageStats
-from engine.request import GenerationRequest, SamplerSettings
+from tests.support.tui import wide_figures
 from tui.formatting import bar, percent, sparkline, stats_line
 from tui.keymap import check_keymap, key_for
 from tui.streaming import RENDER_INTERVAL_S, RenderPace, ReplyBuffer, merge_runs, split_chunk_by_origin
@@ -156,47 +153,8 @@ def test_keymap_check_and_lookup():
     assert key_for("preset.code", {}) == "f2" and key_for("preset.code", {"preset.code": "f9"}) == "f9"
 
 
-def test_scripted_backend_rounds_follow_the_pattern_and_round_trip_text():
-    clock = SteppingClock(step=0.5)
-    backend = ScriptedBackend(replies=["one two three four five six"], accept_pattern=(2, 0, 9), clock=clock)
-    backend.load()
-    prompt = backend.encode_chat([{"role": "user", "content": "hi"}])
-    assert backend.decode(prompt) == "<user>\nhi\n<assistant>\n"
-    request = GenerationRequest(
-        tuple(prompt), SamplerSettings(temperature=0.5), max_new_tokens=100, num_draft_tokens=3
-    )
-    events = list(backend.generate(request, threading.Event()))
-    chunks, done = events[:-1], events[-1]
-    assert [c.accepted for c in chunks] == [2, 0, 1]  # the last round is cut to the tokens left
-    assert [c.origins for c in chunks][0] == (True, True, False)
-    assert "".join(c.text for c in chunks) == "one two three four five six"
-    assert isinstance(done, Done) and done.stop_reason == "end_of_turn"
-    assert [c.t for c in chunks] == [1001.0, 1001.5, 1002.0]  # the first reading is the start
-
-
-def test_scripted_backend_cancel_and_words():
-    backend = ScriptedBackend(replies=[scripted_words(50)])
-    backend.load()
-    cancel = threading.Event()
-    cancel.set()
-    request = GenerationRequest((1,), SamplerSettings(), max_new_tokens=100, num_draft_tokens=2)
-    events = list(backend.generate(request, cancel))
-    assert len(events) == 1 and events[0].stop_reason == "cancelled"
-    assert len(backend.encode(scripted_words(50))) == 50
-
-
-def _wide_figures(**changes) -> StatusFigures:
-    base = dict(
-        state="idle", preset="auto → creative", k=3, temperature=0.9, acceptance=0.45, measured_drafting=True,
-        spark=(0.5, 1.0), tau=2.1, tokens_per_s=12.3, ttft_s=0.41, context_used=1234, max_context=4096,
-        cache_mode="q8", backend="transformers", device="cpu",
-    )  # fmt: skip
-    base.update(changes)
-    return StatusFigures(**base)
-
-
 def test_status_bar_drops_whole_fields_by_priority():
-    fig = _wide_figures()
+    fig = wide_figures()
     full = render_status(fig).plain
     assert full == (
         "○ auto → creative │ K 3 │ T 0.90 │ accept 45% ▅█ │ τ 2.10 │ 12.3 tok/s │ ttft 410 ms │ ctx 1234/4096 │ kv q8"
@@ -246,15 +204,15 @@ def test_key_display_reads_like_keys():
 
 
 def test_status_bar_shows_where_adaptive_k_moved():
-    fig = _wide_figures(k=5, k_now=3)
+    fig = wide_figures(k=5, k_now=3)
     assert "K 5→3" in render_status(fig).plain
-    assert "K 5 │" in render_status(_wide_figures(k=5, k_now=5)).plain
-    assert "K off" in render_status(_wide_figures(k=5, k_now=3, drafting=False)).plain
+    assert "K 5 │" in render_status(wide_figures(k=5, k_now=5)).plain
+    assert "K off" in render_status(wide_figures(k=5, k_now=3, drafting=False)).plain
 
 
 def test_live_k_is_the_median_of_the_recent_rounds_and_the_stats_keep_every_round():
     from engine.decoding.acceptance import AcceptanceAccounting
-    from engine.events import Chunk, Done
+    from engine.events import Chunk
 
     accounting = AcceptanceAccounting(t_start=0.0)
     for i, k in enumerate([5, 5, 4, 3, 3, 3, 0, 3, 3, 2]):

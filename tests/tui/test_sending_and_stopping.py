@@ -1,0 +1,167 @@
+"""Sending and stopping in the real app under Pilot at 80x24: a message sent while the model loads waits for it
+(and comes back to the prompt when the load fails or esc takes it back), regenerate or esc before the first
+token keeps what was there, the prompt's ctrl+e / ctrl+y while it holds text, a reply cut by max_new_tokens
+marked truncated, and the context figure after an edited message is resent.
+
+The test names keep the numbers of the problems issue 9 listed.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import pytest
+
+from engine.backends.scripted import ScriptedBackend
+from engine.config import Settings
+from engine.presets import Preset
+from engine.session import ChatSession
+from tests.support.tui import make_app, plain, send, status, wait_ready, wait_until
+from tui.app import SpecchatApp
+from tui.widgets.message import UserMessage
+
+SMALL = (80, 24)
+
+
+@pytest.fixture(autouse=True)
+def isolated_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("SPECCHAT_CONFIG_FILE", raising=False)
+    monkeypatch.delenv("SPECCHAT_MODEL", raising=False)
+
+
+async def test_1_enter_while_loading_queues_the_message_and_sends_it_when_ready():
+    app = make_app(ScriptedBackend(replies=["Paris."], load_delay_s=1.0))
+    async with app.run_test(size=SMALL) as pilot:
+        assert app.state == "loading"
+        await send(pilot, "Capital of France?", wait=False)
+        waiting = app.chat.chat_log.messages()
+        assert len(waiting) == 1 and isinstance(waiting[0], UserMessage)
+        assert "waiting" in plain(waiting[0].query_one(".role"))
+        assert app.chat.prompt.text == ""
+        assert not any("not ready" in n.message for n in app._notifications)
+        await wait_until(pilot, lambda: len(app.session.turns) == 2 and not app.chat.generating, timeout=15)
+        assert [t.content for t in app.session.turns] == ["Capital of France?", "Paris."]
+        assert "waiting" not in plain(waiting[0].query_one(".role"))
+
+
+async def test_1_a_waiting_message_goes_back_to_the_prompt_if_the_load_fails():
+    app = make_app(ScriptedBackend(load_error="model folder /nope does not exist", load_delay_s=0.6))
+    async with app.run_test(size=SMALL) as pilot:
+        await send(pilot, "Are you there?", wait=False)
+        await wait_until(pilot, lambda: app.state == "failed")
+        await pilot.pause(0.1)
+        assert not app.chat.chat_log.messages()
+        assert app.chat.prompt.text == "Are you there?"
+
+
+async def test_1_escape_takes_a_waiting_message_back_to_the_prompt():
+    app = make_app(ScriptedBackend(load_delay_s=1.0))
+    async with app.run_test(size=SMALL) as pilot:
+        await send(pilot, "never mind", wait=False)
+        assert app.chat.chat_log.messages()
+        await pilot.press("escape")
+        assert not app.chat.chat_log.messages() and app.chat.prompt.text == "never mind"
+        await wait_ready(pilot)
+        await pilot.pause(0.2)
+        assert app.session.turns == [] and not app.chat.generating
+
+
+async def test_8_regenerate_stopped_before_the_first_token_keeps_the_old_reply():
+    gate = threading.Event()
+    gate.set()
+    app = make_app(ScriptedBackend(replies=["first answer", "second answer", "second answer"], gate=gate))
+    async with app.run_test(size=SMALL) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "question")
+        gate.clear()
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: app.session.active is not None)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not app.chat.generating)
+        assert [(t.role, t.content) for t in app.session.turns] == [
+            ("user", "question"),
+            ("assistant", "first answer"),
+        ]
+        shown = [r.text for r in app.chat.chat_log.replies() if r.display]
+        assert shown == ["first answer"]
+        assert app.chat.prompt.text == ""
+        gate.set()
+        await pilot.press("ctrl+r")
+        await wait_until(
+            pilot, lambda: not app.chat.generating and app.session.turns[-1].content != "first answer"
+        )
+        assert [t.content for t in app.session.turns] == ["question", "second answer"]
+        assert [r.text for r in app.chat.chat_log.replies()] == ["second answer"]
+
+
+async def test_9_escape_during_prefill_stops_at_once_and_gives_the_prompt_back():
+    app = make_app(ScriptedBackend(prefill_s=30.0))
+    async with app.run_test(size=SMALL) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "A long question", wait=False)
+        await wait_until(pilot, lambda: app.session.active is not None)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not app.chat.generating, timeout=3)
+        assert app.chat.prompt.text == "A long question"
+        assert app.session.turns == [] and not app.chat.chat_log.messages()
+
+
+def test_9_a_cancel_before_the_reply_starts_never_reaches_the_backend():
+    backend = ScriptedBackend()
+    session = ChatSession(Settings(), backend=backend)
+    session.load()
+    cancel = threading.Event()
+    cancel.set()
+    result = session.send("hello", lambda _e: None, cancel)
+    assert result.cancelled and result.text == ""
+    assert backend.requests == [] and session.turns == []
+
+
+async def test_12_ctrl_e_and_ctrl_y_edit_the_prompt_while_it_holds_text():
+    app = make_app(ScriptedBackend(replies=["an answer"]))
+    async with app.run_test(size=SMALL) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "question")
+        await pilot.press(*"hello world", "home", "ctrl+e")
+        assert app.chat.prompt.cursor_location == (0, len("hello world"))
+        assert app.chat.prompt.text == "hello world" and len(app.session.turns) == 2  # no "edit last"
+        await pilot.press("ctrl+z")
+        undone = app.chat.prompt.text
+        assert undone != "hello world"
+        app.copy_to_clipboard("untouched")
+        await pilot.press("ctrl+y")
+        assert app.chat.prompt.text == "hello world" and app.clipboard == "untouched"  # redo, no copy
+        # An empty prompt hands the keys to the app: copy the last reply, edit the last message.
+        app.chat.prompt.clear()
+        await pilot.press("ctrl+y")
+        assert app.clipboard == "an answer"
+        await pilot.press("ctrl+e")
+        # The message is being edited; the conversation stays as it was until the edit is sent (esc cancels).
+        assert app.chat.prompt.text == "question" and app.chat.editing == 0 and len(app.session.turns) == 2
+
+
+async def test_14_a_reply_cut_by_max_new_tokens_is_marked_truncated():
+    presets = {"short": Preset(name="short", k=2, temperature=0.0, max_new_tokens=5)}
+    session = ChatSession(Settings(preset="short"), backend=ScriptedBackend(), presets=presets)
+    app = SpecchatApp(Settings(preset="short"), session=session)
+    async with app.run_test(size=SMALL) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "tell me everything")
+        line = plain(app.chat.chat_log.replies()[-1].query_one(".stats"))
+        assert "truncated" in line
+
+
+async def test_14_ctx_is_updated_after_edit_last():
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "hello")
+        assert not re.search(r"ctx 0/", status(app))
+        used = re.search(r"ctx (\d+)/2048", status(app)).group(1)
+        # The edited message replaces the old exchange: resent as it was, the context counts it once.
+        await pilot.press("ctrl+e", "enter")
+        await wait_until(pilot, lambda: not app.chat.generating and app.chat.editing is None)
+        await wait_until(pilot, lambda: len(app.chat.chat_log.messages()) == 2)
+        assert re.search(r"ctx (\d+)/2048", status(app)).group(1) == used
