@@ -10,12 +10,10 @@ from engine.events import Chunk, Done
 from engine.request import GenerationRequest, SamplerSettings
 
 
-@dataclass
-class Reply:
-    """A reply's chunks and its one Done."""
+class ChunkTotals:
+    """What a reply's chunks add up to (`chunks`: given by the subclass)."""
 
     chunks: list[Chunk]
-    done: Done
 
     @property
     def tokens(self) -> list[int]:
@@ -32,6 +30,14 @@ class Reply:
     @property
     def accepted(self) -> int:
         return sum(c.accepted for c in self.chunks)
+
+
+@dataclass
+class Reply(ChunkTotals):
+    """A reply's chunks and its one Done."""
+
+    chunks: list[Chunk]
+    done: Done
 
 
 def generate(

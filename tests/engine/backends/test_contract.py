@@ -21,6 +21,7 @@ from engine.errors import BackendError
 from engine.events import Chunk, Done
 from engine.request import GenerationRequest
 from tests.support.contract_engines import ENGINES, SLOW, ContractEngine, build
+from tests.support.replies import ChunkTotals
 
 K = 4  # drafts a round where drafting is on
 
@@ -37,7 +38,7 @@ def engine(request: pytest.FixtureRequest) -> Iterator[ContractEngine]:
 
 
 @dataclass
-class Stream:
+class Stream(ChunkTotals):
     events: list[Chunk | Done]
     after_cancel: int = 0  # chunks that came after the cancel was set
 
@@ -48,22 +49,6 @@ class Stream:
     @property
     def done(self) -> Done:
         return self.events[-1]  # type: ignore[return-value]
-
-    @property
-    def tokens(self) -> list[int]:
-        return [t for c in self.chunks for t in c.token_ids]
-
-    @property
-    def text(self) -> str:
-        return "".join(c.text for c in self.chunks)
-
-    @property
-    def drafted(self) -> int:
-        return sum(c.drafted for c in self.chunks)
-
-    @property
-    def accepted(self) -> int:
-        return sum(c.accepted for c in self.chunks)
 
 
 def stream(
