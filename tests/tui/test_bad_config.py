@@ -14,18 +14,12 @@ from textual.widgets._footer import FooterKey
 from engine.backends.scripted import ScriptedBackend
 from engine.config import Settings
 from engine.session import ChatSession
+from tests.support.isolation import isolated_config  # noqa: F401 (autouse)
 from tests.support.tui import make_app, plain, send, status, wait_ready, wait_until
 from tui.app import SpecchatApp
 from tui.screens.error import ErrorScreen
 
 SMALL = (80, 24)
-
-
-@pytest.fixture(autouse=True)
-def isolated_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("SPECCHAT_CONFIG_FILE", raising=False)
-    monkeypatch.delenv("SPECCHAT_MODEL", raising=False)
 
 
 async def test_11_a_key_stolen_from_another_binding_is_an_error_and_defaults_apply():

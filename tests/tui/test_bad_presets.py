@@ -9,18 +9,10 @@ import pytest
 from engine.backends.scripted import ScriptedBackend
 from engine.config import presets_dir
 from engine.session import ChatSession
+from tests.support.isolation import isolated_config_and_data  # noqa: F401 (autouse)
 from tests.support.tui import make_app, plain, send, wait_ready
 
 SMALL = (80, 24)
-
-
-@pytest.fixture(autouse=True)
-def isolated_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    monkeypatch.delenv("SPECCHAT_CONFIG_FILE", raising=False)
-    monkeypatch.delenv("SPECCHAT_MODEL", raising=False)
-    monkeypatch.delenv("SPECCHAT_PRESET", raising=False)
 
 
 def write_preset(name: str, text: str) -> Path:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from textual.errors import NoWidget
 from textual.geometry import Region
 from textual.widgets import Footer
@@ -20,6 +19,7 @@ from textual.widgets._markdown import MarkdownFence, MarkdownParagraph
 from textual.widgets._toast import Toast
 
 from engine.backends.scripted import DEFAULT_REPLY, ScriptedBackend
+from tests.support.isolation import isolated_config  # noqa: F401 (autouse)
 from tests.support.tui import make_app, plain, send, status, wait_ready, wait_until
 from tui.app import SpecchatApp
 from tui.screens.help import HelpScreen
@@ -28,13 +28,6 @@ from tui.widgets.message import DRAFT_STYLE
 
 SMALL = (80, 24)
 POEM = "The sea at night\nis dark and wide,\nthe moon a lamp\nupon the tide."
-
-
-@pytest.fixture(autouse=True)
-def isolated_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("SPECCHAT_CONFIG_FILE", raising=False)
-    monkeypatch.delenv("SPECCHAT_MODEL", raising=False)
 
 
 def visible(app: SpecchatApp, widget) -> Region:

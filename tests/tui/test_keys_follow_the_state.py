@@ -7,25 +7,16 @@ from __future__ import annotations
 
 import threading
 
-import pytest
 from textual.widgets._footer import FooterKey
 
 from engine.backends.scripted import ScriptedBackend, scripted_words
 from engine.errors import BackendError
+from tests.support.isolation import isolated_config_and_data  # noqa: F401 (autouse)
 from tests.support.tui import make_app, send, wait_ready, wait_until
 from tui.app import SpecchatApp
 from tui.screens.inspector import InspectorScreen
 
 SMALL = (80, 24)
-
-
-@pytest.fixture(autouse=True)
-def isolated_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    monkeypatch.delenv("SPECCHAT_CONFIG_FILE", raising=False)
-    monkeypatch.delenv("SPECCHAT_MODEL", raising=False)
-    monkeypatch.delenv("SPECCHAT_PRESET", raising=False)
 
 
 def footer_keys(app: SpecchatApp) -> list[str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from textual.widgets._markdown import MarkdownParagraph
 
 from engine.backends.scripted import ScriptedBackend, scripted_words
@@ -15,21 +14,13 @@ from engine.presets import Preset
 from engine.session import ChatSession
 from engine.storage import metrics
 from engine.storage.store import Store
+from tests.support.isolation import isolated_config_and_data  # noqa: F401 (autouse)
 from tests.support.tui import plain, send, status, wait_ready, wait_until
 from tui.app import SpecchatApp
 from tui.screens.inspector import InspectorScreen
 from tui.widgets.message import DRAFT_STYLE
 
 SMALL = (80, 24)
-
-
-@pytest.fixture(autouse=True)
-def isolated_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    monkeypatch.delenv("SPECCHAT_CONFIG_FILE", raising=False)
-    monkeypatch.delenv("SPECCHAT_MODEL", raising=False)
-    monkeypatch.delenv("SPECCHAT_PRESET", raising=False)
 
 
 def saving_app(data_dir: Path, backend: ScriptedBackend, open_chat: int | None = None) -> SpecchatApp:

@@ -11,24 +11,16 @@ from __future__ import annotations
 import re
 import threading
 
-import pytest
-
 from engine.backends.scripted import ScriptedBackend
 from engine.config import Settings
 from engine.presets import Preset
 from engine.session import ChatSession
+from tests.support.isolation import isolated_config  # noqa: F401 (autouse)
 from tests.support.tui import make_app, plain, send, status, wait_ready, wait_until
 from tui.app import SpecchatApp
 from tui.widgets.message import UserMessage
 
 SMALL = (80, 24)
-
-
-@pytest.fixture(autouse=True)
-def isolated_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("SPECCHAT_CONFIG_FILE", raising=False)
-    monkeypatch.delenv("SPECCHAT_MODEL", raising=False)
 
 
 async def test_1_enter_while_loading_queues_the_message_and_sends_it_when_ready():
