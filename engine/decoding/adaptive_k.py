@@ -10,7 +10,9 @@ k, 0 included, with the most expected tokens per unit of time, where a round cos
 draft-model steps (engine/decoding/cost_model.py). While no k pays, a short probe draft goes out every
 `PROBE_INTERVAL` rounds, so a draft that recovers is noticed, but only where drafting could pay at a high
 acceptance (`PROBE_ACCEPTANCE`: a draft as slow as the target never does, nor, on a compute-bound CPU, a draft
-model half as fast).
+model half as fast). Each probe that leaves drafting off doubles the wait before the next (up to
+`MAX_PROBE_BACKOFF` times the interval, kept across replies of the preset), and a round that drafts because it pays
+brings the interval back: a draft model that never pays in a chat stops costing its catch-up and probe passes.
 Pure python, no torch.
 """
 
@@ -35,6 +37,11 @@ MIN_GAIN = 0.03
 # Adaptive K: rounds without drafting between probes, and the probe's draft length (ExLlamaV3's defaults).
 PROBE_INTERVAL = 16
 PROBE_LENGTH = 2
+# A probe that leaves drafting off doubles the rounds before the next one, up to this many times PROBE_INTERVAL.
+# A draft model's probe first feeds it every token it skipped (a prefill at a fraction of a step per token) and then
+# verifies a wider pass: on the Qwen2.5-Coder pair on 2 cores, probing every 16 rounds cost 10-20% of the plain
+# speed on chat prompts where the draft never paid (docs/performance.md).
+MAX_PROBE_BACKOFF = 16
 # Probes go out only where drafting would pay at this acceptance per position: a probe costs more than its
 # verify pass (a draft model first catches up on the tokens it skipped), so where only a draft that is never
 # wrong could pay (a half-as-fast draft model on a compute-bound CPU: docs/performance.md), probing is pure loss.
@@ -177,6 +184,9 @@ class AdaptiveK:
         self.seeded = bool(seeded)
         self.probe_interval = probe_interval
         self.skipped = 0  # rounds in a row that drafted nothing because nothing paid
+        self.interval = (
+            probe_interval  # rounds before the next probe: doubles with each probe that finds nothing
+        )
         self.probes = 0
         self.ngram = AcceptanceModel()
 
@@ -219,16 +229,23 @@ class AdaptiveK:
         if k_max <= 0:
             return False
         self.skipped += rounds
-        if self.skipped < self.probe_interval or not drafting_can_pay(costs, k_max):
+        if self.skipped < self.interval or not drafting_can_pay(costs, k_max):
             return False
         self.skipped = 0
         self.probes += 1
+        # Until a round drafts because it pays (`drafting`), the next probe waits twice as long.
+        self.interval = min(self.interval * 2, self.probe_interval * MAX_PROBE_BACKOFF)
         return True
 
+    def drafting(self) -> None:
+        """A round drafts because drafting pays: probes, once it stops paying, start at the base interval again."""
+        self.skipped = 0
+        self.interval = self.probe_interval
+
     def choose(self, k_max: int, costs: VerifyCostModel | None) -> int:
-        """This round's K: the best-paying one, else 0, else (every `probe_interval` rounds) a short probe."""
+        """This round's K: the best-paying one, else 0, else (once `interval` rounds drafted nothing) a short probe."""
         k, _ = self.plan(k_max, costs)
         if k > 0:
-            self.skipped = 0
+            self.drafting()
             return k
         return min(PROBE_LENGTH, k_max) if self.probe_due(k_max, costs) else 0

@@ -434,7 +434,7 @@ class ExLlamaV2Backend:
         `PROBE_INTERVAL_ROUNDS` rounds went by without drafting (the generator's K is fixed within a job)."""
         k, _ = tuner.plan(k_max, costs)
         if k > 0:
-            tuner.skipped = 0
+            tuner.drafting()
             return k
         return min(PROBE_LENGTH, k_max) if tuner.probe_due(k_max, costs, rounds=0) else 0
 

@@ -471,7 +471,7 @@ class ExLlamaV3Backend:
         """The next reply's K, as exllamav2's (the verify cost is not measured here: the default model)."""
         k, _ = tuner.plan(k_max, None)
         if k > 0:
-            tuner.skipped = 0
+            tuner.drafting()
             return k
         return min(PROBE_LENGTH, k_max) if tuner.probe_due(k_max, None, rounds=0) else 0
 

@@ -224,7 +224,7 @@ class NgramDrafter:
             if k == 0 and self.tuner is not None and self.tuner.probe_due(k_max, self.costs):
                 k = min(PROBE_LENGTH, k_max)
             elif k > 0 and self.tuner is not None:
-                self.tuner.skipped = 0
+                self.tuner.drafting()
         if k == 0:
             return []
         self._pending_bucket = bucket

@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from engine.decoding.adaptive_k import (
+    MAX_PROBE_BACKOFF,
     PROBE_INTERVAL,
     PROBE_LENGTH,
     AdaptiveK,
@@ -74,11 +75,35 @@ def test_a_useless_cheap_draft_is_off_within_16_rounds():
     assert chosen[0] > 0  # it starts out trying
     first_off = chosen.index(0)
     assert first_off <= 16
-    # From then on only probes, one in every PROBE_INTERVAL rounds, PROBE_LENGTH long.
+    # From then on only probes, PROBE_LENGTH long: the first after PROBE_INTERVAL rounds, then each one that
+    # finds drafting still off waits twice as long.
     probes = [i for i, k in enumerate(chosen[first_off:]) if k]
     assert all(chosen[first_off + i] == PROBE_LENGTH for i in probes)
-    assert probes == list(range(PROBE_INTERVAL - 1, 64 - first_off, PROBE_INTERVAL))
-    assert len(probes) >= 2
+    first = PROBE_INTERVAL - 1
+    assert probes[:2] == [first, first + 2 * PROBE_INTERVAL]
+    assert len(probes) == 2
+
+
+def test_probes_back_off_while_drafting_stays_off_and_come_back_when_it_pays():
+    tuner = AdaptiveK()
+    costs = FrozenCosts(FLAT_CURVE, 0.05)
+    chosen = run_rounds(tuner, costs, 6, lambda r, k: 0, 4000)
+    first_off = chosen.index(0)
+    probes = [i for i, k in enumerate(chosen) if k and i > first_off]
+    gaps = [b - a for a, b in zip([first_off - 1, *probes], probes, strict=False)]
+    ceiling = PROBE_INTERVAL * MAX_PROBE_BACKOFF
+    expected = [min(PROBE_INTERVAL * 2**i, ceiling) for i in range(len(gaps))]
+    assert gaps == expected  # 16, 32, 64, ... rounds apart, never more than the ceiling
+    assert gaps[:3] == [PROBE_INTERVAL, 2 * PROBE_INTERVAL, 4 * PROBE_INTERVAL]
+    assert gaps[-3:] == [ceiling] * 3
+    # The draft recovers: the probe at the ceiling finds it, drafting pays, and the next stretch without drafting
+    # is probed at the base interval again.
+    good = run_rounds(tuner, costs, 6, lambda r, k: k, ceiling + 40)
+    assert good[-5:] == [6] * 5
+    assert tuner.interval == PROBE_INTERVAL
+    bad = run_rounds(tuner, costs, 6, lambda r, k: 0, 60)
+    off = bad.index(0)
+    assert [i - off for i, k in enumerate(bad) if k and i > off][0] == PROBE_INTERVAL - 1
 
 
 def test_a_draft_as_slow_as_the_target_never_pays():
@@ -117,9 +142,11 @@ def test_the_probe_notices_a_recovered_draft():
     costs = FrozenCosts(FLAT_CURVE, 0.05)
     bad = run_rounds(tuner, costs, 6, lambda r, k: 0, 30)
     assert bad[-10:].count(0) >= 9  # off, save for a probe
+    wait = tuner.interval - tuner.skipped  # the probe that found nothing doubled the wait
+    assert tuner.interval == 2 * PROBE_INTERVAL
     good = run_rounds(tuner, costs, 6, lambda r, k: k, 60)
     first_on = next(i for i, k in enumerate(good) if k)
-    assert first_on <= PROBE_INTERVAL
+    assert first_on == wait - 1
     assert good[-5:] == [6] * 5
 
 
@@ -275,12 +302,14 @@ def test_a_cheap_agreeing_draft_rises_to_the_ceiling_and_a_probe_brings_it_back(
         chunks, _ = reply(bad, request(prompt, 8, 40))
         assert tokens(chunks) == expected[:40]
         assert [c.k for c in chunks][-8:].count(0) >= 7
-        # The draft recovers (the good one is back): within a probe interval drafting is on again, then rises.
+        # The draft recovers (the good one is back): at the next probe drafting is on again, then rises.
+        tuner = next(iter(good.tuners.values()))
+        wait = tuner.interval - tuner.skipped
         chunks, _ = reply(good, request(prompt, 8, 96))
         assert tokens(chunks) == expected
         ks = [c.k for c in chunks]
         first_on = next(i for i, k in enumerate(ks) if k)
-        assert first_on <= PROBE_INTERVAL
+        assert first_on <= wait
         assert 8 in ks[first_on:]
     finally:
         good.close()
