@@ -55,10 +55,29 @@ class MessageRecord:
 
 
 def title_from(text: str) -> str:
-    """A chat title from its first message: the first non-empty line, spaces collapsed, cut at 60 chars."""
-    line = next((ln for ln in text.splitlines() if ln.strip()), "")
-    line = " ".join(line.split())
-    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+    """A chat title from its first message: the first non-empty line outside code fences, spaces collapsed, cut at
+    60 chars. Attached files (`name`: headers over fenced blocks, engine/session/attachments.py) are named after
+    it ("Add type hints (add.py)"), or alone where the message has no line of its own; a message that is only code
+    takes its first line."""
+    prose: str | None = None
+    names: list[str] = []
+    fence = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if fence:
+            fence = "" if line == fence else fence
+        elif line.startswith("```"):
+            fence = line[: len(line) - len(line.lstrip("`"))]
+        elif len(line) > 3 and line.startswith("`") and line.endswith("`:") and "`" not in line[1:-2]:
+            names.append(line[1:-2])
+        elif line and prose is None:
+            prose = line
+    if prose is None and not names:
+        prose = next((ln for ln in text.splitlines() if ln.strip()), "")
+    title = " ".join((prose or "").split())
+    if names:
+        title = f"{title} ({', '.join(names)})" if title else ", ".join(names)
+    return title if len(title) <= TITLE_CHARS else title[: TITLE_CHARS - 1].rstrip() + "…"
 
 
 def message_from_row(row: sqlite3.Row) -> MessageRecord:

@@ -122,6 +122,19 @@ def test_title_from_first_message():
     assert len(long) <= 60 and long.endswith("…")
 
 
+def test_a_title_names_attached_files_after_the_message_own_line(tmp_path: Path):
+    from engine.session.attachments import expand_attach
+
+    (tmp_path / "add.py").write_text("def add(a, b):\n    return a + b\n")
+    (tmp_path / "notes.md").write_text("```\nnested fence\n```\n")
+    asked = expand_attach(f"/attach {tmp_path / 'add.py'} {tmp_path / 'notes.md'}\nAdd type hints to this.")
+    assert asked.startswith("`add.py`:")  # the message starts with the file, not the question
+    assert title_from(asked) == "Add type hints to this. (add.py, notes.md)"
+    assert title_from(expand_attach(f"/attach {tmp_path / 'add.py'}")) == "add.py"
+    assert title_from("```python\nprint(1)\n```\nWhy does this print 1?") == "Why does this print 1?"
+    assert title_from("```python\nprint(1)\n```") == "```python"  # only code: its first line, as before
+
+
 def test_corrupt_file_is_moved_aside_and_a_new_one_created(tmp_path: Path):
     garbage = b"this is not a database at all\n" * 200
     (tmp_path / DB_NAME).write_bytes(garbage)
