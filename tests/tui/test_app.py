@@ -13,6 +13,7 @@ from engine.config import Settings
 from engine.errors import UserError
 from engine.presets import Preset
 from engine.session import ChatSession
+from tests.support.isolation import isolated_config  # noqa: F401
 from tests.support.tui import SIZE, make_app, plain, send, status, wait_ready, wait_until
 from tui.app import SpecchatApp
 from tui.screens.error import ErrorScreen
@@ -20,13 +21,6 @@ from tui.screens.help import HelpScreen
 from tui.screens.inspector import InspectorScreen
 from tui.screens.presets import PresetPickerScreen
 from tui.widgets.message import DRAFT_STYLE, ReplyMessage, UserMessage
-
-
-@pytest.fixture(autouse=True)
-def isolated_config(tmp_path, monkeypatch):
-    """No user config file or user presets leak into the tests."""
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("SPECCHAT_CONFIG_FILE", raising=False)
 
 
 def drafted_by_block(reply: ReplyMessage) -> list[str]:

@@ -8,13 +8,12 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-import pytest
-
 from engine.backends.scripted import ScriptedBackend
 from engine.config import Settings
 from engine.presets import load_presets
 from engine.session import ChatSession
 from engine.storage.store import Store
+from tests.support.isolation import isolated_config  # noqa: F401
 from tests.support.tui import make_app, plain, send, status, wait_ready, wait_until
 from tui.app import SpecchatApp
 from tui.screens.find import FindScreen
@@ -23,12 +22,6 @@ from tui.screens.path_picker import PathPickerScreen
 from tui.widgets.message import ReplyMessage, UserMessage
 
 SMALL = (80, 24)
-
-
-@pytest.fixture(autouse=True)
-def isolated_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("SPECCHAT_CONFIG_FILE", raising=False)
 
 
 def saving_app(data_dir: Path, backend: ScriptedBackend, open_chat: int | None = None) -> SpecchatApp:

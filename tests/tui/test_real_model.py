@@ -7,15 +7,9 @@ import re
 import pytest
 
 from engine.config import Settings
+from tests.support.isolation import isolated_config_and_data  # noqa: F401
 from tests.support.tui import SIZE, wait_until
 from tui.app import SpecchatApp
-
-
-@pytest.fixture(autouse=True)
-def isolated_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    monkeypatch.delenv("SPECCHAT_CONFIG_FILE", raising=False)
 
 
 @pytest.mark.slow

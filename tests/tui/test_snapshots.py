@@ -9,21 +9,14 @@ from __future__ import annotations
 import dataclasses
 import threading
 
-import pytest
-
 from engine.backends.scripted import ScriptedBackend, SteppingClock
 from engine.config import Settings
+from tests.support.isolation import isolated_config  # noqa: F401
 from tests.support.tui import send, wait_ready, wait_until
 from tui.app import SpecchatApp
 from tui.widgets.message import ReplyMessage
 
 SNAPSHOT_SIZE = (110, 34)
-
-
-@pytest.fixture(autouse=True)
-def isolated_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("SPECCHAT_CONFIG_FILE", raising=False)
 
 
 def frozen(stats):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import threading
 
-import pytest
 from textual.widgets import Collapsible
 
 from engine.backends.scripted import ScriptedBackend
 from engine.config import Settings
 from engine.reasoning import split_reasoning, thinking_end
 from engine.session import ChatSession
+from tests.support.isolation import isolated_config  # noqa: F401
 from tests.support.tui import make_app, plain, send, wait_ready, wait_until
 from tui.screens.inspector import InspectorScreen
 from tui.widgets.message import ReplyMessage
@@ -18,12 +18,6 @@ from tui.widgets.message import ReplyMessage
 THINKING_REPLY = (
     "<think>\nThe user says hello.\nI should greet back briefly.\n</think>\n\nHello! How can I help?"
 )
-
-
-@pytest.fixture(autouse=True)
-def isolated_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("SPECCHAT_CONFIG_FILE", raising=False)
 
 
 def test_split_reasoning_shapes():

@@ -9,14 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.config import config_dir, load_settings_dropping_bad, presets_dir
-
-
-@pytest.fixture(autouse=True)
-def isolated_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    for name in ("SPECCHAT_CONFIG_FILE", "SPECCHAT_MODEL", "SPECCHAT_PRESET"):
-        monkeypatch.delenv(name, raising=False)
+from tests.support.isolation import isolated_config_and_data  # noqa: F401
 
 
 def write_preset(name: str, text: str) -> Path:
