@@ -141,16 +141,22 @@ def test_settings_80x24(snap_compare):
         await wait_ready(pilot)
         await settle(pilot)
         await pilot.press("f12")
-        # The dialog open and focused, its cursors steady: a fixed pause caught it mid-way on a busy machine
-        # (same text, other styles, in a full CI run).
-        await wait_until(pilot, lambda: len(app.screen_stack) > 1 and app.screen.focused is not None)
-        from textual.widgets import Input
+        # The dialog open and its focused field holding the focus (its Focus event handled: a TextArea shows its
+        # cursor when that event arrives); a fixed pause caught it mid-way on a busy machine.
+        await wait_until(
+            pilot,
+            lambda: (
+                len(app.screen_stack) > 1 and app.screen.focused is not None and app.screen.focused.has_focus
+            ),
+        )
+        from textual.widgets import Input, TextArea
 
-        for field in app.screen.query(Input):
-            field.cursor_blink = False
-            # No cursor drawn: whether the first field has taken focus by the capture varies on a busy machine
-            # (a full CI run drew its cursor, same text and styles otherwise).
-            field._cursor_visible = False
+        # The cursor steady. The dialog focuses the system prompt (a TextArea) and its cursor blinks, so a capture
+        # caught either phase: two full CI runs drew it without the cursor once each (same text and styles
+        # otherwise). Without blinking a focused TextArea always draws it; the Inputs blink no more either.
+        for widget in [*app.screen.query(TextArea), *app.screen.query(Input)]:
+            widget.cursor_blink = False
         await settle(pilot)
+        assert app.screen.focused.id == "settings-system-prompt" and app.screen.focused._draw_cursor
 
     assert snap_compare(app, terminal_size=SMALL_SIZE, run_before=run_before)
