@@ -39,8 +39,8 @@ PROBE_INTERVAL = 16
 PROBE_LENGTH = 2
 # A probe that leaves drafting off doubles the rounds before the next one, up to this many times PROBE_INTERVAL.
 # A draft model's probe first feeds it every token it skipped (a prefill at a fraction of a step per token) and then
-# verifies a wider pass: on the Qwen2.5-Coder pair on 2 cores, probing every 16 rounds cost 10-20% of the plain
-# speed on chat prompts where the draft never paid (docs/performance.md).
+# verifies a wider pass: on the Qwen2.5-Coder pair on 2 cores, probing every 16 rounds cost 5-22% of the plain
+# speed per chat prompt where the draft never paid, 0.92x overall (docs/performance.md).
 MAX_PROBE_BACKOFF = 16
 # Probes go out only where drafting would pay at this acceptance per position: a probe costs more than its
 # verify pass (a draft model first catches up on the tokens it skipped), so where only a draft that is never
@@ -184,9 +184,8 @@ class AdaptiveK:
         self.seeded = bool(seeded)
         self.probe_interval = probe_interval
         self.skipped = 0  # rounds in a row that drafted nothing because nothing paid
-        self.interval = (
-            probe_interval  # rounds before the next probe: doubles with each probe that finds nothing
-        )
+        # Rounds before the next probe: doubles with each probe that finds nothing.
+        self.interval = probe_interval
         self.probes = 0
         self.ngram = AcceptanceModel()
 
@@ -242,10 +241,12 @@ class AdaptiveK:
         self.skipped = 0
         self.interval = self.probe_interval
 
-    def choose(self, k_max: int, costs: VerifyCostModel | None) -> int:
-        """This round's K: the best-paying one, else 0, else (once `interval` rounds drafted nothing) a short probe."""
+    def choose(self, k_max: int, costs: VerifyCostModel | None, rounds: int = 1) -> int:
+        """This round's K: the best-paying one, else 0, else (once `interval` rounds drafted nothing) a short probe.
+        `rounds`: the rounds this call counts towards the next probe (0 where the caller counts them itself, as
+        the GPU backends do for a whole reply at one K)."""
         k, _ = self.plan(k_max, costs)
         if k > 0:
             self.drafting()
             return k
-        return min(PROBE_LENGTH, k_max) if self.probe_due(k_max, costs) else 0
+        return min(PROBE_LENGTH, k_max) if self.probe_due(k_max, costs, rounds) else 0

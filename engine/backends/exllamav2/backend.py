@@ -53,7 +53,7 @@ from engine.backends.exllamav2.sampling import build_sampler_settings
 from engine.backends.held_rounds import HeldRounds, ids_of, stop_reason_of
 from engine.backends.registry import resolve_cache_mode
 from engine.chat_template import ChatTemplate, ChatTemplateError
-from engine.decoding.adaptive_k import PROBE_LENGTH, AdaptiveK
+from engine.decoding.adaptive_k import AdaptiveK
 from engine.decoding.cost_model import VerifyCostModel
 from engine.decoding.drafters import draft_mode_of
 from engine.errors import BackendError, first_line
@@ -432,11 +432,7 @@ class ExLlamaV2Backend:
     def adaptive_k(tuner: AdaptiveK, k_max: int, costs: VerifyCostModel | None) -> int:
         """The next reply's K: the one that pays most; 0 where none does, except for a short probe reply once
         `PROBE_INTERVAL_ROUNDS` rounds went by without drafting (the generator's K is fixed within a job)."""
-        k, _ = tuner.plan(k_max, costs)
-        if k > 0:
-            tuner.drafting()
-            return k
-        return min(PROBE_LENGTH, k_max) if tuner.probe_due(k_max, costs, rounds=0) else 0
+        return tuner.choose(k_max, costs, rounds=0)  # the reply's rounds are counted when it ends
 
     @staticmethod
     def _cost_model(one_s: float, width: int, verify_s: float, draft_s: float) -> VerifyCostModel | None:

@@ -53,7 +53,7 @@ from engine.backends.exllamav3.sampling import build_sampler, cache_kwargs
 from engine.backends.held_rounds import HeldRounds, ids_of, stop_reason_of
 from engine.backends.registry import resolve_cache_mode
 from engine.chat_template import ChatTemplate, ChatTemplateError
-from engine.decoding.adaptive_k import PROBE_LENGTH, AdaptiveK
+from engine.decoding.adaptive_k import AdaptiveK
 from engine.decoding.drafters import DRAFTERS, draft_mode_of, is_draft_keyword
 from engine.errors import BackendError, first_line
 from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
@@ -469,11 +469,7 @@ class ExLlamaV3Backend:
     @staticmethod
     def adaptive_k(tuner: AdaptiveK, k_max: int) -> int:
         """The next reply's K, as exllamav2's (the verify cost is not measured here: the default model)."""
-        k, _ = tuner.plan(k_max, None)
-        if k > 0:
-            tuner.drafting()
-            return k
-        return min(PROBE_LENGTH, k_max) if tuner.probe_due(k_max, None, rounds=0) else 0
+        return tuner.choose(k_max, None, rounds=0)  # the reply's rounds are counted when it ends
 
     def set_num_draft_tokens(self, k: int) -> int:
         """Make the next reply draft `k` tokens per round, keeping generator and caches. Returns the K used:
