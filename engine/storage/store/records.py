@@ -59,11 +59,14 @@ def title_from(text: str) -> str:
     60 chars. Attached files (`name`: headers over fenced blocks, engine/session/attachments.py) are named after
     it ("Add type hints (add.py)"), or alone where the message has no line of its own; a message that is only code
     takes its first line."""
+    first: str | None = None
     prose: str | None = None
     names: list[str] = []
     fence = ""
     for raw in text.splitlines():
         line = raw.strip()
+        if first is None and line:
+            first = line
         if fence:
             fence = "" if line == fence else fence
         elif line.startswith("```"):
@@ -73,7 +76,7 @@ def title_from(text: str) -> str:
         elif line and prose is None:
             prose = line
     if prose is None and not names:
-        prose = next((ln for ln in text.splitlines() if ln.strip()), "")
+        prose = first
     title = " ".join((prose or "").split())
     if names:
         title = f"{title} ({', '.join(names)})" if title else ", ".join(names)
