@@ -32,6 +32,8 @@ The patch:
    of ggml_vec_dot_q6_K_q8_K (the one-row kernel); and no batch of up to 64 rows takes ggml's tiled K-quant
    kernel (another rounding, from 8 rows), so every other K-quant (Q5_K, Q4_K unpacked, ...) runs its vec_dot per
    row; attention's fixed chunks (2.) reach 64 rows too. Prefill batches of more rows keep the tiled kernels.
+   Mixture-of-experts weights likewise: stock llama.cpp gives an expert the tiled kernel from 8 routed rows
+   (which rows of a verify pass round otherwise depends on the routing); a pass of up to 64 tokens never does.
    Elsewhere (ARM) the stock kernels stay and specchat's load probe decides.
 
 Usage: python scripts/patch_llama_cpp.py <llama.cpp source folder> (`--key`: print the hash of the edits, the
@@ -838,6 +840,16 @@ TILED_NEW = """    // If tiled is supported, it will execute the full op here an
     if (dst->src[1]->ne[1] > SPECCHAT_EXACT_ROWS && ggml_compute_forward_mul_mat_tiled(params, dst)) {
 """.replace("__MARK__", MARK)
 
+# and the same for mixture-of-experts weights: an expert takes the tiled kernel from 8 routed rows
+# (ggml_compute_forward_mul_mat_id_tiled), so which rows of a verify pass round otherwise depended on the routing
+TILED_ID_OLD = """        // tiled takes over if profitable for this expert (see tiled.h)
+        if (ggml_compute_forward_mul_mat_id_tiled(params, dst, cur_a, cne1, (const int32_t *) &MMID_MATRIX_ROW(cur_a, 0), tiled_scratch)) {
+"""
+TILED_ID_NEW = """        // tiled takes over if profitable for this expert (see tiled.h)
+        // __MARK__: not within a batch of up to SPECCHAT_EXACT_ROWS tokens, whatever its routing
+        if (src1->ne[2] > SPECCHAT_EXACT_ROWS && ggml_compute_forward_mul_mat_id_tiled(params, dst, cur_a, cne1, (const int32_t *) &MMID_MATRIX_ROW(cur_a, 0), tiled_scratch)) {
+""".replace("__MARK__", MARK)
+
 Q6K_ANCHOR = "void ggml_compute_forward_mul_mat(\n"
 
 # what specchat's engine looks up (ctypes) to know the build computes quantized batches exactly
@@ -974,6 +986,7 @@ def plan(root: Path) -> dict[Path, list[tuple]]:
             (TRAIT_OLD, TRAIT_NEW),
             (PLAN_OLD, PLAN_NEW),
             (TILED_OLD, TILED_NEW),
+            (TILED_ID_OLD, TILED_ID_NEW),
             (Q6K_ANCHOR, Q6K_KERNEL + EXPORTS_C + Q6K_ANCHOR),
             (Q6K_HOOK_OLD, Q6K_HOOK_NEW),
         ],

@@ -36,6 +36,7 @@ import torch
 
 from engine.backends.base import EngineArgs, ProgressCallback
 from engine.backends.llamacpp import probe as llamacpp_probe
+from engine.backends.llamacpp.architecture import ModelShape, model_shape
 from engine.backends.llamacpp.library import patched_build, physical_cores, probe_llamacpp
 from engine.backends.llamacpp.model import LlamaCppModel
 from engine.backends.llamacpp.native import RepackChoice, choose_repack, plan_load
@@ -130,6 +131,7 @@ class LlamaCppBackend(RoundLoopBackend):
         # The widest verify pass proven to compute its rows as plain steps do (None: not probed); set at load.
         self.max_verify_width: int | None = None
         self.probe: ProbeVerdict | None = None  # the kernel probe's verdict (None: not probed)
+        self.shape: ModelShape | None = None  # the loaded model's memory, experts and MTP layers
         self.draft_mode: DraftMode = draft_mode_of(self.draft)  # type: ignore[assignment]
         self.device = "cpu"
         self.target: LlamaCppModel | None = None
@@ -234,6 +236,9 @@ class LlamaCppBackend(RoundLoopBackend):
             repack,
         )
         self.model_path = path
+        self.shape = model_shape(llama_cpp, self.target.model, self.target.memory)
+        if self.shape.memory != "attention" or self.shape.moe:
+            self.notes.append(self.shape.describe())
         if self.target.cache_fallback:
             self.notes.append(f"cache: f16 ({self.target.cache_fallback})")
         self._init_text()
@@ -263,8 +268,11 @@ class LlamaCppBackend(RoundLoopBackend):
             report("probing kernels", 0.9)
             verdict = self._probe_once()
             self.probe = verdict
-            self.pad_plain_steps = verdict.pad
-            self.target.pad_single = verdict.pad
+            # Padding only keeps plain steps alike with verify passes: where no pass is proven (no drafts at
+            # all) plain steps take the one-token path (on a recurrent memory without rollback each padded step
+            # would also cost a checkpoint and a replay).
+            self.pad_plain_steps = verdict.pad and verdict.widest >= 2
+            self.target.pad_single = self.pad_plain_steps
             # Verify passes stay within the widest width proven exact (1: none proven, so no drafts at all).
             self.max_verify_width = max(1, verdict.widest)
             cap = verdict.cap_note()

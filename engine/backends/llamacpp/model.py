@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from engine.backends.llamacpp.library import raw_bindings
+from engine.backends.llamacpp.memory import ROLLBACK_DEPTH, RecurrentMemory
 from engine.backends.llamacpp.pool import ThreadPool
 from engine.decoding.cost_model import VerifyCostModel
 from engine.decoding.round_loop import common_prefix
@@ -52,7 +53,13 @@ class LlamaCppModel:
             raise BackendError(f"llama.cpp could not load {path}: {first_line(exc)}") from exc
         self.n_ctx_train = int(self.model.n_ctx_train())
         self.n_vocab = int(self.model.n_vocab())
+        # A recurrent or hybrid model's memory drops tails by rollback or checkpoints (memory.py).
+        self.recurrent = bool(
+            lib.llama_model_is_recurrent(self.model.model) or lib.llama_model_is_hybrid(self.model.model)
+        )
         ctx_params = lib.llama_context_default_params()
+        if self.recurrent:
+            ctx_params.n_rs_seq = ROLLBACK_DEPTH  # silently 0 where the architecture has no native rollback
         ctx_params.n_ctx = n_ctx
         ctx_params.n_batch = n_batch
         ctx_params.n_ubatch = n_batch
@@ -88,6 +95,9 @@ class LlamaCppModel:
             self.cache_fallback = "llama.cpp could not make a quantized cache for this model" + (
                 f" (head size {head}; its blocks are 32 wide)" if head else ""
             )
+        self.memory = (
+            RecurrentMemory(lib, self.ctx, int(lib.llama_n_rs_seq(self.ctx.ctx))) if self.recurrent else None
+        )
         self.n_batch = n_batch
         self.batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
         # ggml's workers kept between decodes (engine/backends/llamacpp/pool.py); None: llama.cpp's own default.
@@ -107,14 +117,20 @@ class LlamaCppModel:
     def clear(self) -> None:
         self.ctx.kv_cache_clear()
         self.ids = []
+        if self.memory is not None:
+            self.memory.reset()
 
     def crop(self, length: int) -> None:
         """Keep exactly the first `length` cached positions.
 
-        A memory that refuses to drop a tail (recurrent and hybrid models) is cleared and the prefix decoded
-        again, the way it was built (same slices, same padding): exact, but it costs a prefill. `can_crop` turns
-        False then, so the backend stops drafting for such a model (every rejected draft would re-prefill)."""
+        A recurrent or hybrid memory (memory.py) drops the tail lazily, right before the next decode: several
+        crops in a row become one rollback, or one checkpoint restored and the kept tokens after it replayed.
+        Any other memory that refuses to drop a tail is cleared and the prefix decoded again (exact, at the cost
+        of a prefill); `can_crop` turns False then, so the backend stops drafting for it."""
         if length >= len(self.ids):
+            return
+        if self.memory is not None:
+            del self.ids[length:]
             return
         if self.ctx.kv_cache_seq_rm(0, length, -1):
             del self.ids[length:]
@@ -123,6 +139,37 @@ class LlamaCppModel:
         kept = self.ids[:length]
         self.clear()
         self.prefill(kept)
+
+    def checkpoint(self, slot: str) -> None:
+        """A recurrent memory keeps a copy of its state as it is now in `slot` (memory.CHECKPOINT_SLOTS); a later
+        crop back to here restores it instead of prefilling again. Nothing for an attention-only cache."""
+        if self.memory is not None:
+            self._sync()
+            self.memory.checkpoint(slot)
+
+    def _sync(self) -> None:
+        """Bring a recurrent memory down to `ids` (a pending crop): rollback, else the newest checkpoint restored
+        and the tokens after it replayed, else the prefix decoded again. Never pads, never crops."""
+        memory = self.memory
+        length = len(self.ids)
+        if memory is None or memory.held <= length:
+            return
+        if memory.try_rollback(length):
+            return
+        position = memory.restore(length)
+        if position is None:
+            self.ctx.kv_cache_clear()
+            memory.reset()
+            position = 0
+            memory.counters.reprefilled += length
+        else:
+            memory.counters.replayed += length - position
+        start = time.perf_counter()
+        replay = self.ids[position:length]
+        del self.ids[position:]
+        for offset in range(0, len(replay), PREFILL_SLICE):
+            self._decode(replay[offset : offset + PREFILL_SLICE], outputs=0)
+        memory.counters.replay_s += time.perf_counter() - start
 
     def decode(self, tokens: Sequence[int], outputs: int, timed: bool = False, pad: bool | None = None):
         """Run `tokens` on top of the cache; a (outputs, n_vocab) float32 array of the last `outputs` rows.
@@ -137,6 +184,12 @@ class LlamaCppModel:
             if self.costs is not None:
                 self.costs.context = self.pass_context
         start = time.perf_counter()
+        if self.memory is not None:
+            self._sync()
+            width = 2 if pad and len(tokens) == 1 else len(tokens)
+            # A pass whose rejected tail rollback could not drop (all of it where there is no native rollback).
+            if (outputs or width > len(tokens)) and width > 1 and self.memory.needs_checkpoint(width):
+                self.memory.checkpoint("pass")
         if pad and len(tokens) == 1:
             logits = self._decode([tokens[0], tokens[0]], outputs=2 if outputs else 0)
             self.crop(len(self.ids) - 1)
@@ -156,6 +209,8 @@ class LlamaCppModel:
         n = len(tokens)
         if n > self.n_batch:
             raise BackendError(f"internal: a decode of {n} tokens exceeds the batch of {self.n_batch}")
+        if self.memory is not None:
+            self._sync()
         batch = self.batch.batch
         base = len(self.ids)
         for i, token in enumerate(tokens):
@@ -174,6 +229,8 @@ class LlamaCppModel:
                 )
             raise BackendError(f"llama.cpp decode failed (code {code})")
         self.ids.extend(tokens)
+        if self.memory is not None:
+            self.memory.decoded(len(self.ids), n)
         logits = None
         if outputs:
             pointer = self._lib.llama_get_logits(self.ctx.ctx)
@@ -189,10 +246,14 @@ class LlamaCppModel:
         """
         reused = common_prefix(self.ids, ids)
         self.crop(reused)
+        if reused < len(ids):
+            self.checkpoint("turn")  # a recurrent memory: an edit of what follows restores this
         for start in range(reused, len(ids), PREFILL_SLICE):
             if cancel is not None and cancel.is_set():
                 break
             self.decode(list(ids[start : start + PREFILL_SLICE]), outputs=0)
+        if reused < len(ids) and len(self.ids) == len(ids):
+            self.checkpoint("prompt")  # and a regenerate of the reply that follows, this
         return reused
 
     def score(self, tokens: Sequence[int]) -> torch.Tensor:

@@ -36,7 +36,7 @@ SHORT_PROBE_POSITION = 8
 # seconds on a small model, more on a big one), in the cache dir.
 PROBES_FILE = "llamacpp-probes.json"
 # Bumped whenever what the probe checks changes: older verdicts are then measured again.
-PROBE_VERSION = 3
+PROBE_VERSION = 4
 
 
 @dataclass(frozen=True, slots=True)

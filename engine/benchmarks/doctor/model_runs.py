@@ -155,6 +155,26 @@ def check_kernel_probe(report: DoctorReport, backend, info) -> None:
         report.add("kernel_probe", "skip", f"{info.backend}: no kernel probe on this engine")
 
 
+def check_architecture(report: DoctorReport, backend) -> None:
+    """How the model speculates (its memory drops drafts by rollback, checkpoints or the KV cache), MoE or dense,
+    MTP layers: the line the chat's load notes show (engine/backends/llamacpp/architecture.py)."""
+    shape = getattr(backend, "shape", None)
+    if shape is None:
+        report.add("architecture", "skip", f"{backend.info.backend}: the engine does not say")
+        return
+    report.add(
+        "architecture",
+        "pass",
+        shape.describe(),
+        arch=shape.arch,
+        memory=shape.memory,
+        rollback_depth=shape.rollback_depth,
+        experts=shape.experts,
+        experts_used=shape.experts_used,
+        mtp_layers=shape.mtp_layers,
+    )
+
+
 def check_draft_pays(report: DoctorReport, backend, info, presets: dict) -> None:
     """The chat shows this same verdict at load (engine.decoding.verdict): the same costs, the same K."""
     from engine.decoding.verdict import draft_verdict, verdict_k_max, verify_costs_of

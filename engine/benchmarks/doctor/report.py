@@ -21,6 +21,7 @@ CHECK_NAMES = (
     "compatibility",
     "load",
     "kernel_probe",
+    "architecture",
     "draft_pays",
     "baseline",
     "context_ladder",

@@ -11,6 +11,7 @@ from engine.benchmarks.doctor.compatibility import check_compatibility
 from engine.benchmarks.doctor.environment import check_environment
 from engine.benchmarks.doctor.memory import check_memory
 from engine.benchmarks.doctor.model_runs import (
+    check_architecture,
     check_baseline,
     check_context_ladder,
     check_draft_pays,
@@ -27,6 +28,7 @@ from engine.storage.metrics import fingerprint
 MODEL_CHECKS = (
     "load",
     "kernel_probe",
+    "architecture",
     "draft_pays",
     "baseline",
     "context_ladder",
@@ -77,6 +79,7 @@ def run_doctor(
         return report
     info = backend.info
     check_kernel_probe(report, backend, info)
+    check_architecture(report, backend)
     presets = load_presets()
     max_new = options.max_new_tokens
     k = presets["code"].k if info.draft_mode != "none" else 0

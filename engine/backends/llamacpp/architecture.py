@@ -1,0 +1,78 @@
+"""What a loaded GGUF is, as far as speculation cares: its memory (attention only, recurrent with native
+rollback, recurrent with checkpoints), mixture of experts or dense, MTP layers. The load notes, the inspector and
+`specchat doctor` all print `ModelShape.describe()`, so they say the same thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    arch: str
+    memory: str  # "attention", "rollback" or "checkpoints"
+    rollback_depth: int = 0
+    experts: int = 0  # 0: dense
+    experts_used: int = 0
+    mtp_layers: int = 0
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0
+
+    def memory_line(self) -> str:
+        if self.memory == "rollback":
+            return (
+                f"drafts dropped by rolling the recurrent state back natively (up to {self.rollback_depth} "
+                "tokens), checkpoints past that"
+            )
+        if self.memory == "checkpoints":
+            return (
+                "drafts dropped by restoring a state checkpoint and replaying the accepted tokens "
+                f"(no native rollback for {self.arch})"
+            )
+        return "drafts dropped from the KV cache"
+
+    def describe(self) -> str:
+        """One line, e.g. "qwen35: hybrid (recurrent + attention), dense, no MTP layers; drafts dropped by ..."."""
+        kind = "attention" if self.memory == "attention" else "hybrid/recurrent"
+        experts = (
+            f"mixture of experts ({self.experts} experts, {self.experts_used} active per token)"
+            if self.moe
+            else "dense"
+        )
+        mtp = (
+            f"{self.mtp_layers} MTP layer{'s' if self.mtp_layers != 1 else ''}"
+            if self.mtp_layers
+            else "no MTP layers"
+        )
+        return f"{self.arch}: {kind}, {experts}, {mtp}; {self.memory_line()}"
+
+
+def model_shape(lib, model, memory) -> ModelShape:
+    """The shape of a loaded `model` (llama_cpp._internals.LlamaModel) with its context's `memory`
+    (memory.RecurrentMemory, or None for an attention-only cache)."""
+    metadata = model.metadata()
+    arch = metadata.get("general.architecture", "unknown")
+
+    def number(key: str) -> int:
+        try:
+            return int(metadata.get(f"{arch}.{key}", 0) or 0)
+        except (TypeError, ValueError):
+            return 0
+
+    nextn = getattr(lib, "llama_model_n_layer_nextn", None)
+    mtp = int(nextn(model.model)) if nextn is not None else number("nextn_predict_layers")
+    if memory is None:
+        kind, depth = "attention", 0
+    else:
+        kind, depth = memory.kind, memory.depth
+    return ModelShape(
+        arch=arch,
+        memory=kind,
+        rollback_depth=depth,
+        experts=number("expert_count"),
+        experts_used=number("expert_used_count"),
+        mtp_layers=mtp,
+    )

@@ -1,0 +1,195 @@
+"""Tiny random models of the architectures of 2026, built from transformers' own classes and converted to GGUF
+with the converter of the llama.cpp tree specchat builds (the vendored one in llama-cpp-python's sdist: the PyPI
+`gguf` lacks Qwen3.5's tensors), then quantized with `llama_model_quantize` where a test asks for Q4_K_M.
+
+- "qwen35": Qwen3.5 (Gated DeltaNet layers beside attention; llama.cpp rolls its recurrent state back natively
+  with `n_rs_seq`), optionally with one MTP layer's random `mtp.*` tensors added (transformers drops them).
+- "qwen3next": Qwen3-Next (the same kind of layers; llama.cpp has no native rollback for it: checkpoints).
+- "qwen3moe": Qwen3-MoE (dense attention, 8 experts, top 2).
+
+SmolLM2's tokenizer (the embedded model's) and vocabulary, so the converter knows the pre-tokenizer and the chat
+template is ChatML. Hidden and expert sizes are multiples of 256, so a Q4_K_M file really holds K-quants. The GGUFs
+are cached per (kind, seed, builder version) in specchat's cache folder, like the other models the tests fetch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from engine.paths import cache_dir
+from tests.support.tiny_models import TOKENIZER_FILE_NAMES
+
+LLAMA_CPP_PY_VERSION = os.environ.get("LLAMA_CPP_PY_VERSION", "0.3.36")
+# Bumped when what the builders make changes (the cached GGUFs are then built again).
+BUILDER_VERSION = 1
+KINDS = ("qwen35", "qwen3next", "qwen3moe")
+# Wide enough logits that greedy decoding has no near-ties (a random model's argmax is then stable).
+INIT_RANGE = 0.2
+
+
+def converter_dir() -> Path:
+    """The vendored llama.cpp tree's converter (convert_hf_to_gguf.py, conversion/, gguf-py/), extracted once from
+    the llama-cpp-python sdist (pip's cache first) into specchat's cache folder."""
+    dest = cache_dir() / f"llama.cpp-{LLAMA_CPP_PY_VERSION}-convert"
+    if (dest / "convert_hf_to_gguf.py").is_file():
+        return dest
+    with tempfile.TemporaryDirectory() as work:
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:"]
+            + [f"llama-cpp-python=={LLAMA_CPP_PY_VERSION}", "-d", work],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"pip could not fetch the llama-cpp-python sdist: {done.stderr.strip()[-300:]}"
+            )
+        sdist = next(Path(work).glob("llama_cpp_python-*.tar.gz"))
+        prefix = f"llama_cpp_python-{LLAMA_CPP_PY_VERSION}/vendor/llama.cpp/"
+        wanted = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
+        staging = Path(work) / "out"
+        with tarfile.open(sdist) as archive:
+            for member in archive.getmembers():
+                name = member.name[len(prefix) :] if member.name.startswith(prefix) else None
+                if name and name.startswith(wanted) and member.isfile():
+                    target = staging / name
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with archive.extractfile(member) as src, open(target, "wb") as out:
+                        shutil.copyfileobj(src, out)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        partial = dest.with_name(f".{dest.name}.{os.getpid()}")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(staging, partial)
+        shutil.rmtree(dest, ignore_errors=True)
+        os.replace(partial, dest)
+    return dest
+
+
+def _config(kind: str, vocab_size: int):
+    common = dict(
+        vocab_size=vocab_size,
+        hidden_size=256,
+        intermediate_size=512,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=128,
+        max_position_embeddings=4096,
+        initializer_range=INIT_RANGE,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
+    if kind in ("qwen35", "qwen3next"):
+        linear = dict(
+            linear_conv_kernel_dim=4,
+            linear_key_head_dim=64,
+            linear_value_head_dim=64,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            num_hidden_layers=4,
+            layer_types=["linear_attention"] * 3 + ["full_attention"],
+        )
+        if kind == "qwen35":
+            from transformers import Qwen3_5TextConfig as Config
+
+            return Config(**common, **linear, architectures=["Qwen3_5ForCausalLM"])
+        from transformers import Qwen3NextConfig as Config
+
+        return Config(
+            **common,
+            **linear,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=256,
+            shared_expert_intermediate_size=256,
+            decoder_sparse_step=1,
+            architectures=["Qwen3NextForCausalLM"],
+        )
+    from transformers import Qwen3MoeConfig as Config
+
+    return Config(
+        **common,
+        num_hidden_layers=2,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=256,
+        decoder_sparse_step=1,
+        architectures=["Qwen3MoeForCausalLM"],
+    )
+
+
+def build_hf(kind: str, folder: Path, tokenizer_dir: Path, seed: int = 2026) -> Path:
+    """Save a tiny random model of `kind` (safetensors, SmolLM2's tokenizer files) into `folder`."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    vocab = json.loads((tokenizer_dir / "config.json").read_text())["vocab_size"]
+    config = _config(kind, vocab)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder, safe_serialization=True)
+    for name in TOKENIZER_FILE_NAMES:
+        if (tokenizer_dir / name).is_file():
+            shutil.copy(tokenizer_dir / name, folder / name)
+    return folder
+
+
+def convert(folder: Path, dest: Path, outtype: str = "f16", extra: tuple[str, ...] = ()) -> Path:
+    """The vendored converter over `folder`: a GGUF at `dest`."""
+    tools = converter_dir()
+    done = subprocess.run(
+        [sys.executable, str(tools / "convert_hf_to_gguf.py"), str(folder), "--outfile", str(dest)]
+        + ["--outtype", outtype, *extra],
+        capture_output=True,
+        text=True,
+        cwd=tools,
+    )
+    if done.returncode != 0 or not dest.is_file():
+        raise RuntimeError(f"convert_hf_to_gguf failed for {folder.name}: {done.stderr.strip()[-600:]}")
+    return dest
+
+
+def quantize(source: Path, dest: Path, ftype: str = "Q4_K_M") -> Path:
+    """`llama_model_quantize` (the bindings' own) from `source` into `dest`."""
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}")
+    code = llama_cpp.llama_model_quantize(str(source).encode(), str(dest).encode(), params)
+    if code != 0:
+        raise RuntimeError(f"llama_model_quantize failed ({code}) for {source.name} -> {ftype}")
+    return dest
+
+
+def gguf_2026(kind: str, tokenizer_dir: Path, quant: str = "F16", seed: int = 2026) -> Path:
+    """A tiny `kind` GGUF (F16, or a quantized type such as Q4_K_M), built once and cached."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
+    root = cache_dir() / "models" / "tiny-2026"
+    dest = root / f"{kind}-s{seed}-v{BUILDER_VERSION}-{quant.lower()}.gguf"
+    if dest.is_file():
+        return dest
+    root.mkdir(parents=True, exist_ok=True)
+    f16 = root / f"{kind}-s{seed}-v{BUILDER_VERSION}-f16.gguf"
+    if not f16.is_file():
+        with tempfile.TemporaryDirectory() as work:
+            folder = build_hf(kind, Path(work) / kind, tokenizer_dir, seed)
+            partial = f16.with_name(f".{f16.name}.{os.getpid()}")
+            convert(folder, partial, "f16", ("--no-mtp",) if kind in ("qwen35", "qwen3next") else ())
+            os.replace(partial, f16)
+    if quant.upper() == "F16":
+        return f16
+    partial = dest.with_name(f".{dest.name}.{os.getpid()}")
+    quantize(f16, partial, quant.upper())
+    os.replace(partial, dest)
+    return dest
