@@ -122,8 +122,6 @@ def _named(row: Engine, settings: Any, progress: ProgressCallback | None) -> tup
             raise BackendError(f"--backend {row.name} needs --endpoint URL (the server's base URL)")
         return registry.build(row, EngineArgs.from_settings(settings)), f"{row.label}: chosen in settings"
     fmt = model_format(settings)
-    if _wants_mtp(settings) and fmt == "gguf":
-        raise _only_mtp_error()
     if fmt not in row.loads and fmt in ("gguf", "fp16"):
         # GGUF files and Hugging Face folders are each one kind of engine's: say which runs this one.
         loaders = [other for other in registry.ENGINES if fmt in other.loads]
@@ -148,11 +146,12 @@ def _auto(settings: Any, progress: ProgressCallback | None) -> tuple[Backend, st
     """The first engine in the registry's order that loads the model (and the drafter) and runs here."""
     fmt = model_format(settings)
     mtp = _wants_mtp(settings)
-    if mtp and fmt == "gguf":
-        raise _only_mtp_error()
     rows = [row for row in registry.ENGINES if fmt in row.loads and "endpoint" not in row.loads]
     if mtp:
-        rows = [row for row in registry.ENGINES if "mtp" in row.drafters]
+        # the engines whose MTP drafting loads this format (a GGUF: llama.cpp; a folder: exllamav3)
+        rows = [row for row in rows if "mtp" in row.drafters]
+        if not rows:
+            raise _only_mtp_error()
     if not rows:
         raise BackendError(f"no engine loads {settings.model}")
     rows = [row for row in rows if not row.fallback] + [row for row in rows if row.fallback]

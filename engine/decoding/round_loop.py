@@ -412,6 +412,11 @@ class RoundLoopBackend:
     def _prepare_setup(self, setup: LoopSetup) -> None:
         """A backend's last word on a reply's setup (llama.cpp watches for stalls here)."""
 
+    def _drafter_name(self) -> str:
+        """The name map's drafter this backend's replies draft with (the draft mode's own by default; llama.cpp's
+        MTP head reports the draft mode "model", as exllamav3's does, and drafts as "mtp")."""
+        return self.draft_mode
+
     def tuner(self, key: str, prior: Sequence[float] = ()) -> AdaptiveK:
         """The adaptive-K state of one tuning key (a preset), started from `prior` the first time."""
         if key not in self.tuners:
@@ -434,7 +439,7 @@ class RoundLoopBackend:
             )
             setup = LoopSetup(
                 target=self.target,
-                drafters=build_drafters(self.draft_mode, context),
+                drafters=build_drafters(self._drafter_name(), context),
                 stop_token_ids=self.stop_token_ids,
                 end_of_turn_id=self.end_of_turn_id,
                 max_context=self.max_context,

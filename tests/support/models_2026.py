@@ -3,7 +3,8 @@ with the converter of the llama.cpp tree specchat builds (the vendored one in ll
 `gguf` lacks Qwen3.5's tensors), then quantized with `llama_model_quantize` where a test asks for Q4_K_M.
 
 - "qwen35": Qwen3.5 (Gated DeltaNet layers beside attention; llama.cpp rolls its recurrent state back natively
-  with `n_rs_seq`), optionally with one MTP layer's random `mtp.*` tensors added (transformers drops them).
+  with `n_rs_seq`); "qwen35mtp" the same with one MTP layer (random `mtp.*` tensors added to the safetensors, which
+  transformers drops, and `mtp_num_hidden_layers` in the config).
 - "qwen3next": Qwen3-Next (the same kind of layers; llama.cpp has no native rollback for it: checkpoints).
 - "qwen3moe": Qwen3-MoE (dense attention, 8 experts, top 2).
 
@@ -29,7 +30,7 @@ from tests.support.tiny_models import TOKENIZER_FILE_NAMES
 LLAMA_CPP_PY_VERSION = os.environ.get("LLAMA_CPP_PY_VERSION", "0.3.36")
 # Bumped when what the builders make changes (the cached GGUFs are then built again).
 BUILDER_VERSION = 1
-KINDS = ("qwen35", "qwen3next", "qwen3moe")
+KINDS = ("qwen35", "qwen35mtp", "qwen3next", "qwen3moe")
 # Wide enough logits that greedy decoding has no near-ties (a random model's argmax is then stable).
 INIT_RANGE = 0.2
 
@@ -88,7 +89,7 @@ def _config(kind: str, vocab_size: int):
         eos_token_id=2,
         pad_token_id=2,
     )
-    if kind in ("qwen35", "qwen3next"):
+    if kind in ("qwen35", "qwen35mtp", "qwen3next"):
         linear = dict(
             linear_conv_kernel_dim=4,
             linear_key_head_dim=64,
@@ -98,7 +99,7 @@ def _config(kind: str, vocab_size: int):
             num_hidden_layers=4,
             layer_types=["linear_attention"] * 3 + ["full_attention"],
         )
-        if kind == "qwen35":
+        if kind in ("qwen35", "qwen35mtp"):
             from transformers import Qwen3_5TextConfig as Config
 
             return Config(**common, **linear, architectures=["Qwen3_5ForCausalLM"])
@@ -141,7 +142,37 @@ def build_hf(kind: str, folder: Path, tokenizer_dir: Path, seed: int = 2026) -> 
     for name in TOKENIZER_FILE_NAMES:
         if (tokenizer_dir / name).is_file():
             shutil.copy(tokenizer_dir / name, folder / name)
+    if kind == "qwen35mtp":
+        _add_mtp_layer(folder, config, seed)
     return folder
+
+
+def _add_mtp_layer(folder: Path, config, seed: int) -> None:
+    """One MTP layer as Qwen3.5 ships it (`mtp.fc`, the two pre-fc norms, a full-attention decoder layer, its
+    norm), random, written into the safetensors beside the model's own tensors."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    tensors = load_file(path)
+    full = config.layer_types.index("full_attention")
+    generator = torch.Generator().manual_seed(seed + 1)
+    hidden = config.hidden_size
+    prefix = f"model.layers.{full}."
+    for name, tensor in list(tensors.items()):
+        if name.startswith(prefix):
+            noise = torch.randn(tensor.shape, generator=generator) * INIT_RANGE
+            tensors["mtp.layers.0." + name[len(prefix) :]] = (
+                noise if tensor.dim() > 1 else tensor.clone()
+            ).to(tensor.dtype)
+    dtype = tensors["model.norm.weight"].dtype
+    tensors["mtp.fc.weight"] = (torch.randn(hidden, 2 * hidden, generator=generator) * INIT_RANGE).to(dtype)
+    for norm in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+        tensors[f"mtp.{norm}.weight"] = tensors["model.norm.weight"].clone()
+    save_file(tensors, path, metadata={"format": "pt"})
+    settings = json.loads((folder / "config.json").read_text())
+    settings["mtp_num_hidden_layers"] = 1
+    (folder / "config.json").write_text(json.dumps(settings, indent=2))
 
 
 def convert(folder: Path, dest: Path, outtype: str = "f16", extra: tuple[str, ...] = ()) -> Path:

@@ -39,6 +39,7 @@ from engine.backends.llamacpp import probe as llamacpp_probe
 from engine.backends.llamacpp.architecture import ModelShape, model_shape
 from engine.backends.llamacpp.library import patched_build, physical_cores, probe_llamacpp
 from engine.backends.llamacpp.model import LlamaCppModel
+from engine.backends.llamacpp.mtp import MtpHead, mtp_layers
 from engine.backends.llamacpp.native import RepackChoice, choose_repack, plan_load
 from engine.backends.llamacpp.probe import ProbeVerdict, probe_widths
 from engine.backends.llamacpp.text import ByteDetokenizer, GgufTokenizer, resolve_gguf
@@ -65,6 +66,7 @@ from engine.events import BackendInfo, Chunk, Done, DraftMode
 from engine.request import GenerationRequest
 
 BACKEND_NAME = "llama.cpp"
+MTP_LABEL = "MTP head"  # what the stats call the draft where the model's own MTP head drafts
 # cache_mode -> llama.cpp K/V cache type name; llama.cpp has no 6-bit cache type, q6 takes q8_0.
 CACHE_TYPE_NAMES = {"fp16": "f16", "q8": "q8_0", "q6": "q8_0", "q4": "q4_0"}
 # Verify-pass widths timed at load for the cost model (later passes refine it), those up to the widest pass the
@@ -133,6 +135,8 @@ class LlamaCppBackend(RoundLoopBackend):
         self.probe: ProbeVerdict | None = None  # the kernel probe's verdict (None: not probed)
         self.shape: ModelShape | None = None  # the loaded model's memory, experts and MTP layers
         self.draft_mode: DraftMode = draft_mode_of(self.draft)  # type: ignore[assignment]
+        # The model's own MTP head drafts (a second context on the target's model, mtp.py).
+        self.use_mtp = self.draft.strip().lower() == "mtp"
         self.device = "cpu"
         self.target: LlamaCppModel | None = None
         self.draft_state: LlamaCppModel | None = None
@@ -179,7 +183,11 @@ class LlamaCppBackend(RoundLoopBackend):
             cache_mode=self.requested_cache_mode,
             draft_cache_mode=self.requested_draft_cache_mode,
             draft_mode=self.draft_mode,
-            draft_model=Path(self.draft).name if self.draft_mode == "model" else None,
+            draft_model=MTP_LABEL
+            if self.use_mtp
+            else Path(self.draft).name
+            if self.draft_mode == "model"
+            else None,
             max_context=self.max_context,
             notes=tuple(self.notes),
         )
@@ -206,7 +214,11 @@ class LlamaCppBackend(RoundLoopBackend):
         logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL + 1)  # no C++ chatter on the TUI
         self._lib = llama_cpp
         path = resolve_gguf(self.model_path, "model")
-        draft_path = resolve_gguf(self.draft, "draft model") if self.draft_mode == "model" else None
+        draft_path = (
+            resolve_gguf(self.draft, "draft model")
+            if self.draft_mode == "model" and not self.use_mtp
+            else None
+        )
         self._plan_loads(path, draft_path, report)
         report("loading model", 0.1)
         llama_cpp.llama_backend_init()
@@ -234,8 +246,11 @@ class LlamaCppBackend(RoundLoopBackend):
             n_batch,
             gpu_layers,
             repack,
+            load_mtp=self.use_mtp,
         )
         self.model_path = path
+        if self.use_mtp:
+            self._attach_mtp(path)
         self.shape = model_shape(llama_cpp, self.target.model, self.target.memory)
         if self.shape.memory != "attention" or self.shape.moe:
             self.notes.append(self.shape.describe())
@@ -318,6 +333,25 @@ class LlamaCppBackend(RoundLoopBackend):
             control.stall_watch = StallWatch(control.predicted_cost())
         report("ready", 1.0)
 
+    def _attach_mtp(self, path: Path) -> None:
+        """The model's MTP head as the draft (--draft mtp): one line where the GGUF has no MTP layers."""
+        layers = mtp_layers(self._lib, self.target.model)
+        if layers == 0:
+            self.close()
+            raise BackendError(
+                f"--draft mtp: {path.name} has no MTP layers (llama_model_n_layer_nextn is 0); "
+                "use --draft ngram or a draft model"
+            )
+        try:
+            head = MtpHead(self._lib, self.target, self.threads)
+        except BackendError:
+            self.close()
+            raise
+        self.target.mtp = self.draft_state = head
+
+    def _drafter_name(self) -> str:
+        return "mtp" if self.use_mtp else self.draft_mode
+
     def _plan_loads(self, path: Path, draft_path: Path | None, report) -> None:
         """Choose weight repacking for this CPU, and trial-decode each GGUF in a child process where llama.cpp
         could crash on it (first sight of a file/build/CPU only): a crash becomes a note or one BackendError
@@ -360,17 +394,19 @@ class LlamaCppBackend(RoundLoopBackend):
         """Time the draft model's one-token step on a short context (best of a few) into `costs`."""
         draft = self.draft_state
         filler = [(7 + 13 * i) % max(draft.n_vocab - 1, 1) + 1 for i in range(65)]
+        # An MTP head follows the target's decodes: its cache is filled by the target's prefill.
+        feeder = self.target if self.use_mtp else draft
         best = float("inf")
         try:
-            draft.clear()
-            draft.prefill(filler[:64])
+            feeder.clear()
+            feeder.prefill(filler[:64])
             for _ in range(4):
                 start = time.perf_counter()
-                draft.decode(filler[64:65], outputs=1)
+                draft.next_logits(filler[64:65])
                 best = min(best, time.perf_counter() - start)
                 draft.crop(64)
         finally:
-            draft.clear()
+            feeder.clear()
         costs.observe_draft(best)
 
     def _kernels_agree(self) -> bool:

@@ -38,6 +38,7 @@ class LlamaCppModel:
         n_batch: int,
         gpu_layers: int,
         repack: bool = True,
+        load_mtp: bool = False,
     ) -> None:
         from llama_cpp import _internals
 
@@ -46,6 +47,7 @@ class LlamaCppModel:
         params.n_gpu_layers = gpu_layers
         # Weight repacking into llama.cpp's extra buffer types (AMX, the CPU repack): see native.py.
         params.use_extra_bufts = repack
+        params.load_mtp = load_mtp  # the MTP (nextn) layers, for --draft mtp (mtp.py)
         self.repack = repack
         try:
             self.model = _internals.LlamaModel(path_model=str(path), params=params, verbose=False)
@@ -113,12 +115,16 @@ class LlamaCppModel:
         self.pad_single = False
         # False once the memory refused to drop a tail (crop then re-prefills).
         self.can_crop = True
+        # The model's MTP head (mtp.MtpHead), which follows every decode and crop; None: no MTP drafting.
+        self.mtp = None
 
     def clear(self) -> None:
         self.ctx.kv_cache_clear()
         self.ids = []
         if self.memory is not None:
             self.memory.reset()
+        if self.mtp is not None:
+            self.mtp.clear()
 
     def crop(self, length: int) -> None:
         """Keep exactly the first `length` cached positions.
@@ -129,6 +135,8 @@ class LlamaCppModel:
         of a prefill); `can_crop` turns False then, so the backend stops drafting for it."""
         if length >= len(self.ids):
             return
+        if self.mtp is not None:
+            self.mtp.crop(length)
         if self.memory is not None:
             del self.ids[length:]
             return
@@ -231,6 +239,8 @@ class LlamaCppModel:
         self.ids.extend(tokens)
         if self.memory is not None:
             self.memory.decoded(len(self.ids), n)
+        if self.mtp is not None:
+            self.mtp.follow(tokens, base)
         logits = None
         if outputs:
             pointer = self._lib.llama_get_logits(self.ctx.ctx)
@@ -284,6 +294,9 @@ class LlamaCppModel:
         return ids[0] if len(ids) == 1 else None
 
     def close(self) -> None:
+        if self.mtp is not None:
+            self.mtp.close()  # before the context and the model it hangs on
+            self.mtp = None
         self.batch.close()
         self.ctx.close()
         if self.pool is not None:

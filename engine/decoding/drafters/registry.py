@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from engine.decoding.drafters.base import DraftContext, Drafter
 from engine.decoding.drafters.draft_model import build as draft_model_drafter
+from engine.decoding.drafters.mtp import build as mtp_drafter
 from engine.decoding.drafters.ngram import build as ngram_drafter
 
 
@@ -44,10 +45,12 @@ _SPECS = (
     DrafterSpec(name="none", description="plain decoding", label="none"),
     DrafterSpec(
         name="mtp",
-        description="the model's own MTP head, exllamav3",
+        description="the model's own MTP head (a GGUF with MTP layers on llama.cpp, or exllamav3)",
         label="MTP head",
         steps=True,
-        engines=("exllamav3",),
+        build=mtp_drafter,
+        beside=("ngram",),
+        engines=("exllamav3", "llamacpp"),
         mode="model",
     ),
     DrafterSpec(

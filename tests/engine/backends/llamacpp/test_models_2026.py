@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import engine.decoding.round_loop as round_loop
 from engine.backends.llamacpp.backend import LlamaCppBackend
@@ -232,3 +233,94 @@ def test_a_quantized_mixture_of_experts_model_proves_every_width(smol_dir) -> No
         assert backend.probe.widest == backend.probe.checked, backend.probe.describe()
     finally:
         backend.close()
+
+
+@pytest.fixture(scope="module")
+def qwen35mtp(smol_dir: Path) -> Path:
+    return gguf_2026("qwen35mtp", smol_dir)
+
+
+def load_mtp(path: Path) -> LlamaCppBackend:
+    backend = LlamaCppBackend(path, draft="mtp", cache_mode="fp16", max_context=2048, threads=2)
+    backend.load()
+    return backend
+
+
+def test_the_mtp_head_drafts_on_llama_cpp_and_the_reply_stays_exact(qwen35mtp) -> None:
+    """--draft mtp on a GGUF with an MTP layer: the head (a second context on the target's model) drafts every
+    round, greedy and seeded replies equal plain decoding, and the head's cache follows the target's."""
+    backend = load_mtp(qwen35mtp)
+    try:
+        assert backend.shape.mtp_layers == 1 and "1 MTP layer" in backend.shape.describe()
+        assert backend.info.draft_model == "MTP head" and backend.target.mtp is backend.draft_state
+        ids = chat_ids(backend, PROMPT)
+        for sampler in ({}, {"temperature": 0.8, "top_p": 0.95}):
+            plain = generate(backend, ids, k=0, max_new=60, seed=3, **sampler)
+            spec = generate(backend, ids, k=4, max_new=60, seed=3, **sampler)
+            assert spec.tokens == plain.tokens
+            assert spec.drafted > 0 and {c.drafter for c in spec.chunks if c.drafted} == {"mtp"}
+            head, target = backend.draft_state, backend.target
+            assert head.ids == target.ids  # no draft left behind, nothing missing
+        assert spec.done.draft_step_s > 0
+    finally:
+        backend.close()
+
+
+def test_the_mtp_head_pairs_each_token_with_the_hidden_row_before_it(qwen35mtp) -> None:
+    """The head's rows pair token q with the target's hidden row of q - 1, across the target's batches: a prompt
+    prefilled in one pass or stepped one token at a time leaves the head drafting the same tokens (a head that
+    lost the row at a batch's edge drafts from zeros there), and the row matters (zeros give other logits)."""
+    backend = load_mtp(qwen35mtp)
+    try:
+        head, target = backend.draft_state, backend.target
+        ids = chat_ids(backend, PROMPT)
+
+        def drafts_after(feed) -> list[int]:
+            target.clear()
+            feed()
+            drafted = [int(head.next_logits([ids[-1]]).argmax())]
+            for _ in range(3):
+                drafted.append(int(head.next_logits([drafted[-1]]).argmax()))
+            return drafted
+
+        at_once = drafts_after(lambda: target.prefill(ids[:-1]))
+        stepped = drafts_after(lambda: [target.decode([t], outputs=0) for t in ids[:-1]])
+        assert at_once == stepped
+        target.clear()
+        target.prefill(ids[:-1])
+        real = head.next_logits([ids[-1]])
+        head.crop(len(ids) - 1)
+        head.hidden.clear()  # what a head that never got the target's rows would see
+        assert not torch.equal(real, head.next_logits([ids[-1]]))
+    finally:
+        backend.close()
+
+
+def test_mtp_on_a_gguf_without_mtp_layers_is_one_line(qwen35) -> None:
+    from engine.errors import BackendError
+
+    with pytest.raises(
+        BackendError, match=r"^--draft mtp: .*has no MTP layers \(llama_model_n_layer_nextn is 0\)"
+    ):
+        load_mtp(qwen35)
+
+
+def test_auto_runs_draft_mtp_on_a_gguf_with_llama_cpp(qwen35mtp) -> None:
+    from types import SimpleNamespace
+
+    from engine.backends.select import create_backend
+
+    settings = SimpleNamespace(
+        model=qwen35mtp,
+        draft="mtp",
+        backend="auto",
+        cache_mode="auto",
+        draft_cache_mode="auto",
+        max_context=1024,
+        gpu_split=None,
+        endpoint=None,
+        threads=2,
+        device=None,
+    )
+    backend, why = create_backend(settings)
+    assert isinstance(backend, LlamaCppBackend) and backend.use_mtp and why.endswith("-> llama.cpp")

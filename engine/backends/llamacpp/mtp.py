@@ -1,0 +1,206 @@
+"""The model's own MTP head on llama.cpp: a second context (`LLAMA_CONTEXT_TYPE_MTP`) on the target's model, as
+llama.cpp's own `draft-mtp` drives it (vendored common/speculative.cpp, `common_speculative_impl_draft_mtp`, from
+line 1331; the context is made as `common_speculative_init_result` does, line 2525).
+
+An MTP layer (Qwen3.5's one `mtp.*` block, DeepSeek's nextn) predicts the token after next from two things: the
+next token's embedding and the target's hidden state at the current position. So:
+
+- after every target decode (prefill slices, plain steps, verify passes) the head decodes the same tokens on its
+  own small cache, each paired with the target's hidden row of the position before it (`follow`, called by the
+  target's `LlamaCppModel._decode`; `process()` in speculative.cpp, line 1470);
+- a draft then steps the head one row at a time: the round's last token with the target's hidden row of the last
+  cached position, then each drafted token with the head's own hidden row of the step before (`next_logits`;
+  `draft()`, line 1593);
+- a crop drops the head's rows past the kept length, as the target's (its cache is attention only).
+
+In 0.3.36 `llama_batch_ext_set_embd_state` is a stub that returns false: the row rides on the token with
+`llama_batch_ext_set_embd_token` and goes in with `llama_process`. The hidden rows come from the staging API in
+src/llama-ext.h (`llama_set_embeddings_nextn`, `llama_get_embeddings_nextn[_ith]`), which libllama exports with C++
+names only: they are looked up by their mangled names.
+
+The head is a `CachedModel` for the round loop (ids, crop, prefill, next_logits), so the draft-model drafter's
+greedy steps drive it unchanged (engine/decoding/drafters/mtp.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from engine.errors import BackendError
+
+# libllama's C++ staging API (src/llama-ext.h lines 93-108), by mangled name.
+_SET_EMBEDDINGS_NEXTN = "_Z26llama_set_embeddings_nextnP13llama_contextbb"
+_GET_EMBEDDINGS_NEXTN = "_Z26llama_get_embeddings_nextnP13llama_context"
+_GET_EMBEDDINGS_NEXTN_ITH = "_Z30llama_get_embeddings_nextn_ithP13llama_contexti"
+# Hidden rows kept per position (the target's, then the head's own for drafted positions): enough for the widest
+# pass and its drafts.
+KEPT_ROWS = 256
+
+
+class NextnApi:
+    """The three staging calls, bound from the loaded libllama."""
+
+    def __init__(self, raw) -> None:
+        lib = raw._lib
+        try:
+            self.set_embeddings = getattr(lib, _SET_EMBEDDINGS_NEXTN)
+            self.get_embeddings = getattr(lib, _GET_EMBEDDINGS_NEXTN)
+            self.get_embeddings_ith = getattr(lib, _GET_EMBEDDINGS_NEXTN_ITH)
+        except AttributeError as exc:
+            raise BackendError(
+                "--draft mtp: this llama.cpp build does not export the MTP hidden-state calls "
+                "(llama_get_embeddings_nextn)"
+            ) from exc
+        self.set_embeddings.argtypes = [ctypes.c_void_p, ctypes.c_bool, ctypes.c_bool]
+        self.set_embeddings.restype = None
+        self.get_embeddings.argtypes = [ctypes.c_void_p]
+        self.get_embeddings.restype = ctypes.POINTER(ctypes.c_float)
+        self.get_embeddings_ith.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+        self.get_embeddings_ith.restype = ctypes.POINTER(ctypes.c_float)
+
+
+def mtp_layers(lib, model) -> int:
+    """The MTP (nextn) layers a loaded model carries (0: none)."""
+    return int(lib.llama_model_n_layer_nextn(model.model))
+
+
+class MtpHead:
+    """The MTP context beside a target LlamaCppModel (loaded with `load_mtp`), following its decodes."""
+
+    costs = None
+    can_crop = True
+
+    def __init__(self, lib, target, threads: int) -> None:
+        from llama_cpp import _internals
+        from llama_cpp import llama_cpp as raw
+
+        self._lib = lib
+        self.api = NextnApi(raw)
+        params = lib.llama_context_default_params()
+        params.ctx_type = lib.LLAMA_CONTEXT_TYPE_MTP
+        params.n_ctx = target.ctx.n_ctx()
+        params.n_batch = params.n_ubatch = target.n_batch
+        params.n_seq_max = 1
+        params.n_threads = params.n_threads_batch = threads
+        params.n_rs_seq = 0
+        params.ctx_other = target.ctx.ctx
+        params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        try:
+            self.ctx = _internals.LlamaContext(model=target.model, params=params, verbose=False)
+        except (ValueError, OSError) as exc:
+            raise BackendError(f"--draft mtp: llama.cpp could not create the MTP context ({exc})") from exc
+        self.n_embd = int(lib.llama_model_n_embd(target.model.model))
+        self.n_vocab = target.n_vocab
+        self.batch = lib.llama_batch_ext_init(self.ctx.ctx)
+        # The target hands over every row of its passes; the head marks only its own output row.
+        self.api.set_embeddings(target.ctx.ctx, True, False)
+        self.api.set_embeddings(self.ctx.ctx, True, True)
+        self.ids: list[int] = []  # tokens whose MTP rows the head's cache holds, from position 0
+        self.hidden: dict[
+            int, np.ndarray
+        ] = {}  # position -> the hidden row paired with the next position's token
+        self.step_times: list[float] = []
+        self.target = target
+
+    # --- following the target ------------------------------------------------------------------------------
+
+    def follow(self, tokens: Sequence[int], base: int) -> None:
+        """The target just decoded `tokens` at positions base..: decode them here too, each with the target's
+        hidden row of the position before, and keep the target's rows (they outrank the head's own)."""
+        n = len(tokens)
+        pointer = self.api.get_embeddings(self.target.ctx.ctx)
+        rows = np.ctypeslib.as_array(pointer, shape=(n, self.n_embd)).copy() if pointer else None
+        self.crop(base)
+        if rows is not None:  # first: token i of the batch pairs with row i - 1 of the same batch
+            for i in range(n):
+                self.hidden[base + i] = rows[i]
+        self._process(tokens, base, output=False)
+        self._forget_old(base + n)
+
+    def _forget_old(self, end: int) -> None:
+        for position in [p for p in self.hidden if p < end - KEPT_ROWS]:
+            del self.hidden[position]
+
+    def _process(self, tokens: Sequence[int], base: int, output: bool):
+        lib = self._lib
+        batch = self.batch
+        lib.llama_batch_ext_clear(batch)
+        zeros = np.zeros(self.n_embd, dtype=np.float32)
+        # each row's data must live until llama_process has read it
+        paired = np.stack([self.hidden.get(base + i - 1, zeros) for i in range(len(tokens))]).astype(
+            np.float32
+        )
+        paired = np.ascontiguousarray(paired)
+        data = paired.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        for i, token in enumerate(tokens):
+            idx = lib.llama_batch_ext_add_token(batch, 0, int(token))
+            position = lib.llama_pos(base + i)
+            lib.llama_batch_ext_set_pos(batch, idx, ctypes.byref(position))
+            row = ctypes.cast(
+                ctypes.addressof(data.contents) + i * self.n_embd * 4, ctypes.POINTER(ctypes.c_float)
+            )
+            lib.llama_batch_ext_set_embd_token(batch, idx, lib.llama_embd(row, 1, self.n_embd))
+            if output and i == len(tokens) - 1:
+                lib.llama_batch_ext_set_output_logits(batch, idx, True)
+        code = lib.llama_process(self.ctx.ctx, lib.LLAMA_PROCESS_TYPE_DECODE, batch)
+        if code != 0:
+            self.clear()
+            raise BackendError(f"llama.cpp's MTP head failed to decode (code {code})")
+        self.ids.extend(tokens)
+        if not output:
+            return None
+        logits = np.ctypeslib.as_array(lib.llama_get_logits(self.ctx.ctx), shape=(1, self.n_vocab)).copy()
+        own = self.api.get_embeddings_ith(self.ctx.ctx, len(tokens) - 1)
+        if own:
+            self.hidden[base + len(tokens) - 1] = np.ctypeslib.as_array(own, shape=(self.n_embd,)).copy()
+        return logits
+
+    # --- a CachedModel for the draft steps ------------------------------------------------------------------
+
+    def clear(self) -> None:
+        self.ctx.kv_cache_clear()
+        self.ids = []
+        self.hidden.clear()
+
+    def crop(self, length: int) -> None:
+        if length >= len(self.ids):
+            for position in [p for p in self.hidden if p >= length]:
+                del self.hidden[position]
+            return
+        if not self.ctx.kv_cache_seq_rm(0, length, -1):
+            self.clear()
+            return
+        del self.ids[length:]
+        for position in [p for p in self.hidden if p >= length]:
+            del self.hidden[position]
+
+    def prefill(self, ids: Sequence[int], cancel: threading.Event | None = None) -> int:
+        """Nothing to decode: the head follows the target's own prefill. The prefix it shares with `ids`."""
+        n = 0
+        for a, b in zip(self.ids, ids, strict=False):
+            if a != b:
+                break
+            n += 1
+        self.crop(n)
+        return n
+
+    def next_logits(self, tokens: Sequence[int]) -> torch.Tensor:
+        """A draft step: `tokens` (the round's last token, then each draft) on the head's cache; the logits of
+        the last, timed."""
+        start = time.perf_counter()
+        logits = self._process(list(tokens), len(self.ids), output=True)
+        self.step_times.append(time.perf_counter() - start)
+        return torch.from_numpy(logits[-1])
+
+    def close(self) -> None:
+        """Free the context (once: the backend and the target both hold the head)."""
+        if self.batch is not None:
+            self._lib.llama_batch_ext_free(self.batch)
+            self.batch = None
+            self.ctx.close()
