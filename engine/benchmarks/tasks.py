@@ -15,6 +15,8 @@ first run, see below):
                                count and context, as its users run it (its default weight repacking, off only on
                                AMX CPUs where it crashes), without drafting and with its two n-gram speculations
   server-draft-simple          with `draft`: `llama-server -md DRAFT --spec-type draft-simple`
+  ours-draft / server-draft-mtp   with `mtp` (a GGUF with MTP layers, `--draft mtp`): our MTP-head drafting (adaptive
+                               K, n-gram beside it) and `llama-server --spec-type draft-mtp`
 Speeds are decode tokens/s for every variant alike: tokens after the first chunk over the time from the first
 chunk to the last (prompt processing is apart: it is the same llama.cpp code on both sides). Every drafting mode's
 greedy output is checked against ours-plain's on every prompt and repeat, and (`seeded_tokens`) its seeded sampled
@@ -53,6 +55,7 @@ SERVERS = {
     "server-ngram-mod": ("--spec-type", "ngram-mod"),
 }
 SERVER_DRAFT = "server-draft-simple"
+SERVER_MTP = "server-draft-mtp"
 # llama-server's ngram-mod keeps one n-gram pool for all requests and never clears it between them: a repeat of a
 # prompt drafts the first run's whole reply back. Its figure is the first time its server sees each prompt (what a
 # user's new message gets); the repeats are printed apart.
@@ -74,11 +77,15 @@ class Run:
     cost_steps: float = 0.0
 
 
-def variant_plan(draft: Path | None) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
-    """Our variants and llama-server's (name -> its extra arguments), with a draft model or without."""
+def variant_plan(draft: Path | None, mtp: bool = False) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
+    """Our variants and llama-server's (name -> its extra arguments), with a draft model, the model's MTP head
+    (`mtp`: ours-draft is our MTP drafting, beside llama-server's draft-mtp) or neither."""
     from engine.benchmarks.llama_server import draft_simple_args
 
     servers = dict(SERVERS)
+    if mtp:
+        servers[SERVER_MTP] = ("--spec-type", "draft-mtp")
+        return (*OURS, OURS_DRAFT), servers
     if draft is None:
         return OURS, servers
     servers[SERVER_DRAFT] = draft_simple_args(draft)
@@ -178,6 +185,7 @@ def run_task_bench(
     split: str = "heldout",
     *,
     draft: Path | None = None,
+    mtp: bool = False,
     max_new: int = 128,
     repeats: int = 1,
     threads: int | None = None,
@@ -197,19 +205,19 @@ def run_task_bench(
     if families is not None:
         items = [i for i in items if i["category"] in families]
     presets = load_presets(None)
-    ours_variants, server_args = variant_plan(draft)
+    ours_variants, server_args = variant_plan(draft, mtp)
     ours = LlamaCppBackend(gguf, draft="ngram", cache_mode="auto", max_context=context, threads=threads)
     ours.load()
     drafted = None
     started: dict = {}
     remotes: dict = {}
     try:
-        if draft is not None:
-            # The draft model's backend runs as ours does: the thread count load measured for ours, taken as
+        if draft is not None or mtp:
+            # The draft model's (or MTP head's) backend runs as ours does: the thread count load measured for ours, taken as
             # measured (the busy-CPU guard armed alike), or the count given (as pair.py does).
             drafted = LlamaCppBackend(
                 gguf,
-                draft=str(draft),
+                draft="mtp" if mtp else str(draft),
                 cache_mode="auto",
                 max_context=context,
                 threads=threads,
@@ -223,7 +231,7 @@ def run_task_bench(
         print(
             f"specchat bench --tasks {split}: {len(items)} prompts, temperature 0, max {max_new} new tokens, "
             f"{repeats} repeat(s), {ours.threads} thread(s) ({'; '.join(ours.info.notes)}), context {context}; "
-            f"{gguf.name}{f', draft {draft.name}' if draft is not None else ''}",
+            f"{gguf.name}{f', draft {draft.name}' if draft is not None else ', its MTP head' if mtp else ''}",
             file=out,
         )
         if server_note:

@@ -33,6 +33,25 @@ BUILDER_VERSION = 1
 KINDS = ("qwen35", "qwen35mtp", "qwen3next", "qwen3moe")
 # Wide enough logits that greedy decoding has no near-ties (a random model's argmax is then stable).
 INIT_RANGE = 0.2
+# Real models' shapes, for timing (a verify pass costs the same whatever the weights hold): the config fields that
+# differ from the tiny defaults. Qwen3.5-0.8B's (SmolLM2's vocabulary in place of its 248k tokens).
+SHAPES = {
+    "tiny": {},
+    "qwen3.5-0.8b": dict(
+        hidden_size=1024,
+        intermediate_size=3584,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=256,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_num_key_heads=16,
+        linear_num_value_heads=16,
+        num_hidden_layers=24,
+        layer_types=(["linear_attention"] * 3 + ["full_attention"]) * 6,
+        initializer_range=0.02,
+    ),
+}
 
 
 def converter_dir() -> Path:
@@ -73,7 +92,7 @@ def converter_dir() -> Path:
     return dest
 
 
-def _config(kind: str, vocab_size: int):
+def _config(kind: str, vocab_size: int, shape: str = "tiny"):
     common = dict(
         vocab_size=vocab_size,
         hidden_size=256,
@@ -102,7 +121,8 @@ def _config(kind: str, vocab_size: int):
         if kind in ("qwen35", "qwen35mtp"):
             from transformers import Qwen3_5TextConfig as Config
 
-            return Config(**common, **linear, architectures=["Qwen3_5ForCausalLM"])
+            fields = {**common, **linear, **SHAPES[shape]}
+            return Config(**fields, architectures=["Qwen3_5ForCausalLM"])
         from transformers import Qwen3NextConfig as Config
 
         return Config(
@@ -128,13 +148,13 @@ def _config(kind: str, vocab_size: int):
     )
 
 
-def build_hf(kind: str, folder: Path, tokenizer_dir: Path, seed: int = 2026) -> Path:
-    """Save a tiny random model of `kind` (safetensors, SmolLM2's tokenizer files) into `folder`."""
+def build_hf(kind: str, folder: Path, tokenizer_dir: Path, seed: int = 2026, shape: str = "tiny") -> Path:
+    """Save a random model of `kind` at `shape` (safetensors, SmolLM2's tokenizer files) into `folder`."""
     import torch
     from transformers import AutoModelForCausalLM
 
     vocab = json.loads((tokenizer_dir / "config.json").read_text())["vocab_size"]
-    config = _config(kind, vocab)
+    config = _config(kind, vocab, shape)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config).eval()
     folder.mkdir(parents=True, exist_ok=True)
@@ -202,19 +222,24 @@ def quantize(source: Path, dest: Path, ftype: str = "Q4_K_M") -> Path:
     return dest
 
 
-def gguf_2026(kind: str, tokenizer_dir: Path, quant: str = "F16", seed: int = 2026) -> Path:
-    """A tiny `kind` GGUF (F16, or a quantized type such as Q4_K_M), built once and cached."""
+def gguf_2026(
+    kind: str, tokenizer_dir: Path, quant: str = "F16", seed: int = 2026, shape: str = "tiny"
+) -> Path:
+    """A random `kind` GGUF at `shape` (F16, or a quantized type such as Q4_K_M), built once and cached."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
+    if shape != "tiny" and kind not in ("qwen35", "qwen35mtp"):
+        raise ValueError(f"shape {shape!r} is built for qwen35 and qwen35mtp only")
     root = cache_dir() / "models" / "tiny-2026"
-    dest = root / f"{kind}-s{seed}-v{BUILDER_VERSION}-{quant.lower()}.gguf"
+    kind_name = f"{kind}-{shape}" if shape != "tiny" else kind
+    dest = root / f"{kind_name}-s{seed}-v{BUILDER_VERSION}-{quant.lower()}.gguf"
     if dest.is_file():
         return dest
     root.mkdir(parents=True, exist_ok=True)
-    f16 = root / f"{kind}-s{seed}-v{BUILDER_VERSION}-f16.gguf"
+    f16 = root / f"{kind_name}-s{seed}-v{BUILDER_VERSION}-f16.gguf"
     if not f16.is_file():
         with tempfile.TemporaryDirectory() as work:
-            folder = build_hf(kind, Path(work) / kind, tokenizer_dir, seed)
+            folder = build_hf(kind, Path(work) / kind, tokenizer_dir, seed, shape)
             partial = f16.with_name(f".{f16.name}.{os.getpid()}")
             convert(folder, partial, "f16", ("--no-mtp",) if kind in ("qwen35", "qwen3next") else ())
             os.replace(partial, f16)
@@ -224,3 +249,11 @@ def gguf_2026(kind: str, tokenizer_dir: Path, quant: str = "F16", seed: int = 20
     quantize(f16, partial, quant.upper())
     os.replace(partial, dest)
     return dest
+
+
+if __name__ == "__main__":
+    # python -m tests.support.models_2026 KIND [SHAPE] [QUANT]: build (or find) one and print its path.
+    from engine.models import ensure_embedded_model
+
+    kind, shape, quant = (sys.argv[1:] + ["tiny", "F16"][len(sys.argv) - 2 :])[:3]
+    print(gguf_2026(kind, ensure_embedded_model(), quant=quant, shape=shape))

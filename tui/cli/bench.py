@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SPLIT",
         help="instead: the task families (summarize, passages, code_edit, translate, chat, code: function "
         "completions and rewrites) and the context rows, ours against llama-server on the same GGUF (with --draft "
-        "a GGUF: our draft model and its draft-simple too): heldout, tune, or a JSON Lines file",
+        "a GGUF: our draft model and its draft-simple too; with --draft mtp: our MTP head and its draft-mtp): "
+        "heldout, tune, or a JSON Lines file",
     )
     parser.add_argument(
         "--families",
@@ -149,6 +150,7 @@ def _run_tasks(settings, args: argparse.Namespace) -> int:
         path,
         args.tasks,
         draft=draft,
+        mtp=str(settings.draft).strip().lower() == "mtp",
         max_new=64 if args.quick else 128,
         repeats=1 if args.quick else 2,
         threads=getattr(settings, "threads", None),
