@@ -25,9 +25,18 @@ patch_key=$("$PY" "$HERE/patch_llama_cpp.py" --key)  # a hash of the edits the p
 args_key=$(echo "$CMAKE_ARGS" | hash12 | cut -c1-8)
 WHEELS="$CACHE/wheels/llama-cpp-python-$VER-$patch_key-$cpu_key-$args_key"
 
+# The flags of the CPU the library was compiled for (-march=native), beside the installed package: specchat refuses
+# to load it on a CPU that lacks one of its instruction sets (engine/backends/llamacpp/library.py) instead of dying.
+record_cpu() {
+  local pkg
+  pkg=$("$PY" -c 'import importlib.util; print(importlib.util.find_spec("llama_cpp").submodule_search_locations[0])') || return 0
+  (grep -m1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null | cut -d: -f2 || true) > "$pkg/specchat-build-cpu.txt"
+}
+
 stock() {
   echo "llama.cpp bindings: $1; building the stock $VER instead (exact plain steps then run as padded batches)"
   "$PY" -m pip install --quiet "llama-cpp-python==$VER"
+  record_cpu
 }
 
 mkdir -p "$CACHE/wheels"
@@ -63,4 +72,5 @@ if [ -z "$wheel" ]; then
 fi
 "$PY" -m pip install --quiet --force-reinstall --no-deps "$wheel"
 "$PY" -m pip install --quiet "$wheel"  # its dependencies (numpy, jinja2, diskcache), where missing
+record_cpu  # the wheel's folder is keyed by this CPU's flags: it was compiled for them
 echo "llama.cpp bindings ready, patched (took $(( $(date +%s) - start )) s): $wheel"

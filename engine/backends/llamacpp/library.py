@@ -24,8 +24,61 @@ REPACK_EXACT_SYMBOL = "specchat_repack_exact"
 UNUSABLE_HINT = "run make install or use --backend auto"
 
 
+# Written into the installed llama_cpp package by scripts/build_llama_cpp.sh: the instruction-set flags of the CPU
+# the library was compiled for (a native build: -march=native).
+BUILD_CPU_FILE = "specchat-build-cpu.txt"
+# x86 and ARM instruction sets a native build may use: a CPU that lacks one the build machine had dies with SIGILL
+# at the first kernel that uses it (no Python exception, no message).
+ISA_FLAGS = frozenset(
+    {
+        *("sse3", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "avx_vnni"),
+        *("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512_vnni", "avx512vbmi"),
+        *("avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16"),
+        *("asimd", "asimddp", "i8mm", "sve", "sve2", "bf16", "fphp", "asimdhp"),
+    }
+)
+
+
+def build_cpu_flags() -> frozenset[str] | None:
+    """The flags of the CPU the installed llama.cpp was compiled for, read without importing it; None where the
+    install did not record them (a wheel from elsewhere, an older install)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("llama_cpp")
+    except (ImportError, ValueError):
+        return None
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(location) / BUILD_CPU_FILE
+        if path.is_file():
+            return frozenset(path.read_text(encoding="utf-8", errors="replace").split())
+    return None
+
+
+def missing_instructions(
+    built_for: frozenset[str] | None = None, flags: frozenset[str] | None = None
+) -> list[str]:
+    """The instruction sets the installed llama.cpp was compiled for that this CPU lacks (sorted; [] where nothing
+    is recorded or the CPU's flags cannot be read)."""
+    from engine.backends.llamacpp.native import cpu_flags
+
+    built_for = build_cpu_flags() if built_for is None else built_for
+    flags = cpu_flags() if flags is None else flags
+    if not built_for or not flags:
+        return []
+    return sorted((built_for & ISA_FLAGS) - flags)
+
+
 def probe_llamacpp(progress: ProgressCallback | None = None) -> tuple[bool, str]:
-    """(usable, reason): whether the llama.cpp bindings import here."""
+    """(usable, reason): whether the llama.cpp bindings import here (and were compiled for this CPU: a venv moved
+    to a CPU without the build's instructions would die on the first kernel, so it is refused before import)."""
+    missing = missing_instructions()
+    if missing:
+        return False, (
+            f"llama-cpp-python was compiled for a CPU with {', '.join(missing[:4])}"
+            f"{' ...' if len(missing) > 4 else ''}, which this CPU lacks (it would stop on an illegal "
+            "instruction); run make install to build it for this CPU"
+        )
     try:
         import llama_cpp
     except Exception as exc:  # ImportError, or OSError from a shared library that does not load

@@ -45,7 +45,7 @@ _SPECS = (
     DrafterSpec(name="none", description="plain decoding", label="none"),
     DrafterSpec(
         name="mtp",
-        description="the model's own MTP head (a GGUF with MTP layers on llama.cpp, or exllamav3)",
+        description="the model's own MTP head: a GGUF with MTP layers, or exllamav3",
         label="MTP head",
         steps=True,
         build=mtp_drafter,
