@@ -28,7 +28,7 @@ The patch:
    repacked (llama.cpp's default, `use_extra_bufts`) take one kernel for every batch size, each row quantized
    alone and multiplied with the float arithmetic of the stock one-row kernel (ggml_gemv_q4_K_8x8_q8_K; stock
    llama.cpp's 4-row gemm rounds four times a block where the gemv rounds once), each weight block unpacked once
-   for 4 rows (AVX-512 VNNI, or AVX2); Q6_K weights (not repacked on x86) take a 4-row kernel with the arithmetic
+   for 8 rows with AVX-512 VNNI or 4 with AVX2; Q6_K weights (not repacked on x86) take a 4-row kernel with the arithmetic
    of ggml_vec_dot_q6_K_q8_K (the one-row kernel); and no batch of up to 64 rows takes ggml's tiled K-quant
    kernel (another rounding, from 8 rows), so every other K-quant (Q5_K, Q4_K unpacked, ...) runs its vec_dot per
    row; attention's fixed chunks (2.) reach 64 rows too. Prefill batches of more rows keep the tiled kernels.

@@ -32,7 +32,7 @@ PROBE_MAX_WIDTH = LONG_DRAFT_MAX + 1
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog. 1, 2, 3, 4, 5: def f(x): return x * 2 # done"
 # Cached positions before the first probed pass: a few, so that attention reads a short cache.
 SHORT_PROBE_POSITION = 8
-# Verdicts remembered per model file, build, CPU, cache type and thread count (the probe decodes ~3,800 rows:
+# Verdicts remembered per model file, build, CPU, cache type and thread count (the probe decodes ~2,600 rows, twice that padded:
 # seconds on a small model, more on a big one), in the cache dir.
 PROBES_FILE = "llamacpp-probes.json"
 # Bumped whenever what the probe checks changes: older verdicts are then measured again.
