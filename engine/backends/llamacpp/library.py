@@ -24,6 +24,9 @@ REPACK_EXACT_SYMBOL = "specchat_repack_exact"
 UNUSABLE_HINT = "run make install or use --backend auto"
 
 
+# The CPU the library runs on, for the instruction-set check (its own path: tests that fake another CPU for the
+# repack choice, native.CPUINFO, still run the real library on this one).
+CPUINFO = "/proc/cpuinfo"
 # Written into the installed llama_cpp package by scripts/build_llama_cpp.sh: the instruction-set flags of the CPU
 # the library was compiled for (a native build: -march=native).
 BUILD_CPU_FILE = "specchat-build-cpu.txt"
@@ -63,7 +66,7 @@ def missing_instructions(
     from engine.backends.llamacpp.native import cpu_flags
 
     built_for = build_cpu_flags() if built_for is None else built_for
-    flags = cpu_flags() if flags is None else flags
+    flags = cpu_flags(CPUINFO) if flags is None else flags
     if not built_for or not flags:
         return []
     return sorted((built_for & ISA_FLAGS) - flags)
