@@ -80,7 +80,7 @@ def probe_llamacpp(progress: ProgressCallback | None = None) -> tuple[bool, str]
         return False, (
             f"llama-cpp-python was compiled for a CPU with {', '.join(missing[:4])}"
             f"{' ...' if len(missing) > 4 else ''}, which this CPU lacks (it would stop on an illegal "
-            "instruction); run make install to build it for this CPU"
+            "instruction; make install builds it for this CPU)"
         )
     try:
         import llama_cpp

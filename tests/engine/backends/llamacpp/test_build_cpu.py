@@ -44,7 +44,7 @@ def test_a_build_for_another_cpu_is_refused_in_one_line(tmp_path, monkeypatch) -
     assert not usable
     assert reason == (
         "llama-cpp-python was compiled for a CPU with avx512_vnni, avx512f, which this CPU lacks (it would stop "
-        "on an illegal instruction); run make install to build it for this CPU"
+        "on an illegal instruction; make install builds it for this CPU)"
     )
     settings = SimpleNamespace(
         model=None,
