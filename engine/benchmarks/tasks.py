@@ -295,6 +295,10 @@ def run_task_bench(
                     res.seeded_identical[mode] += mode not in wrong
         print_families(out, results, variants)
         print_exactness(out, results, mismatches, seeded_tokens)
+        for name, backend in (("ours", ours), (OURS_DRAFT, drafted)):
+            memory = getattr(getattr(backend, "target", None), "memory", None)
+            if memory is not None:  # a recurrent model: what its rollbacks, checkpoints and replays cost
+                print(f"{name} recurrent state: {memory.counters.describe()}", file=out)
         if fewer:
             print(
                 f"our replies on fewer than {at_load} threads (the busy-CPU guard dropped them; figures above "

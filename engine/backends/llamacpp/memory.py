@@ -59,6 +59,19 @@ class MemoryCounters:
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
+    def describe(self) -> str:
+        """One line of what dropping drafts cost (the bench prints it beside the verify passes)."""
+
+        def each(seconds: float, count: int, unit: str = "each") -> str:
+            return f"{seconds / count * 1000:.2f} ms {unit}" if count else "-"
+
+        return (
+            f"{self.rollbacks} rollbacks; {self.checkpoints} checkpoints ({self.checkpoint_bytes / 1e6:.1f} MB, "
+            f"{each(self.checkpoint_s, self.checkpoints)}); {self.restores} restores "
+            f"({each(self.restore_s, self.restores)}); {self.replayed} tokens replayed "
+            f"({each(self.replay_s, self.replayed, 'a token')}); {self.reprefilled} re-prefilled"
+        )
+
 
 @dataclass
 class Checkpoint:
