@@ -37,7 +37,9 @@ def miniature(root: Path, patch) -> Path:
         + patch.Q6K_HOOK_OLD
         + "    }\n#endif\n}\n\nplan() {\n"
         + patch.PLAN_OLD
-        + "}\n"
+        + "}\n\nmul_mat_id() {\n    for (int cur_a = 0; cur_a < n_as; ++cur_a) {\n"
+        + patch.TILED_ID_OLD
+        + "            continue;\n        }\n    }\n}\n"
     )
     (cpu / "arch" / "x86").mkdir(parents=True)
     (cpu / "arch" / "x86" / "quants.c").write_text(

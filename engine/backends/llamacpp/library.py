@@ -42,6 +42,19 @@ ISA_FLAGS = frozenset(
 )
 
 
+def read_cpu_flags(cpuinfo: str | Path) -> frozenset[str]:
+    """The first CPU's feature flags (x86 `flags`, ARM `Features`) in a cpuinfo file; empty where there is none."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
 def build_cpu_flags() -> frozenset[str] | None:
     """The flags of the CPU the installed llama.cpp was compiled for, read without importing it; None where the
     install did not record them (a wheel from elsewhere, an older install)."""
@@ -63,10 +76,8 @@ def missing_instructions(
 ) -> list[str]:
     """The instruction sets the installed llama.cpp was compiled for that this CPU lacks (sorted; [] where nothing
     is recorded or the CPU's flags cannot be read)."""
-    from engine.backends.llamacpp.native import cpu_flags
-
     built_for = build_cpu_flags() if built_for is None else built_for
-    flags = cpu_flags(CPUINFO) if flags is None else flags
+    flags = read_cpu_flags(CPUINFO) if flags is None else flags
     if not built_for or not flags:
         return []
     return sorted((built_for & ISA_FLAGS) - flags)

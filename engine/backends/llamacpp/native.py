@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import engine
-from engine.backends.llamacpp.library import ExactKernels
+from engine.backends.llamacpp.library import ExactKernels, read_cpu_flags
 from engine.decoding.drafters.ngram import LONG_DRAFT_MAX
 from engine.errors import BackendError
 
@@ -71,16 +71,7 @@ READ_KERNELS = object()
 def cpu_flags(cpuinfo: str | Path | None = None) -> frozenset[str]:
     """The first CPU's feature flags (x86 `flags`, ARM `Features`) from `cpuinfo` (default `CPUINFO`); empty
     where there is none."""
-    cpuinfo = CPUINFO if cpuinfo is None else cpuinfo
-    try:
-        with open(cpuinfo, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                key, _, value = line.partition(":")
-                if key.strip() in ("flags", "Features"):
-                    return frozenset(value.split())
-    except OSError:
-        pass
-    return frozenset()
+    return read_cpu_flags(CPUINFO if cpuinfo is None else cpuinfo)
 
 
 @dataclass(frozen=True)
