@@ -31,9 +31,8 @@ def test_instruction_sets_the_build_used_and_this_cpu_lacks() -> None:
 
 
 def test_a_build_for_another_cpu_is_refused_in_one_line(tmp_path, monkeypatch) -> None:
-    from types import SimpleNamespace
-
     from engine.backends.select import create_backend
+    from tests.support.settings import backend_settings
 
     monkeypatch.setattr(
         library, "build_cpu_flags", lambda: frozenset({"avx2", "fma", "avx512f", "avx512_vnni"})
@@ -46,22 +45,10 @@ def test_a_build_for_another_cpu_is_refused_in_one_line(tmp_path, monkeypatch) -
         "llama-cpp-python was compiled for a CPU with avx512_vnni, avx512f, which this CPU lacks (it would stop "
         "on an illegal instruction; make install builds it for this CPU)"
     )
-    settings = SimpleNamespace(
-        model=None,
-        draft="ngram",
-        backend="llamacpp",
-        cache_mode="auto",
-        draft_cache_mode="auto",
-        max_context=1024,
-        gpu_split=None,
-        endpoint=None,
-        threads=None,
-        device=None,
-    )
     with pytest.raises(
         BackendError, match="^llama.cpp is unusable here: llama-cpp-python was compiled for a CPU"
     ):
-        create_backend(settings)
+        create_backend(backend_settings(None, "llamacpp"))
     # the same CPU (its flags a superset): usable
     monkeypatch.setattr(
         library, "CPUINFO", str(fake_cpuinfo(tmp_path, "avx2 fma avx512f avx512_vnni amx_tile"))

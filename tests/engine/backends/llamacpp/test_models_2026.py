@@ -306,21 +306,8 @@ def test_mtp_on_a_gguf_without_mtp_layers_is_one_line(qwen35) -> None:
 
 
 def test_auto_runs_draft_mtp_on_a_gguf_with_llama_cpp(qwen35mtp) -> None:
-    from types import SimpleNamespace
-
     from engine.backends.select import create_backend
+    from tests.support.settings import backend_settings
 
-    settings = SimpleNamespace(
-        model=qwen35mtp,
-        draft="mtp",
-        backend="auto",
-        cache_mode="auto",
-        draft_cache_mode="auto",
-        max_context=1024,
-        gpu_split=None,
-        endpoint=None,
-        threads=2,
-        device=None,
-    )
-    backend, why = create_backend(settings)
+    backend, why = create_backend(backend_settings(qwen35mtp, "auto", draft="mtp", threads=2))
     assert isinstance(backend, LlamaCppBackend) and backend.use_mtp and why.endswith("-> llama.cpp")
