@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.backends.llamacpp.memory import ROLLBACK_ARCHS
+
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -16,6 +18,7 @@ class ModelShape:
     experts: int = 0  # 0: dense
     experts_used: int = 0
     mtp_layers: int = 0
+    rollback_asked: bool = True  # the context asked for native rollback (n_rs_seq > 0)
 
     @property
     def moe(self) -> bool:
@@ -28,10 +31,12 @@ class ModelShape:
                 "tokens), checkpoints past that"
             )
         if self.memory == "checkpoints":
-            return (
-                "drafts dropped by restoring a state checkpoint and replaying the accepted tokens "
-                f"(no native rollback for {self.arch})"
+            why = (
+                "native rollback is asked for only with a draft model or MTP head: its snapshots cost every step"
+                if self.arch in ROLLBACK_ARCHS and not self.rollback_asked
+                else f"no native rollback for {self.arch}"
             )
+            return f"drafts dropped by restoring a state checkpoint and replaying the accepted tokens ({why})"
         return "drafts dropped from the KV cache"
 
     def describe(self) -> str:
@@ -65,9 +70,9 @@ def model_shape(lib, model, memory) -> ModelShape:
     nextn = getattr(lib, "llama_model_n_layer_nextn", None)
     mtp = int(nextn(model.model)) if nextn is not None else number("nextn_predict_layers")
     if memory is None:
-        kind, depth = "attention", 0
+        kind, depth, asked = "attention", 0, True
     else:
-        kind, depth = memory.kind, memory.depth
+        kind, depth, asked = memory.kind, memory.depth, memory.asked > 0
     return ModelShape(
         arch=arch,
         memory=kind,
@@ -75,4 +80,5 @@ def model_shape(lib, model, memory) -> ModelShape:
         experts=number("expert_count"),
         experts_used=number("expert_used_count"),
         mtp_layers=mtp,
+        rollback_asked=asked,
     )

@@ -111,6 +111,7 @@ class LlamaCppBackend(RoundLoopBackend):
         model_name: str | None = None,
         probe_kernels: bool = True,
         thread_choice: ThreadChoice | None = None,
+        rollback: bool | None = None,
     ) -> None:
         self.model_path = Path(model_path).expanduser()
         self.model_name = model_name
@@ -137,6 +138,10 @@ class LlamaCppBackend(RoundLoopBackend):
         self.draft_mode: DraftMode = draft_mode_of(self.draft)  # type: ignore[assignment]
         # The model's own MTP head drafts (a second context on the target's model, mtp.py).
         self.use_mtp = self.draft.strip().lower() == "mtp"
+        # A recurrent model's native rollback (memory.py): its per-token state snapshots cost every step (7% of a
+        # plain step on a Qwen3.5-0.8B-shaped model), so it is asked for where most rounds draft (a draft model,
+        # the MTP head); n-gram rounds, which draft only where the context repeats, take checkpoints instead.
+        self.rollback = self.draft_mode == "model" if rollback is None else rollback
         self.device = "cpu"
         self.target: LlamaCppModel | None = None
         self.draft_state: LlamaCppModel | None = None
@@ -247,6 +252,7 @@ class LlamaCppBackend(RoundLoopBackend):
             gpu_layers,
             repack,
             load_mtp=self.use_mtp,
+            rollback=self.rollback,
         )
         self.model_path = path
         if self.use_mtp:
@@ -268,6 +274,7 @@ class LlamaCppBackend(RoundLoopBackend):
                 n_batch,
                 gpu_layers,
                 self.repack_by_file[draft_path],
+                rollback=True,  # a hybrid draft model's steps are cropped every round
             )
             if self.draft_state.cache_fallback:
                 self.notes.append(f"draft cache: f16 ({self.draft_state.cache_fallback})")

@@ -36,6 +36,12 @@ from dataclasses import dataclass, field
 # (1 + N)-fold: 16 keeps it modest on a large model (llama-server asks for its draft length) and covers the
 # presets' K.
 ROLLBACK_DEPTH = 16
+# The architectures whose recurrent state llama.cpp 0.3.36 rolls back natively (`llm_arch_supports_rs_rollback`,
+# vendored src/llama-arch.cpp line 1123), as `general.architecture` names them; for any other n_rs_seq is 0.
+ROLLBACK_ARCHS = frozenset(
+    {"kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h", "nemotron_h_moe"}
+    | {"lfm2", "lfm2moe", "bailingmoe3"}
+)
 # Where checkpoints are kept: before a pass, at a user turn's start, at a prompt's end (one each, the newest).
 CHECKPOINT_SLOTS = ("pass", "turn", "prompt")
 
@@ -86,7 +92,8 @@ class RecurrentMemory:
 
     lib: object
     ctx: object  # llama_cpp._internals.LlamaContext
-    depth: int  # llama_n_rs_seq in force: 0 where the architecture has no native rollback
+    depth: int  # llama_n_rs_seq in force: 0 where the architecture has no native rollback (or none was asked)
+    asked: int = ROLLBACK_DEPTH  # the n_rs_seq the context was created with
     held: int = 0  # tokens the memory holds now (more than the model's ids while a crop is pending)
     batch_start: int = 0  # where the last decoded batch began
     checkpoints: dict[str, Checkpoint] = field(default_factory=dict)

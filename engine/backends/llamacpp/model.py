@@ -39,6 +39,7 @@ class LlamaCppModel:
         gpu_layers: int,
         repack: bool = True,
         load_mtp: bool = False,
+        rollback: bool = True,
     ) -> None:
         from llama_cpp import _internals
 
@@ -60,8 +61,9 @@ class LlamaCppModel:
             lib.llama_model_is_recurrent(self.model.model) or lib.llama_model_is_hybrid(self.model.model)
         )
         ctx_params = lib.llama_context_default_params()
-        if self.recurrent:
-            ctx_params.n_rs_seq = ROLLBACK_DEPTH  # silently 0 where the architecture has no native rollback
+        if self.recurrent and rollback:
+            # Per-token state snapshots (memory.py): silently 0 where the architecture has no native rollback.
+            ctx_params.n_rs_seq = ROLLBACK_DEPTH
         ctx_params.n_ctx = n_ctx
         ctx_params.n_batch = n_batch
         ctx_params.n_ubatch = n_batch
@@ -98,7 +100,9 @@ class LlamaCppModel:
                 f" (head size {head}; its blocks are 32 wide)" if head else ""
             )
         self.memory = (
-            RecurrentMemory(lib, self.ctx, int(lib.llama_n_rs_seq(self.ctx.ctx))) if self.recurrent else None
+            RecurrentMemory(lib, self.ctx, int(lib.llama_n_rs_seq(self.ctx.ctx)), int(ctx_params.n_rs_seq))
+            if self.recurrent
+            else None
         )
         self.n_batch = n_batch
         self.batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)

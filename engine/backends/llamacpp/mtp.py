@@ -5,9 +5,11 @@ line 1331; the context is made as `common_speculative_init_result` does, line 25
 An MTP layer (Qwen3.5's one `mtp.*` block, DeepSeek's nextn) predicts the token after next from two things: the
 next token's embedding and the target's hidden state at the current position. So:
 
-- after every target decode (prefill slices, plain steps, verify passes) the head decodes the same tokens on its
+- after every target decode (prefill slices, plain steps, verify passes) the head takes the same tokens into its
   own small cache, each paired with the target's hidden row of the position before it (`follow`, called by the
-  target's `LlamaCppModel._decode`; `process()` in speculative.cpp, line 1470);
+  target's `LlamaCppModel._decode`; `process()` in speculative.cpp, line 1470). Unlike llama-server, lazily: the
+  rows are kept and the tokens decoded in one batch before the next draft step, so rounds that do not draft (adaptive
+  K found it does not pay) cost nothing (eager, it cost 6 ms of a 46 ms step on a Qwen3.5-0.8B-shaped model);
 - a draft then steps the head one row at a time: the round's last token with the target's hidden row of the last
   cached position, then each drafted token with the head's own hidden row of the step before (`next_logits`;
   `draft()`, line 1593);
@@ -39,8 +41,10 @@ _SET_EMBEDDINGS_NEXTN = "_Z26llama_set_embeddings_nextnP13llama_contextbb"
 _GET_EMBEDDINGS_NEXTN = "_Z26llama_get_embeddings_nextnP13llama_context"
 _GET_EMBEDDINGS_NEXTN_ITH = "_Z30llama_get_embeddings_nextn_ithP13llama_contexti"
 # Hidden rows kept per position (the target's, then the head's own for drafted positions): enough for the widest
-# pass and its drafts.
+# pass and its drafts, and every row the head's cache has yet to take.
 KEPT_ROWS = 256
+# Tokens the head holds before its cache takes them in one batch, even with no draft asked for.
+CATCH_UP_AT = 512
 
 
 class NextnApi:
@@ -101,7 +105,8 @@ class MtpHead:
         # The target hands over every row of its passes; the head marks only its own output row.
         self.api.set_embeddings(target.ctx.ctx, True, False)
         self.api.set_embeddings(self.ctx.ctx, True, True)
-        self.ids: list[int] = []  # tokens whose MTP rows the head's cache holds, from position 0
+        self.ids: list[int] = []  # the tokens the head holds, from position 0 (its cache: the first `done`)
+        self.done = 0
         self.hidden: dict[
             int, np.ndarray
         ] = {}  # position -> the hidden row paired with the next position's token
@@ -111,20 +116,31 @@ class MtpHead:
     # --- following the target ------------------------------------------------------------------------------
 
     def follow(self, tokens: Sequence[int], base: int) -> None:
-        """The target just decoded `tokens` at positions base..: decode them here too, each with the target's
-        hidden row of the position before, and keep the target's rows (they outrank the head's own)."""
+        """The target just decoded `tokens` at positions base..: keep its hidden rows (they outrank the head's own)
+        and hold the tokens for the head's cache. They are decoded there lazily, in one batch, before the next
+        draft step (or once CATCH_UP_AT are waiting): while adaptive K keeps drafting off, the head costs nothing."""
         n = len(tokens)
         pointer = self.api.get_embeddings(self.target.ctx.ctx)
         rows = np.ctypeslib.as_array(pointer, shape=(n, self.n_embd)).copy() if pointer else None
         self.crop(base)
-        if rows is not None:  # first: token i of the batch pairs with row i - 1 of the same batch
+        if rows is not None:
             for i in range(n):
                 self.hidden[base + i] = rows[i]
-        self._process(tokens, base, output=False)
-        self._forget_old(base + n)
+        self.ids.extend(tokens)
+        if len(self.ids) - self.done >= CATCH_UP_AT:
+            self._catch_up()
+        self._forget_old()
 
-    def _forget_old(self, end: int) -> None:
-        for position in [p for p in self.hidden if p < end - KEPT_ROWS]:
+    def _catch_up(self) -> None:
+        """Decode the tokens the head holds but its cache does not, each with the target's row before it."""
+        while self.done < len(self.ids):
+            chunk = self.ids[self.done : self.done + self.target.n_batch]
+            self._process(chunk, self.done, output=False)
+            self.done += len(chunk)
+
+    def _forget_old(self) -> None:
+        keep_from = min(self.done - 1, len(self.ids) - KEPT_ROWS)
+        for position in [p for p in self.hidden if p < keep_from]:
             del self.hidden[position]
 
     def _process(self, tokens: Sequence[int], base: int, output: bool):
@@ -152,7 +168,6 @@ class MtpHead:
         if code != 0:
             self.clear()
             raise BackendError(f"llama.cpp's MTP head failed to decode (code {code})")
-        self.ids.extend(tokens)
         if not output:
             return None
         logits = np.ctypeslib.as_array(lib.llama_get_logits(self.ctx.ctx), shape=(1, self.n_vocab)).copy()
@@ -166,16 +181,16 @@ class MtpHead:
     def clear(self) -> None:
         self.ctx.kv_cache_clear()
         self.ids = []
+        self.done = 0
         self.hidden.clear()
 
     def crop(self, length: int) -> None:
-        if length >= len(self.ids):
-            for position in [p for p in self.hidden if p >= length]:
-                del self.hidden[position]
-            return
-        if not self.ctx.kv_cache_seq_rm(0, length, -1):
-            self.clear()
-            return
+        if length < self.done:
+            if self.ctx.kv_cache_seq_rm(0, length, -1):
+                self.done = length
+            else:
+                self.ctx.kv_cache_clear()  # decoded again from the kept rows at the next catch-up
+                self.done = 0
         del self.ids[length:]
         for position in [p for p in self.hidden if p >= length]:
             del self.hidden[position]
@@ -193,8 +208,11 @@ class MtpHead:
     def next_logits(self, tokens: Sequence[int]) -> torch.Tensor:
         """A draft step: `tokens` (the round's last token, then each draft) on the head's cache; the logits of
         the last, timed."""
+        self._catch_up()
         start = time.perf_counter()
         logits = self._process(list(tokens), len(self.ids), output=True)
+        self.ids.extend(tokens)
+        self.done = len(self.ids)
         self.step_times.append(time.perf_counter() - start)
         return torch.from_numpy(logits[-1])
 

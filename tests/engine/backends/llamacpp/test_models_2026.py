@@ -44,9 +44,11 @@ def qwen3moe(smol_dir: Path) -> Path:
     return gguf_2026("qwen3moe", smol_dir)
 
 
-def load(path: Path) -> LlamaCppBackend:
+def load(path: Path, rollback: bool | None = None) -> LlamaCppBackend:
     # Two threads as given (no thread measuring at load): the tests check behaviour, not speed.
-    backend = LlamaCppBackend(path, draft="ngram", cache_mode="fp16", max_context=2048, threads=2)
+    backend = LlamaCppBackend(
+        path, draft="ngram", cache_mode="fp16", max_context=2048, threads=2, rollback=rollback
+    )
     backend.load()
     return backend
 
@@ -106,7 +108,7 @@ def test_the_load_note_and_doctor_say_how_each_model_speculates(qwen35, qwen3nex
     from engine.benchmarks.doctor.report import DoctorReport
 
     expected = {
-        qwen35: ("qwen35", "rollback", ROLLBACK_DEPTH, 0),
+        qwen35: ("qwen35", "checkpoints", 0, 0),  # n-gram drafting: checkpoints (no per-step snapshots)
         qwen3next: ("qwen3next", "checkpoints", 0, 4),
         qwen3moe: ("qwen3moe", "attention", 0, 8),
     }
@@ -122,6 +124,10 @@ def test_the_load_note_and_doctor_say_how_each_model_speculates(qwen35, qwen3nex
             )
             assert shape.mtp_layers == 0 and "no MTP layers" in shape.describe()
             assert shape.describe() in backend.info.notes  # the chat's load notes
+            if path == qwen35:  # it has native rollback; n-gram drafting does not ask for it
+                assert "asked for only with a draft model or MTP head" in shape.describe()
+            if path == qwen3next:
+                assert "no native rollback for qwen3next" in shape.describe()
             report = DoctorReport()
             check_architecture(report, backend)
             assert report.checks[-1].reason == shape.describe()  # doctor says the same line
@@ -129,13 +135,16 @@ def test_the_load_note_and_doctor_say_how_each_model_speculates(qwen35, qwen3nex
             backend.close()
 
 
-def test_a_hybrid_with_native_rollback_drafts_exactly_at_every_depth(qwen35, monkeypatch) -> None:
-    """Greedy and seeded: the reply with drafts rejected at every depth (up to 40, past the rollback depth of
-    16) equals plain decoding; tails within the depth roll back natively, longer ones restore a checkpoint and
-    replay; nothing is prefilled again."""
-    backend = load(qwen35)
+@pytest.mark.parametrize("rollback", [True, False], ids=["native-rollback", "checkpoints"])
+def test_a_hybrid_drafts_exactly_at_every_depth(qwen35, monkeypatch, rollback) -> None:
+    """Greedy and seeded: the reply with drafts rejected at every depth (up to 40) equals plain decoding. With
+    native rollback (16 snapshots) tails within the depth roll back and longer ones restore a checkpoint and replay;
+    with checkpoints only (n-gram drafting's default) every rejection restores and replays. Nothing is prefilled
+    again."""
+    backend = load(qwen35, rollback=rollback)
     try:
-        assert backend.target.memory.depth == ROLLBACK_DEPTH and backend.probe.widest >= 41
+        assert backend.target.memory.depth == (ROLLBACK_DEPTH if rollback else 0)
+        assert backend.probe.widest >= 41
         ids = chat_ids(backend, PROMPT)
         for sampler in ({}, {"temperature": 0.8, "top_p": 0.95}):
             reference = generate(backend, ids, k=0, max_new=160, seed=7, **sampler)
@@ -145,7 +154,7 @@ def test_a_hybrid_with_native_rollback_drafts_exactly_at_every_depth(qwen35, mon
             assert spec.tokens == reference.tokens
             assert spec.drafted > 0 and spec.accepted > 0
             assert max(c.drafted for c in spec.chunks) > ROLLBACK_DEPTH  # wide rounds really sent
-            assert counters.rollbacks > before["rollbacks"]
+            assert (counters.rollbacks > before["rollbacks"]) == rollback
             assert counters.restores > before["restores"] and counters.replayed > before["replayed"]
             assert counters.reprefilled == before["reprefilled"] == 0
             assert list(backend.target.ids) == (ids + reference.tokens)[: len(backend.target.ids)]
@@ -158,9 +167,10 @@ def test_padded_plain_steps_on_a_recurrent_memory_never_re_prefill(which, reques
     """The old hang: a padded one-token step cropped its throw-away position, a recurrent memory re-prefilled,
     whose one-token last slice was padded again... Now the throw-away row is dropped by a rollback or a
     checkpoint: 560 padded steps (past 513 cached positions) run in seconds, with nothing prefilled again."""
-    backend = load(request.getfixturevalue(which))
+    backend = load(request.getfixturevalue(which), rollback=True)  # qwen3next has none: checkpoints
     try:
         target = backend.target
+        assert target.memory.depth == (ROLLBACK_DEPTH if which == "qwen35" else 0)
         target.pad_single = True
         ids = chat_ids(backend, PROMPT)
         target.clear()
