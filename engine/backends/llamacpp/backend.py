@@ -342,14 +342,12 @@ class LlamaCppBackend(RoundLoopBackend):
 
     def _attach_mtp(self, path: Path) -> None:
         """The model's MTP head as the draft (--draft mtp): one line where the GGUF has no MTP layers."""
-        layers = mtp_layers(self._lib, self.target.model)
-        if layers == 0:
-            self.close()
-            raise BackendError(
-                f"--draft mtp: {path.name} has no MTP layers (llama_model_n_layer_nextn is 0); "
-                "use --draft ngram or a draft model"
-            )
         try:
+            if mtp_layers(self._lib, self.target.model) == 0:
+                raise BackendError(
+                    f"--draft mtp: {path.name} has no MTP layers (llama_model_n_layer_nextn is 0); "
+                    "use --draft ngram or a draft model"
+                )
             head = MtpHead(self._lib, self.target, self.threads)
         except BackendError:
             self.close()

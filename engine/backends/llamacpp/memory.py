@@ -42,8 +42,6 @@ ROLLBACK_ARCHS = frozenset(
     {"kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h", "nemotron_h_moe"}
     | {"lfm2", "lfm2moe", "bailingmoe3"}
 )
-# Where checkpoints are kept: before a pass, at a user turn's start, at a prompt's end (one each, the newest).
-CHECKPOINT_SLOTS = ("pass", "turn", "prompt")
 
 
 @dataclass
@@ -96,24 +94,13 @@ class RecurrentMemory:
     asked: int = ROLLBACK_DEPTH  # the n_rs_seq the context was created with
     held: int = 0  # tokens the memory holds now (more than the model's ids while a crop is pending)
     batch_start: int = 0  # where the last decoded batch began
+    # The newest checkpoint per slot: "pass" (before a verify pass), "turn" (a user turn's start), "prompt" (its end).
     checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
     counters: MemoryCounters = field(default_factory=MemoryCounters)
 
     @property
     def kind(self) -> str:
         return "rollback" if self.depth > 0 else "checkpoints"
-
-    def describe(self) -> str:
-        """One line: how this memory drops rejected drafts."""
-        if self.depth > 0:
-            return (
-                f"recurrent state: rolls back up to {self.depth} tokens natively (llama.cpp's per-token "
-                "snapshots), checkpoints past that"
-            )
-        return (
-            "recurrent state: no native rollback for this architecture; a checkpoint before each verify pass, "
-            "restored and the accepted tokens replayed on a rejection"
-        )
 
     def reset(self) -> None:
         self.held = self.batch_start = 0

@@ -153,7 +153,7 @@ class LlamaCppModel:
         self.prefill(kept)
 
     def checkpoint(self, slot: str) -> None:
-        """A recurrent memory keeps a copy of its state as it is now in `slot` (memory.CHECKPOINT_SLOTS); a later
+        """A recurrent memory keeps a copy of its state as it is now in `slot` ("pass", "turn", "prompt"); a later
         crop back to here restores it instead of prefilling again. Nothing for an attention-only cache."""
         if self.memory is not None:
             self._sync()
@@ -200,7 +200,7 @@ class LlamaCppModel:
             self._sync()
             width = 2 if pad and len(tokens) == 1 else len(tokens)
             # A pass whose rejected tail rollback could not drop (all of it where there is no native rollback).
-            if (outputs or width > len(tokens)) and width > 1 and self.memory.needs_checkpoint(width):
+            if (outputs or width > len(tokens)) and self.memory.needs_checkpoint(width):
                 self.memory.checkpoint("pass")
         if pad and len(tokens) == 1:
             logits = self._decode([tokens[0], tokens[0]], outputs=2 if outputs else 0)

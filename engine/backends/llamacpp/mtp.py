@@ -34,6 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from engine.decoding.drafters import common_prefix
 from engine.errors import BackendError
 
 # libllama's C++ staging API (src/llama-ext.h lines 93-108), by mangled name.
@@ -197,13 +198,9 @@ class MtpHead:
 
     def prefill(self, ids: Sequence[int], cancel: threading.Event | None = None) -> int:
         """Nothing to decode: the head follows the target's own prefill. The prefix it shares with `ids`."""
-        n = 0
-        for a, b in zip(self.ids, ids, strict=False):
-            if a != b:
-                break
-            n += 1
-        self.crop(n)
-        return n
+        shared = common_prefix(self.ids, ids)
+        self.crop(shared)
+        return shared
 
     def next_logits(self, tokens: Sequence[int]) -> torch.Tensor:
         """A draft step: `tokens` (the round's last token, then each draft) on the head's cache; the logits of
