@@ -257,7 +257,7 @@ class LlamaCppBackend(RoundLoopBackend):
         self.model_path = path
         if self.use_mtp:
             self._attach_mtp(path)
-        self.shape = model_shape(llama_cpp, self.target.model, self.target.memory)
+        self.shape = model_shape(llama_cpp, self.target.model, self.target.memory, path)
         if self.shape.memory != "attention" or self.shape.moe:
             self.notes.append(self.shape.describe())
         if self.target.cache_fallback:

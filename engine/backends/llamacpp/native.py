@@ -203,6 +203,11 @@ _STRING, _ARRAY = 8, 9
 def gguf_tensor_types(path: Path) -> set[int]:
     """The ggml type codes of a GGUF file's tensors, read from its header alone (gguf's GGUFReader parses every
     metadata array into numpy first: tens of seconds for a 150k-token vocabulary, at every load)."""
+    return {code for _name, _count, code in gguf_tensors(path)}
+
+
+def gguf_tensors(path: Path) -> list[tuple[str, int, int]]:
+    """Every tensor of a GGUF file as (name, element count, ggml type code), read from its header alone."""
     import mmap
     import struct
 
@@ -235,15 +240,20 @@ def gguf_tensor_types(path: Path) -> set[int]:
             offset = skip_string(offset)
             (kind,) = struct.unpack_from("<I", data, offset)
             offset = skip_value(kind, offset + 4)
-        types: set[int] = set()
+        tensors: list[tuple[str, int, int]] = []
         for _ in range(n_tensors):
-            offset = skip_string(offset)
+            (length,) = struct.unpack_from("<Q", data, offset)
+            name = bytes(data[offset + 8 : offset + 8 + length]).decode("utf-8", "replace")
+            offset += 8 + length
             (n_dims,) = struct.unpack_from("<I", data, offset)
+            count = 1
+            for dim in struct.unpack_from(f"<{n_dims}Q", data, offset + 4):
+                count *= dim
             offset += 4 + 8 * n_dims
             (code,) = struct.unpack_from("<I", data, offset)
-            types.add(code)
+            tensors.append((name, count, code))
             offset += 4 + 8
-        return types
+        return tensors
 
 
 # --------------------------------------------------------------------------------------------------- the trial
