@@ -6,6 +6,9 @@ How the generator is driven (exllamav3/generator/generator.py and job.py of the 
 - Loading follows the library's own `model_init.py`: `Config.from_directory` -> `Model.from_config` (the MTP head
   is the same config's `component="mtp"`) -> the `Cache` objects (`CacheLayer_fp16`, or `CacheLayer_quant` with K
   and V bits), built **before** `model.load()`; the draft loads first and the target's load is told about it.
+- Hybrid models (Gated DeltaNet beside attention: Qwen3.5/3.6, Qwen3-Next) draft as the others: their caches get
+  one state slot and `max_history` = the widest pass, and exllamav3 rewinds rejected drafts itself. Qwen3.5's MTP
+  head loads only from the class it is released as (folder.py says which, and why the rest are refused).
 - One `iterate()` call is one verification round for our job. The job's `accepted_draft_tokens` /
   `rejected_draft_tokens` counters, read after every call, give the round's counts, turned into Chunks by the
   same `HeldRounds` as exllamav2's (engine/backends/held_rounds.py).
@@ -46,7 +49,7 @@ from typing import Any
 
 from engine.backends.base import EngineArgs, ProgressCallback
 from engine.backends.cuda import device_label, is_oom
-from engine.backends.exllamav3.folder import NEEDS, has_mtp_head
+from engine.backends.exllamav3.folder import NEEDS, mtp_refusal, no_mtp_component
 from engine.backends.exllamav3.library import PINNED_VERSION, import_exllamav3, short_cause
 from engine.backends.exllamav3.models import PAGE_SIZE, Models, round_up_to_page, vocab_view
 from engine.backends.exllamav3.sampling import build_sampler, cache_kwargs
@@ -63,6 +66,7 @@ from engine.request import CACHE_MODES, GenerationRequest
 MAX_DRAFT_TOKENS = 16  # the largest K a preset may ask for; the generator is built with it
 NGRAM_MATCH_MIN = 2  # exllamav3's n-gram drafter proposes after a match of at least this many tokens
 PROBE_INTERVAL_ROUNDS = 256
+BATCH = 1  # one reply at a time: the generator's batch and the caches' recurrent state slots
 OOM_HINT = "lower max_context, use cache_mode q4, or a smaller draft"
 K_FLOOR_NOTE = (
     "K floored at 1 with a draft model: at K 0 exllamav3 skips the draft forward and its cache falls behind"
@@ -142,11 +146,9 @@ class ExLlamaV3Backend:
         check_model_folder(self.model_dir, "model", NEEDS, BackendError)
         if self.draft_dir is not None:
             check_model_folder(self.draft_dir, "draft model", NEEDS, BackendError)
-        if self.drafter == "mtp" and not has_mtp_head(self.model_dir):
-            raise BackendError(
-                f"model folder {self.model_dir} declares no MTP head (no mtp_num_hidden_layers or "
-                "num_nextn_predict_layers in config.json): use --draft ngram or a draft model"
-            )
+        refusal = mtp_refusal(self.model_dir) if self.drafter == "mtp" else None
+        if refusal:  # no MTP layer in config.json, or none in the weights: said before importing exllamav3
+            raise BackendError(refusal)
         try:
             self._template = ChatTemplate.from_folder(self.model_dir)
         except ChatTemplateError as exc:
@@ -175,11 +177,11 @@ class ExLlamaV3Backend:
             draft_model = draft_cache = None
             if self.drafter == "mtp":
                 loading = "MTP head"
+                # An architecture with no "mtp" component (model/model.py:186-187; Qwen3.5's text-only
+                # classes, architecture/qwen3_5.py:150-164) is refused here in one line, naming it.
                 if "mtp" not in getattr(config, "model_classes", {}):
-                    raise BackendError(
-                        f"exllamav3 {ex.version} has no MTP head for {type(config).__name__} "
-                        f"({self.model_dir.name}): use --draft ngram or a draft model"
-                    )
+                    arch = getattr(config, "architecture", type(config).__name__)
+                    raise BackendError(no_mtp_component(ex.version, arch, self.model_dir))
                 draft_model = ex.Model.from_config(config, component="mtp")
             elif self.draft_dir is not None:
                 loading = f"draft model {self.draft_dir.name}"
@@ -194,15 +196,25 @@ class ExLlamaV3Backend:
                 draft_model = ex.Model.from_config(draft_config)
 
             # Caches before load(): exllamav3 allocates their tensors as the model loads. Same size for both.
+            # On a model with recurrent layers (Gated DeltaNet: Qwen3.5, Qwen3-Next) the generator refuses a cache
+            # whose max_history is below its widest pass (generator.py:378-384; max_history sizes the rewind of a
+            # rejected draft, cache/cache.py:124-128), and every state slot (max_batch_size, cache.py:121-122,
+            # 171-184) holds two full recurrent states in VRAM (modules/gated_delta_net.py:287-288): one reply at a
+            # time needs one (the generator's batch is clamped to the slots, generator.py:404-408).
             loading = "cache"
             layers = (ex.CacheLayer_fp16, ex.CacheLayer_quant)
             cache = ex.Cache(
-                model, max_num_tokens=cache_len, max_history=k_max, **cache_kwargs(self.cache_mode, *layers)
+                model,
+                max_num_tokens=cache_len,
+                max_batch_size=BATCH,
+                max_history=k_max,
+                **cache_kwargs(self.cache_mode, *layers),
             )
             if draft_model is not None:
                 draft_cache = ex.Cache(
                     draft_model,
                     max_num_tokens=cache_len,
+                    max_batch_size=BATCH,
                     max_history=k_max,
                     **cache_kwargs(self.draft_cache_mode, *layers),
                 )
@@ -231,7 +243,7 @@ class ExLlamaV3Backend:
                     model=model,
                     cache=cache,
                     tokenizer=tokenizer,
-                    max_batch_size=1,
+                    max_batch_size=BATCH,
                     draft_model=draft_model,
                     draft_cache=draft_cache,
                     num_draft_tokens=k_max if self.drafter != "none" else None,
@@ -250,6 +262,11 @@ class ExLlamaV3Backend:
         self.notes += [
             f"exllamav3: {line.strip(' !-')}" for line in printed.getvalue().splitlines() if line.strip()
         ]
+        if generator.target_recurrent:  # the model's caps say "recurrent_states" (generator.py:376)
+            self.notes.append(
+                f"recurrent layers: exllamav3 rewinds rejected drafts (passes up to {cache.max_history} drafts) "
+                f"and checkpoints the state every {generator.recurrent_checkpoint_interval} tokens"
+            )  # generator.py:411-419: the interval the model's caps give
         eot = self._template.end_of_turn if self._template else None
         calibrator = getattr(generator, "draft_calibrator", None)
         generator.draft_calibrator = None  # lent per reply (k_mode "dynamic")

@@ -54,6 +54,7 @@ OBJECTS = {
     "draft_model": "Model",
     "m.model": "Model",
     "self.tokenizer": "Tokenizer",  # _ExLlamaV3Vocab
+    "cache": "Cache",
 }
 SOURCES = {
     "Generator": "generator/generator.py",
@@ -61,6 +62,7 @@ SOURCES = {
     "Tokenizer": "tokenizer/tokenizer.py",
     "Config": "model/config.py",
     "Model": "model/model.py",
+    "Cache": "cache/cache.py",
 }
 
 

@@ -3,8 +3,12 @@
 Follows the real file where the backend can observe it:
 - the constructor's signature (lines 41-75, ending in `**kwargs`: unknown keywords are swallowed, as here) and its
   checks: a draft model and n-gram drafting together assert, the draft cache must be as large as the cache
-  (lines 252-260); `num_draft_tokens` defaults to 4 with a drafter and is 0 without one (lines 265-277), and an MTP
-  head shallower than it prints a warning (lines 269-273);
+  (lines 252-260); a recurrent MTP head asserts (lines 259-264); `num_draft_tokens` defaults to 4 with a drafter
+  and is 0 without one (lines 265-277), and an MTP head shallower than it prints a warning (lines 269-273);
+- a model with recurrent layers (`caps["recurrent_states"]`): a cache whose `max_history` is below the widest pass
+  is a ValueError, every recurrent cache's slots are reset and clamp the batch (lines 373-410), the checkpoint
+  interval comes from the model's caps (lines 411-420); a head with `caps["attach_target"]` is bound to the model
+  (`attach_to`, lines 423-424) before `mtp_draft` is read (line 426);
   `max_draft_tokens` (line 288) sizes `draft_ids_pinned` (lines 334-344); the dynamic-draft calibrator exists only
   with `dynamic_draft_tokens` and a draft model (lines 289, 433-436); a new generator over the same cache takes it
   over (`owner_serial`, lines 243-245) and the old one refuses to iterate (lines 741-751);
@@ -82,6 +86,8 @@ class Generator:
             assert draft_cache.max_num_tokens == cache.max_num_tokens, (
                 "Cache and draft cache must be same size"
             )
+            if draft_model.caps.get("recurrent_states"):
+                assert not draft_model.caps.get("mtp_draft"), "Recurrent MTP draft models are not supported."
             if num_draft_tokens:
                 self.num_draft_tokens = num_draft_tokens
             else:
@@ -109,6 +115,31 @@ class Generator:
         self.filter_pool = None
         if draft_model or ngram_match_min or self.hybrid_draft_tokens:
             self.draft_ids_pinned = torch.empty((max_batch_size, self.max_draft_tokens), dtype=torch.long)
+        self.target_recurrent = bool(model.caps.get("recurrent_states"))
+        self.draft_recurrent = bool(draft_model is not None and draft_model.caps.get("recurrent_states"))
+        if self.target_recurrent and self.max_draft_tokens > cache.max_history:
+            raise ValueError(
+                f"Speculative passes of up to {self.max_draft_tokens} draft tokens need a cache with "
+                f"max_history >= {self.max_draft_tokens} on a recurrent model (this cache has "
+                f"max_history = {cache.max_history})"
+            )
+        if self.draft_recurrent and self.num_draft_tokens > draft_cache.max_history:
+            raise ValueError(
+                f"A recurrent draft model drafting {self.num_draft_tokens} tokens needs a draft cache with "
+                f"max_history >= {self.num_draft_tokens} (this cache has max_history = {draft_cache.max_history})"
+            )
+        for c, recurrent in ((cache, self.target_recurrent), (draft_cache, self.draft_recurrent)):
+            if recurrent:
+                c.reset_states()
+                self.max_batch_size = min(self.max_batch_size, c.num_slots)
+        if recurrent_checkpoint_interval is None:
+            schedule_model = model if self.target_recurrent or not self.draft_recurrent else draft_model
+            recurrent_checkpoint_interval = schedule_model.caps.get(
+                "default_recurrent_checkpoint_interval", 2048
+            )
+        self.recurrent_checkpoint_interval = recurrent_checkpoint_interval
+        if draft_model is not None and draft_model.caps.get("attach_target"):
+            draft_model.attach_to(model)
         self.mtp_draft = self.draft_model is not None and self.draft_model.caps.get("mtp_draft", False)
         self.draft_calibrator = None
         if self.dynamic_draft and self.draft_model is not None:

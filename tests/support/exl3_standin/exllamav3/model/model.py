@@ -1,8 +1,11 @@
 """Stand-in for exllamav3/model/model.py (1.6.5).
 
 `Model.from_config(config, component="text", **kwargs)` (lines 171-195) asserts the component is one of the
-config's `model_classes`; an MTP head is `component="mtp"` of the target's own config (model_init.py lines 212-287)
-and reports `caps["mtp_draft"]`. `load(*args, **kwargs)` (line 758) runs `load_gen` whose keyword list (lines
+config's `model_classes`; an MTP head is `component="mtp"` of the target's own config (model_init.py lines 212-287).
+`caps` as the real classes set them: a hybrid's text model says `recurrent_states` with a checkpoint interval of
+2048 (architecture/qwen3_5.py:484-490, qwen3_next.py:233-239); Qwen3.5's MTP head says `mtp_draft` and
+`attach_target` with no `mtp_depths` (qwen3_5_mtp.py:167-173), MiMo-V2's says `mtp_depths`, one per layer
+(mimo_v2_mtp.py:130-137); `attach_to(target)` is how the generator binds such a head (qwen3_5_mtp.py:193-220). `load(*args, **kwargs)` (line 758) runs `load_gen` whose keyword list (lines
 475-494) has no `**kwargs`: an unknown keyword is a TypeError, as here. Loading marks every cache attached to the
 model initialized (lines 748-751): a cache built after `load()` never is, and the generator refuses it.
 """
@@ -16,7 +19,16 @@ class Model:
     def __init__(self, config, component: str = "text", **kwargs):
         self.config = config
         self.component = component
-        self.caps = {"mtp_draft": True, "mtp_depths": config.mtp_depth} if component == "mtp" else {}
+        self.caps: dict = {}
+        self.recurrent_state_cls = None
+        if component == "mtp":
+            self.caps = {"attach_target": True, "mtp_draft": True, "default_draft_size": 4}
+            if config.architecture == "MiMoV2ForCausalLM":
+                self.caps |= {"mtp_depths": config.mtp_depth, "default_draft_size": config.mtp_depth}
+        elif config.recurrent:
+            self.caps = {"recurrent_states": True, "default_recurrent_checkpoint_interval": 2048}
+            self.recurrent_state_cls = "GDNState"
+        self.attached_model = None
         self.cache_refs = []
         self.loaded = False
         self.loaded_tp = False
@@ -27,6 +39,9 @@ class Model:
             f"{config.architecture} does not define a '{component}' component model"
         )
         return config.model_classes[component](config, component=component, **kwargs)
+
+    def attach_to(self, target):
+        self.attached_model = target
 
     def load_gen(
         self,
