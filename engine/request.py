@@ -1,12 +1,13 @@
 """The request vocabulary: what a session asks a backend for, in plain numbers (no presets, no UI).
 
 A leaf (stdlib only): `SamplerSettings` (one message's sampler, with its temperature ramp), `GenerationRequest`
-(prompt ids, K, limits, the adaptive-K key), and the KV cache modes ("auto", each engine's default, is the
+(prompt ids, K, limits, the adaptive-K key, the history drafter's corpus: `HistoryCorpus`), and the KV cache modes ("auto", each engine's default, is the
 registry's). Backends, the decoding core, presets and the memory planner all read these, so they live below them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 CACHE_MODES = ("fp16", "q8", "q6", "q4")  # "auto" is each engine's default: engine/backends/registry.py
@@ -33,6 +34,27 @@ class SamplerSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class CorpusPart:
+    """One part of the history drafter's corpus: texts the chat already wrote, under a key that names them.
+
+    `key`: the same key, the same texts (the engine keeps the part's index by it, per tokenizer, and builds it
+    again only under a new key). `load()`: the texts, most important first; called off the reply path (a
+    background thread), read lazily, and left unread past the engine's token budget."""
+
+    key: str
+    load: Callable[[], Iterable[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryCorpus:
+    """What the history drafter (engine/decoding/drafters/history.py) may copy from, in priority order: this
+    chat's other variants and branches, then past chats, most recent first. The session fills it from the store;
+    the engine tokenizes and indexes it for the loaded model and never reads storage itself."""
+
+    parts: tuple[CorpusPart, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationRequest:
     prompt_ids: tuple[int, ...]
     sampler: SamplerSettings
@@ -51,6 +73,8 @@ class GenerationRequest:
     acceptance_prior: tuple[float, ...] = ()
     # The conversation as chat messages (what `prompt_ids` renders): a remote server takes these, not ids.
     messages: tuple[dict[str, str], ...] = ()
+    # Text the chat already wrote, for the history drafter beside the request's own (None: none handed in).
+    history: HistoryCorpus | None = None
 
     @property
     def effective_k(self) -> int:

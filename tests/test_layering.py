@@ -2,7 +2,8 @@
 
 - no import cycle between files;
 - the engine never imports textual;
-- the decoding core (engine/decoding/) imports no backend;
+- the decoding core (engine/decoding/) imports no backend, and no storage nor session: the history drafter's
+  corpus is handed in (engine.request.HistoryCorpus), never read from the store there;
 - the config imports no backend: only the registry of engines, a leaf that names each engine's package as a string
   (engine/backends/registry.py), so nothing the config reaches is an engine;
 - the TUI's screens and widgets reach the engine only through the session, its events and the errors;
@@ -220,6 +221,11 @@ def test_the_engine_never_imports_textual():
 
 def test_the_decoding_core_imports_no_backend():
     assert offending_imports("engine.decoding", "engine.backends") == []
+
+
+def test_the_decoding_core_reads_no_storage_and_knows_no_session():
+    assert offending_imports("engine.decoding", "engine.storage") == []
+    assert offending_imports("engine.decoding", "engine.session") == []
 
 
 def test_the_config_imports_no_backend():

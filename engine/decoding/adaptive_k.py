@@ -124,6 +124,47 @@ class AcceptanceModel:
         return total
 
 
+@dataclass
+class ProbabilityCalibration:
+    """How far a drafter's own per-token probabilities (the history drafter's match counts) run above or below
+    what the target accepted, per match-length bucket: the chance a draft token is accepted is taken as p times
+    this bucket's ratio of accepted drafts to the probability mass that went out (observed / predicted), started
+    from the n-gram's per-bucket priors. Counts that say "always followed by x" are right only as often as the
+    reply really follows the text they come from; the ratio learns how often that is (kept across replies)."""
+
+    first_predicted: list[float] = field(default_factory=lambda: [0.0] * len(MATCH_BUCKETS))
+    first_accepted: list[float] = field(default_factory=lambda: [0.0] * len(MATCH_BUCKETS))
+    next_predicted: list[float] = field(default_factory=lambda: [0.0] * len(MATCH_BUCKETS))
+    next_accepted: list[float] = field(default_factory=lambda: [0.0] * len(MATCH_BUCKETS))
+
+    def first(self, bucket: int) -> float:
+        prior = FIRST_TOKEN_PRIOR[bucket]
+        return (self.first_accepted[bucket] + PRIOR_WEIGHT * prior) / (
+            self.first_predicted[bucket] + PRIOR_WEIGHT
+        )
+
+    def next(self, bucket: int) -> float:
+        return (self.next_accepted[bucket] + PRIOR_WEIGHT * NEXT_TOKEN_PRIOR) / (
+            self.next_predicted[bucket] + PRIOR_WEIGHT
+        )
+
+    def chances(self, bucket: int, probabilities: Sequence[float]) -> list[float]:
+        """The chance each draft token is accepted given the ones before it were: p_i times the bucket's ratio."""
+        first, following = self.first(bucket), self.next(bucket)
+        return [min(p * (first if i == 0 else following), 1.0) for i, p in enumerate(probabilities)]
+
+    def record(self, bucket: int, probabilities: Sequence[float], accepted: int) -> None:
+        """A round sent drafts with these probabilities and the first `accepted` were kept."""
+        if not probabilities:
+            return
+        self.first_predicted[bucket] += probabilities[0]
+        self.first_accepted[bucket] += 1.0 if accepted > 0 else 0.0
+        # Position i was tried if positions 1..i-1 were accepted.
+        for i in range(1, min(len(probabilities), accepted + 1)):
+            self.next_predicted[bucket] += probabilities[i]
+            self.next_accepted[bucket] += 1.0 if i < accepted else 0.0
+
+
 def best_length(
     expected_tokens: Callable[[int], float],
     costs: VerifyCostModel,
@@ -168,7 +209,8 @@ class AdaptiveK:
     `POSITION_MEMORY` per round that tried the position, started from a prior worth a few rounds: the seed from
     the metrics log (`prior`: per-position rates r_i as the log keeps them) or `POSITION_PRIOR`. Expected tokens
     of a k-draft round: E(k) = 1 + q_1 + q_1 q_2 + ... + q_1...q_k; the K picked maximises E(k) / round cost.
-    The same object keeps the n-gram drafter's per-match-length model (`ngram`) for this preset.
+    The same object keeps the n-gram drafter's per-match-length model (`ngram`) and the history drafter's
+    calibration of its match counts (`history`) for this preset.
     """
 
     def __init__(self, prior: Sequence[float] = (), probe_interval: int = PROBE_INTERVAL) -> None:
@@ -188,6 +230,7 @@ class AdaptiveK:
         self.interval = probe_interval
         self.probes = 0
         self.ngram = AcceptanceModel()
+        self.history = ProbabilityCalibration()  # the history drafter's (engine/decoding/drafters/history.py)
 
     def conditional(self) -> list[float]:
         return [a / t for a, t in zip(self._accepted, self._tried, strict=True)]

@@ -33,6 +33,7 @@ from engine.chat_template import ChatTemplate, ChatTemplateError
 from engine.decoding.adaptive_k import AdaptiveK
 from engine.decoding.cost_model import VerifyCostModel, round_cost, round_limit
 from engine.decoding.drafters import DraftContext, Drafter, best_plan, build_drafters, common_prefix
+from engine.decoding.history_corpus import CorpusView, HistoryIndexes
 from engine.decoding.sampling import choose_tokens, count_accepted, reply_uniforms
 from engine.errors import BackendError, first_line
 from engine.events import Chunk, Done, StopReason
@@ -390,6 +391,7 @@ class RoundLoopBackend:
     template: ChatTemplate | None
     tuners: dict[str, AdaptiveK]
     _lock: threading.Lock
+    history_indexes: HistoryIndexes | None = None  # the history corpus for this tokenizer, made at first use
 
     def _require_loaded(self) -> None:
         raise NotImplementedError
@@ -417,6 +419,15 @@ class RoundLoopBackend:
         MTP head reports the draft mode "model", as exllamav3's does, and drafts as "mtp")."""
         return self.draft_mode
 
+    def history_view(self, request: GenerationRequest) -> CorpusView | None:
+        """The request's history corpus as indexed for this backend's tokenizer so far (built in the background:
+        engine/decoding/history_corpus.py); None where none was handed in or nothing drafts."""
+        if request.history is None or not request.effective_k or request.k_mode != "adaptive":
+            return None  # companions are asked only where adaptive K plans the rounds
+        if self.history_indexes is None:
+            self.history_indexes = HistoryIndexes(self.encode_text)
+        return self.history_indexes.view(request.history)
+
     def tuner(self, key: str, prior: Sequence[float] = ()) -> AdaptiveK:
         """The adaptive-K state of one tuning key (a preset), started from `prior` the first time."""
         if key not in self.tuners:
@@ -436,6 +447,7 @@ class RoundLoopBackend:
                 tuner=self.tuner(request.tuning_key, request.acceptance_prior),
                 adaptive=request.k_mode == "adaptive",
                 vocab_size=options["vocab_size"],
+                history=self.history_view(request),
             )
             setup = LoopSetup(
                 target=self.target,

@@ -1,12 +1,14 @@
 """The drafters: what proposes the tokens a verify pass checks, one per file, behind one interface.
 
 `base` is the interface (`Drafter`: begin, plan, draft, accept; `Plan`; `best_plan`), `ngram` the n-gram lookup
-drafter with its suffix index, `draft_model` the draft-model drafter, `registry` the name map that every list of
+drafter with its suffix index, `draft_model` the draft-model drafter, `mtp` the model's MTP head, `history` the
+suffix index over what the chat already wrote (asked beside the others), `registry` the name map that every list of
 drafter names reads. Adding a drafter: one file here and one entry in `registry.DRAFTERS`.
 """
 
 from engine.decoding.drafters.base import DraftContext, Drafter, Plan, best_plan, common_prefix
 from engine.decoding.drafters.draft_model import DraftModelDrafter, draft_greedy
+from engine.decoding.drafters.history import HistoryDrafter, TokenIndex
 from engine.decoding.drafters.ngram import NgramDrafter, SuffixIndex
 from engine.decoding.drafters.registry import (
     DRAFTERS,
@@ -30,9 +32,11 @@ __all__ = [
     "DraftModelDrafter",
     "Drafter",
     "DrafterSpec",
+    "HistoryDrafter",
     "NgramDrafter",
     "Plan",
     "SuffixIndex",
+    "TokenIndex",
     "best_plan",
     "build_drafters",
     "common_prefix",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from engine.decoding.adaptive_k import AdaptiveK
+    from engine.decoding.drafters.history import CorpusView
     from engine.decoding.round_loop import CachedModel
 
 
@@ -84,6 +85,8 @@ class DraftContext:
     beside: bool = (
         False  # built to be asked beside another drafter (its drafts cost no draft-model steps there)
     )
+    # What the chat already wrote, indexed for this model (the history drafter's; None: no corpus handed in).
+    history: CorpusView | None = None
 
 
 def best_plan(plans: Sequence[Plan]) -> Plan:

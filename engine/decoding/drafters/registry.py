@@ -12,6 +12,8 @@ from dataclasses import dataclass, replace
 
 from engine.decoding.drafters.base import DraftContext, Drafter
 from engine.decoding.drafters.draft_model import build as draft_model_drafter
+from engine.decoding.drafters.history import build as history_drafter
+from engine.decoding.drafters.history import offers as history_offers
 from engine.decoding.drafters.mtp import build as mtp_drafter
 from engine.decoding.drafters.ngram import build as ngram_drafter
 
@@ -33,6 +35,11 @@ class DrafterSpec:
     engines: tuple[str, ...] = ()
     # The draft mode a backend reports for it (BackendInfo.draft_mode), where it is not `name`.
     mode: str = ""
+    # Asked only beside another drafter, never a draft setting of its own (not offered by --draft or the dialog).
+    companion: bool = False
+    # Beside another drafter: whether it has anything to offer this reply (None: always); where not, it is not
+    # built, so it costs nothing.
+    offers: Callable[[DraftContext], bool] | None = None
 
 
 _SPECS = (
@@ -41,6 +48,7 @@ _SPECS = (
         description="free drafts copied from earlier in the chat",
         label="n-gram",
         build=ngram_drafter,
+        beside=("history",),
     ),
     DrafterSpec(name="none", description="plain decoding", label="none"),
     DrafterSpec(
@@ -49,7 +57,7 @@ _SPECS = (
         label="MTP head",
         steps=True,
         build=mtp_drafter,
-        beside=("ngram",),
+        beside=("ngram", "history"),
         engines=("exllamav3", "llamacpp"),
         mode="model",
     ),
@@ -60,7 +68,15 @@ _SPECS = (
         keyword=False,
         steps=True,
         build=draft_model_drafter,
-        beside=("ngram",),
+        beside=("ngram", "history"),
+    ),
+    DrafterSpec(
+        name="history",
+        description="free drafts copied from what the chat already wrote: other variants, branches, past chats",
+        label="history",
+        build=history_drafter,
+        companion=True,
+        offers=history_offers,
     ),
 )
 DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in _SPECS}
@@ -70,7 +86,11 @@ NO_DRAFTING = "none"  # the map's name for drafting off
 def draft_keywords(every_engine: bool = False) -> tuple[str, ...]:
     """The names typed as they are (ngram, none, mtp), in the map's order; `every_engine`: only those that every
     engine runs (the settings dialog's suggestions)."""
-    return tuple(s.name for s in DRAFTERS.values() if s.keyword and not (every_engine and s.engines))
+    return tuple(
+        s.name
+        for s in DRAFTERS.values()
+        if s.keyword and not s.companion and not (every_engine and s.engines)
+    )
 
 
 def loop_drafters(engine: str) -> tuple[str, ...]:
@@ -79,7 +99,8 @@ def loop_drafters(engine: str) -> tuple[str, ...]:
     return tuple(
         s.name
         for s in DRAFTERS.values()
-        if s.name == NO_DRAFTING or (s.build is not None and (not s.engines or engine in s.engines))
+        if s.name == NO_DRAFTING
+        or (s.build is not None and not s.companion and (not s.engines or engine in s.engines))
     )
 
 
@@ -113,8 +134,8 @@ def drafts(mode: str | None) -> bool:
 
 def draft_help() -> str:
     """The `--draft` help: every keyword with what it is, then the draft model."""
-    keywords = [s for s in DRAFTERS.values() if s.keyword]
-    models = [s for s in DRAFTERS.values() if not s.keyword]
+    keywords = [s for s in DRAFTERS.values() if s.keyword and not s.companion]
+    models = [s for s in DRAFTERS.values() if not s.keyword and not s.companion]
     words = [f"{s.name} ({s.description})" for s in keywords]
     return "drafting: " + ", ".join(words) + "".join(f", or {s.description}" for s in models)
 
@@ -127,8 +148,9 @@ def build_drafters(mode: str, context: DraftContext) -> list[Drafter]:
         return []
     drafters = [spec.build(context)]
     if context.adaptive and context.target.costs is not None:
+        beside = replace(context, beside=True)
         for name in spec.beside:
-            companion = DRAFTERS[name].build
-            if companion is not None:
-                drafters.append(companion(replace(context, beside=True)))
+            companion = DRAFTERS[name]
+            if companion.build is not None and (companion.offers is None or companion.offers(beside)):
+                drafters.append(companion.build(beside))
     return drafters
