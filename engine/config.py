@@ -210,6 +210,9 @@ class Settings(BaseSettings):
     system_prompt: str | None = None
     preset: str = "auto"  # "auto" (the router picks per message) or a preset name; the caller checks the name
     seed: int | None = None
+    # Draft from what the chat already wrote (other variants, branches, past chats not marked private) beside the
+    # drafter: engine/decoding/drafters/history.py. Off: nothing is indexed.
+    history_drafting: bool = True
     device: str = "auto"
     threads: int | None = Field(None, ge=1)  # llama.cpp CPU threads; None: the physical cores
     keymap: dict[str, str] = Field(default_factory=dict)  # binding id -> key, read by the TUI

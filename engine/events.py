@@ -40,8 +40,9 @@ class Chunk:
     # server's counters), and such a chunk is not one verification round (`is_round` False).
     count: int | None = None
     is_round: bool = True
-    # Who proposed this round's drafts: "ngram" (lookup, alone or beside a draft model) or "model" (a draft
-    # model); None where the backend does not say or nothing was drafted.
+    # Who proposed this round's drafts, by the drafters' name map: "ngram" (the context's n-gram lookup), "history"
+    # (what the chat already wrote), "model" (a draft model), "mtp" (the model's MTP head); None where the backend
+    # does not say or nothing was drafted.
     drafter: str | None = None
 
     @property
@@ -146,6 +147,10 @@ class MessageStats:
     draft_verdict: str = ""
     # The verdict's status: "pass" (some K can pay), "warn" (none can), "" (no verdict).
     draft_verdict_status: str = ""
+    # Drafted and accepted tokens per source (Chunk.drafter: "ngram", "history", "model", "mtp"), over the rounds
+    # whose backend says who drafted; they add up to drafted_tokens / accepted_tokens where every round says.
+    drafted_by: dict[str, int] = field(default_factory=dict)
+    accepted_by: dict[str, int] = field(default_factory=dict)
 
     @property
     def thinking_acceptance_rate(self) -> float | None:

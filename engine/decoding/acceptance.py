@@ -94,6 +94,9 @@ class AcceptanceAccounting:
     model_accepted_at_least: list[int] = field(default_factory=list)
     # Drafting rounds whose drafts took no model steps (a lookup: n-gram, Chunk.drafter "ngram", by the name map).
     lookup_rounds: int = 0
+    # Drafted and accepted tokens per source (Chunk.drafter), where the round says who drafted.
+    drafted_by: dict[str, int] = field(default_factory=dict)
+    accepted_by: dict[str, int] = field(default_factory=dict)
 
     # Rounds that emitted no token, held back: counted when a later chunk comes (their tokens' text was held
     # back for a stop string), dropped at the end (the final round's only token was the stop token).
@@ -141,6 +144,9 @@ class AcceptanceAccounting:
                 _bump(self.drafted_at_least, i)
             for i in range(chunk.accepted):
                 _bump(self.accepted_at_least, i)
+            if chunk.drafter is not None:
+                self.drafted_by[chunk.drafter] = self.drafted_by.get(chunk.drafter, 0) + chunk.drafted
+                self.accepted_by[chunk.drafter] = self.accepted_by.get(chunk.drafter, 0) + chunk.accepted
             if _is_lookup(chunk.drafter):
                 self.lookup_rounds += 1
             else:
@@ -260,6 +266,8 @@ class AcceptanceAccounting:
             k_mode=k_mode,
             k_per_round=list(self.k_per_round),
             notes=list(done.notes),
+            drafted_by=dict(self.drafted_by),
+            accepted_by=dict(self.accepted_by),
         )
 
 

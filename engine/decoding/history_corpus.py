@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-
 from engine.decoding.drafters.history import TokenIndex
 from engine.request import CorpusPart, HistoryCorpus
 

@@ -37,6 +37,7 @@ from engine.events import (
 )
 from engine.origins import encode_runs
 from engine.presets import Preset, load_presets
+from engine.request import HistoryCorpus
 from engine.session.context_window import ContextWindow, context_messages, reply_room
 from engine.session.history import ChatHistory
 from engine.session.loading import check_model_choice, fetch_model_files, load_errors, load_replacement
@@ -387,6 +388,7 @@ class ChatSession:
             acceptance_seed=self.acceptance_seed,
             auto=auto,
             reason=reason,
+            history=self._drafting_corpus,
         )
         accounting = AcceptanceAccounting(t_start=self.clock())
         accounting.live.temperature = started.temperature
@@ -468,11 +470,13 @@ class ChatSession:
                 reply_id, reply_text, stats, encode_runs(runs), self._info, self.model_dir
             )
         finished = ReplyFinished(reply_text, tuple(token_ids), tuple(origins), stats, cancelled)
-        self._recount_context(
-            on_event=on_event
-        )  # before the event: the UI reads the figure and the kept turns
+        self._recount_context(on_event=on_event)  # before the event: the UI reads the figure, the kept turns
         on_event(finished)
         return finished
+
+    def _drafting_corpus(self) -> HistoryCorpus | None:
+        """The history drafter's corpus from the store (`ChatHistory.drafting_corpus`), unless turned off."""
+        return self.history.drafting_corpus(self.turns) if self.settings.history_drafting else None
 
     def acceptance_seed(self, preset: str) -> tuple[float, ...]:
         """Per-position acceptance of the preset's recent logged replies on this model (adaptive K's start)."""

@@ -8,6 +8,7 @@ one, the reads come back empty and what needs a store says so.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -15,11 +16,12 @@ from engine.config import data_dir
 from engine.errors import SpecchatError
 from engine.events import MessageStats, ReplyStarted
 from engine.origins import decode_runs
+from engine.request import CorpusPart, HistoryCorpus
 from engine.session.turn import Turn
 from engine.storage import metrics
 from engine.storage.metrics import Regression, Summary, find_regressions
 from engine.storage.recording import ChatRecorder, stats_from_dict
-from engine.storage.store import MessageRecord
+from engine.storage.store import MessageRecord, StoreError
 
 if TYPE_CHECKING:
     from engine.config import Settings
@@ -220,6 +222,41 @@ class ChatHistory:
         return [
             _turn(r) for r in self.recorder.newest_path_from(record.id) if r.role in ("user", "assistant")
         ]
+
+    # --- the history drafter's corpus ----------------------------------------------------------------------------
+
+    def drafting_corpus(self, turns: list[Turn]) -> HistoryCorpus | None:
+        """What the history drafter may copy from for the next reply, in priority order: this chat's messages that
+        are not in `turns` (its other variants and branches, newest first), then past chats, most recent first.
+        Chats marked private are never handed in. Past chats are read later, off the reply path, by the engine;
+        their key is one query. None where nothing is saved."""
+        if self.recorder is None:
+            return None
+        store, chat_id = self.recorder.store, self.recorder.chat_id
+        parts: list[CorpusPart] = []
+
+        def read() -> None:
+            if chat_id is not None and not store.chat(chat_id).private:
+                shown = {t.message_id for t in turns}
+                others = [m for m in store.messages(chat_id) if m.id not in shown and m.text.strip()][::-1]
+                if others:
+                    texts = tuple(m.text for m in others)
+                    marks = ",".join(f"{m.id}:{m.updated_at}" for m in others)
+                    digest = hashlib.sha1(marks.encode()).hexdigest()[:16]
+                    parts.append(CorpusPart(f"chat:{chat_id}:{digest}", lambda: texts))
+            past = store.past_key(chat_id)
+            if past is not None:
+                parts.append(CorpusPart(past, lambda: store.past_texts(chat_id)))
+
+        try:
+            self.recorder.guarded(read)
+        except StoreError:  # the chat is gone (deleted in another window): nothing of it is handed in
+            return None
+        return HistoryCorpus(tuple(parts)) if parts else None
+
+    def set_private(self, chat_id: int, private: bool) -> None:
+        """Mark a stored chat private (never indexed for the history drafter) or not."""
+        self._store().set_private(chat_id, private)
 
     # --- the metrics log ---------------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from engine.events import BackendInfo, Chunk, Done, MessageStats, ReplyFailed, R
 from engine.origins import OriginRun, merge_runs, split_chunk_by_origin
 from engine.presets import Preset
 from engine.reasoning import thinking_end
-from engine.request import GenerationRequest
+from engine.request import GenerationRequest, HistoryCorpus
 
 
 class ReplyHandle:
@@ -63,9 +63,11 @@ def reply_request(
     acceptance_seed: Callable[[str], tuple[float, ...]],
     auto: bool,
     reason: str,
+    history: Callable[[], HistoryCorpus | None] = lambda: None,
 ) -> tuple[GenerationRequest, ReplyStarted]:
     """What the backend is asked for a reply with `preset` to `prompt_ids`, and the event that says it started.
-    `acceptance_seed(preset name)` is asked only where adaptive K drafts."""
+    `acceptance_seed(preset name)` and `history()` (the history drafter's corpus) are asked only where adaptive K
+    drafts."""
     drafting = preset.drafting and preset.k > 0 and info.draft_mode != "none"
     if info.k_by_server:
         # The server drafts by its own settings: the preset's K is neither sent nor claimed.
@@ -81,6 +83,7 @@ def reply_request(
         tuning_key=preset.name,
         acceptance_prior=acceptance_seed(preset.name) if drafting and preset.k_mode == "adaptive" else (),
         messages=tuple(messages),
+        history=history() if drafting and preset.k_mode == "adaptive" else None,
     )
     started = ReplyStarted(
         preset=preset.name,

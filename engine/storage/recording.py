@@ -69,6 +69,10 @@ class ChatRecorder:
         self._notices = []
         return notices
 
+    def guarded(self, action: Callable[[], Any]) -> Any:
+        """`action()` on the store, a database error told once (as every store call here); None then."""
+        return self._guard(action)
+
     def _guard(self, action: Callable[[], Any]) -> Any:
         """Run a store call; an unexpected database error is told once and saving stops (the chat goes on)."""
         if self._store_broken:

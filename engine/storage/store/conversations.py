@@ -14,15 +14,23 @@ Every public method is safe to call from any thread (one lock around one connect
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from engine.storage.store.database import Database
-from engine.storage.store.records import ChatRecord, MessageRecord, StoreError, message_from_row
+from engine.storage.store.records import (
+    ChatRecord,
+    MessageRecord,
+    StoreError,
+    chat_from_row,
+    message_from_row,
+)
 
 
 class Store:
@@ -191,6 +199,13 @@ class Store:
             lambda con: con.execute("UPDATE chats SET title = ? WHERE id = ?", (title, chat_id))
         )
 
+    def set_private(self, chat_id: int, private: bool) -> None:
+        """Mark a chat private (never indexed for the history drafter) or not."""
+        self.chat(chat_id)
+        self.database.write(
+            lambda con: con.execute("UPDATE chats SET private = ? WHERE id = ?", (int(private), chat_id))
+        )
+
     def delete_chat(self, chat_id: int) -> None:
         self.chat(chat_id)
         self.database.check_writable()
@@ -199,7 +214,7 @@ class Store:
     # --- reading ---------------------------------------------------------------------------------------------
 
     _CHAT_COLUMNS = (
-        "c.id, c.title, c.created_at, c.updated_at, c.model, c.draft, c.system_prompt, c.preset_mode, "
+        "c.id, c.title, c.created_at, c.updated_at, c.model, c.draft, c.system_prompt, c.preset_mode, c.private, "
         "(SELECT count(*) FROM messages m WHERE m.chat_id = c.id) AS message_count"
     )
 
@@ -225,13 +240,13 @@ class Store:
         sql = f"SELECT {self._CHAT_COLUMNS} FROM chats c {where} ORDER BY c.updated_at DESC, c.id DESC"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        return [ChatRecord(**dict(row)) for row in self.database.query(sql, params)]
+        return [chat_from_row(row) for row in self.database.query(sql, params)]
 
     def chat(self, chat_id: int) -> ChatRecord:
         rows = self.database.query(f"SELECT {self._CHAT_COLUMNS} FROM chats c WHERE c.id = ?", (chat_id,))
         if not rows:
             raise StoreError(f"no chat with id {chat_id} (see: specchat history list)")
-        return ChatRecord(**dict(rows[0]))
+        return chat_from_row(rows[0])
 
     def last_chat_id(self) -> int | None:
         chats = self.chats(limit=1)
@@ -289,6 +304,34 @@ class Store:
             (int(limit),),
         )
         return [row["text"] for row in rows]
+
+    # --- the history drafter's corpus (engine/session/history.py hands it to the engine) --------------------------
+
+    def past_key(self, exclude_chat: int | None) -> str | None:
+        """What `past_texts(exclude_chat)` would read now, as a key that changes with it (a message added, edited
+        or deleted, a chat marked private); None where there is nothing to read. One cheap query."""
+        row = self.database.query(
+            "SELECT count(*) AS n, total(m.id) AS ids, max(m.updated_at) AS changed FROM messages m "
+            "JOIN chats c ON c.id = m.chat_id WHERE c.private = 0 AND m.chat_id IS NOT ?",
+            (exclude_chat,),
+        )[0]
+        if not row["n"]:
+            return None
+        digest = hashlib.sha1(f"{row['n']}:{row['ids']}:{row['changed']}".encode()).hexdigest()[:16]
+        return f"past:{exclude_chat}:{digest}"
+
+    def past_texts(self, exclude_chat: int | None) -> Iterator[str]:
+        """The text of every message of the chats not marked private (`exclude_chat` left out), the most recently
+        updated chat first, each chat's messages oldest first; read chat by chat, as the reader asks for more."""
+        rows = self.database.query(
+            "SELECT id FROM chats WHERE private = 0 AND id IS NOT ? ORDER BY updated_at DESC, id DESC",
+            (exclude_chat,),
+        )
+        for chat in rows:
+            for row in self.database.query(
+                "SELECT text FROM messages WHERE chat_id = ? ORDER BY id", (chat["id"],)
+            ):
+                yield row["text"]
 
     def siblings(self, message_id: int) -> list[MessageRecord]:
         """A message and its alternatives (same parent and role), oldest first: regenerated variants."""

@@ -29,6 +29,7 @@ class ChatRecord:
     system_prompt: str | None
     preset_mode: str | None
     message_count: int = 0
+    private: bool = False  # never indexed for the history drafter
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,11 @@ def title_from(text: str) -> str:
     if names:
         title = f"{title} ({', '.join(names)})" if title else ", ".join(names)
     return title if len(title) <= TITLE_CHARS else title[: TITLE_CHARS - 1].rstrip() + "…"
+
+
+def chat_from_row(row: sqlite3.Row) -> ChatRecord:
+    data = dict(row)
+    return ChatRecord(**{**data, "private": bool(data.get("private"))})
 
 
 def message_from_row(row: sqlite3.Row) -> MessageRecord:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Forward migrations: MIGRATIONS[v] turns a version v-1 file into version v. Never edit a released step.
 MIGRATIONS: dict[int, str] = {
@@ -44,6 +44,10 @@ MIGRATIONS: dict[int, str] = {
     # colouring survives reopening a chat.
     2: """
     ALTER TABLE messages ADD COLUMN origins TEXT;
+    """,
+    # A chat marked private is never indexed for the history drafter (engine/decoding/drafters/history.py).
+    3: """
+    ALTER TABLE chats ADD COLUMN private INTEGER NOT NULL DEFAULT 0;
     """,
 }
 
