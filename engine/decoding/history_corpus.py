@@ -80,6 +80,12 @@ class HistoryIndexes:
         with self._lock:
             return {key: self._built[key] for key in keys if key in self._built}
 
+    @property
+    def tokens_indexed(self) -> int:
+        """Tokens in the parts built (separators included)."""
+        with self._lock:
+            return sum(len(index) for index in self._built.values())
+
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the builds under way (tests, the benchmark); True when none is left."""
         worker = self._worker
