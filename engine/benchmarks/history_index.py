@@ -2,6 +2,12 @@
 "History drafting"). Not a timed test: a measurement to run on a quiet machine and write down.
 
     .venv/bin/python -m engine.benchmarks.history_index 1000000 10000000
+    .venv/bin/python -m engine.benchmarks.history_index --regenerate
+
+`--regenerate`: the embedded model on llama.cpp (measured costs, greedy, code preset's K 6 adaptive), one coding
+prompt answered plainly, with n-gram drafting, with n-gram and an unrelated 0.7M-token history (nothing to offer),
+and with n-gram and a history holding the earlier reply (a regenerate), interleaved, three times; tokens per second
+and whether each equals plain decoding.
 
 The corpus is synthetic but shaped like a chat history: documents of 200-900 tokens drawn from a Zipf law over a
 49k vocabulary (SmolLM2's size), a third of them near-copies of an earlier one (regenerations, the same task asked
@@ -79,10 +85,108 @@ def measure(total: int) -> dict[str, float]:
     }
 
 
+REGENERATE_PROMPT = (
+    "Write a Python function that checks whether a number is prime, with a docstring and a few tests."
+)
+
+
+def regenerate(reps: int = 3, max_new: int = 160) -> None:
+    import threading
+
+    from engine.backends.llamacpp import LlamaCppBackend
+    from engine.events import Chunk
+    from engine.models import ensure_embedded_gguf
+    from engine.request import CorpusPart, GenerationRequest, HistoryCorpus, SamplerSettings
+
+    backend = LlamaCppBackend(ensure_embedded_gguf(), draft="ngram", max_context=2048)
+    backend.load()
+    prompt = backend.encode_chat([{"role": "user", "content": REGENERATE_PROMPT}])
+
+    def run(
+        k: int, key: str, history: HistoryCorpus | None = None
+    ) -> tuple[float, list[int], dict[str, int]]:
+        if history is not None:  # the index built first: this measures drafting, not the build
+            backend.history_view(
+                GenerationRequest((1,), SamplerSettings(), 1, 4, k_mode="adaptive", history=history)
+            )
+            assert backend.history_indexes is not None and backend.history_indexes.wait()
+        request = GenerationRequest(
+            tuple(prompt),
+            SamplerSettings(),
+            max_new,
+            k,
+            k > 0,
+            seed=1,
+            k_mode="adaptive",
+            tuning_key=key,
+            history=history,
+        )
+        start = time.perf_counter()
+        chunks = [e for e in backend.generate(request, threading.Event()) if isinstance(e, Chunk)]
+        seconds = time.perf_counter() - start
+        accepted: dict[str, int] = {}
+        for chunk in chunks:
+            if chunk.drafter:
+                accepted[chunk.drafter] = accepted.get(chunk.drafter, 0) + chunk.accepted
+        reply = [t for c in chunks for t in c.token_ids]
+        return len(reply) / seconds, reply, accepted
+
+    _, plain, _ = run(0, "plain")
+    earlier = HistoryCorpus((CorpusPart("earlier", lambda: [backend.decode(plain)]),))
+    words = [
+        "the",
+        "of",
+        "and",
+        "a",
+        "to",
+        "in",
+        "is",
+        "you",
+        "that",
+        "it",
+        "he",
+        "was",
+        "for",
+        "on",
+        "are",
+        "as",
+        "with",
+        "his",
+        "they",
+        "at",
+        "be",
+        "this",
+        "have",
+        "from",
+    ]
+    picks = random.Random(0)
+    unrelated = HistoryCorpus(
+        (
+            CorpusPart(
+                "unrelated", lambda: [" ".join(picks.choice(words) for _ in range(700)) for _ in range(1000)]
+            ),
+        )
+    )
+    ways = (("plain", 0, None), ("ngram", 6, None), ("ngram + unrelated history", 6, unrelated))
+    for rep in range(reps):
+        for name, k, history in (*ways, ("ngram + history (regenerate)", 6, earlier)):
+            speed, reply, accepted = run(k, f"{name}-{rep}", history)
+            print(
+                f"{rep} {name:30s} {speed:6.1f} tok/s  equals plain: {reply == plain}  accepted: {accepted}"
+            )
+    backend.close()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sizes", nargs="*", type=int, default=[1_000_000, 10_000_000])
+    parser.add_argument(
+        "--regenerate", action="store_true", help="a regenerate on the embedded model instead"
+    )
     args = parser.parse_args(argv)
+    if args.regenerate:
+        regenerate()
+        return
     for total in args.sizes:
         figures = measure(total)
         print(
