@@ -310,9 +310,11 @@ class Store:
     def past_key(self, exclude_chat: int | None) -> str | None:
         """What `past_texts(exclude_chat)` would read now, as a key that changes with it (a message added, edited
         or deleted, a chat marked private); None where there is nothing to read. One cheap query."""
+        # The messages through their (chat_id, id) index and the chats' last change: no message text is read.
         row = self.database.query(
-            "SELECT count(*) AS n, total(m.id) AS ids, max(m.updated_at) AS changed FROM messages m "
-            "JOIN chats c ON c.id = m.chat_id WHERE c.private = 0 AND m.chat_id IS NOT ?",
+            "SELECT count(*) AS n, total(m.id) AS ids, (SELECT max(updated_at) FROM chats "
+            "WHERE private = 0 AND id IS NOT ?1) AS changed FROM messages m JOIN chats c ON c.id = m.chat_id "
+            "WHERE c.private = 0 AND m.chat_id IS NOT ?1",
             (exclude_chat,),
         )[0]
         if not row["n"]:
