@@ -34,7 +34,11 @@ The patch:
    row; attention's fixed chunks (2.) reach 64 rows too. Prefill batches of more rows keep the tiled kernels.
    Mixture-of-experts weights likewise: stock llama.cpp gives an expert the tiled kernel from 8 routed rows
    (which rows of a verify pass round otherwise depends on the routing); a pass of up to 64 tokens never does.
+   Float32, bfloat16 and IQ4_NL weights (the small float32 tensors of a quantized file, a MoE's router among them;
+   bfloat16 files; unpacked IQ4_NL) take vec_dot per row within such a batch rather than tinyBLAS.
    Elsewhere (ARM) the stock kernels stay and specchat's load probe decides.
+6. makes a Gated DeltaNet layer with native rollback (Qwen3.5's) write the conv-state snapshots of its pass's own
+   tokens only, as the recurrent state's are written: it wrote all N + 1 every step (7% of a plain step).
 
 Usage: python scripts/patch_llama_cpp.py <llama.cpp source folder> (`--key`: print the hash of the edits, the
 wheel cache's key). Exits 1 with one line when a file does not
@@ -192,7 +196,9 @@ CHUNKED = """// __MARK__ (scripts/patch_llama_cpp.py): a query row of a small ba
 // thousands of keys waits on memory, not arithmetic). Stock llama.cpp steps key by key (an online softmax with a
 // float16 value accumulator): a one-token step over 3.9k cached tokens took 30-33 ms with it, 25-27 ms with this,
 // and a 17-row pass at 2k tokens 8.8 -> 7.5 one-token steps, on a Zen 4 EPYC. Other caches keep the stock per-key kernel (one_chunk) in
-// the same chunks, each thread whole rows (then a view of one chunk is the stock path: VKQ*1, S*1, then VKQ/S).
+// the same chunks, each thread whole rows, a view of one chunk included (which merges as the stock path ends: VKQ*1,
+// S*1, then VKQ/S): stock llama.cpp's tiled kernel took a pass of 64 rows over <= 256 cells of a float16 cache with
+// attention sinks (gpt-oss), and a quantized cache's rows took the stock path up to 256 cells and chunks above.
 // Returns false where the stock paths run: the reference path and the tiled prefill path (over 64 rows).
 static inline float specchat_dot_f16_f32(int64_t n, const ggml_fp16_t * GGML_RESTRICT x, const float * GGML_RESTRICT y) {
     int64_t i = 0;
@@ -349,7 +355,7 @@ static bool specchat_fa_chunked(const ggml_compute_params * params, ggml_tensor 
     const int64_t nr = q->ne[1]*q->ne[2]*q->ne[3];
     const int64_t C = SPECCHAT_FA_CHUNK;
     const bool dense = q->type == GGML_TYPE_F32 && k->type == GGML_TYPE_F16 && v->type == GGML_TYPE_F16 && dst->src[4] == nullptr;
-    if (params->use_ref || tiled || (!dense && nek1 <= C)) {
+    if (params->use_ref || tiled) {
         return false;
     }
     const int ith = params->ith;
@@ -850,6 +856,45 @@ TILED_ID_NEW = """        // tiled takes over if profitable for this expert (see
         if (src1->ne[2] > SPECCHAT_EXACT_ROWS && ggml_compute_forward_mul_mat_id_tiled(params, dst, cur_a, cne1, (const int32_t *) &MMID_MATRIX_ROW(cur_a, 0), tiled_scratch)) {
 """.replace("__MARK__", MARK)
 
+# tinyBLAS (llamafile/sgemm.cpp) takes a batch of 2+ rows of float32, bfloat16 and IQ4_NL weights (and Q8_0, Q4_0,
+# whose kernels agree with their vec_dot here) with another summation order than the one-row vec_dot: within a batch
+# of up to SPECCHAT_EXACT_ROWS rows those take vec_dot per row, as one token does. Float32 weights are the small
+# ones of a quantized file (a MoE's router, a shared expert's gate, a Gated DeltaNet's projections of a few rows);
+# bfloat16 files and unpacked IQ4_NL (IQ4_XS files hold IQ4_NL tensors) otherwise padded every plain step.
+SGEMM_GATE_OLD = """    const bool src1_cont = ggml_is_contiguous(src1);
+
+    if (src1_cont) {
+        for (int64_t i13 = 0; i13 < ne13; i13++)
+            for (int64_t i12 = 0; i12 < ne12; i12++)
+                if (!llamafile_sgemm(params,
+"""
+SGEMM_GATE_NEW = """    // __MARK__: float32, bfloat16 and IQ4_NL weights take vec_dot per row within a small batch
+    const bool specchat_rows = ne11 <= SPECCHAT_EXACT_ROWS &&
+        (src0->type == GGML_TYPE_F32 || src0->type == GGML_TYPE_BF16 || src0->type == GGML_TYPE_IQ4_NL);
+    const bool src1_cont = ggml_is_contiguous(src1) && !specchat_rows;
+
+    if (src1_cont) {
+        for (int64_t i13 = 0; i13 < ne13; i13++)
+            for (int64_t i12 = 0; i12 < ne12; i12++)
+                if (!llamafile_sgemm(params,
+""".replace("__MARK__", MARK)
+
+# A Gated DeltaNet layer with native rollback (n_rs_seq = N) wrote N + 1 conv-state snapshots every decode, a
+# one-token step included (src/models/delta-net-base.cpp, build_conv_state): 17 copies a layer a step, 7% of a
+# plain step on a Qwen3.5-0.8B-shaped Q4_K_M. Only the snapshots of the pass's own tokens can be rolled back to
+# (the recurrent state's are written for min(n_tokens, N + 1) of them, as mamba-base.cpp and lfm2.cpp write their
+# conv states), so the others are left unwritten.
+DELTANET_CONV_OLD = """        const int64_t K = (int64_t) cparams.n_rs_seq + 1;
+
+        for (int64_t t = 1; t <= K; ++t) {
+"""
+DELTANET_CONV_NEW = """        const int64_t K = (int64_t) cparams.n_rs_seq + 1;
+        // __MARK__ (scripts/patch_llama_cpp.py): the slots of this pass's tokens only
+        const int64_t specchat_written = std::min<int64_t>(conv_input->ne[0] - conv_states->ne[0], K);
+
+        for (int64_t t = K - specchat_written + 1; t <= K; ++t) {
+""".replace("__MARK__", MARK)
+
 Q6K_ANCHOR = "void ggml_compute_forward_mul_mat(\n"
 
 # what specchat's engine looks up (ctypes) to know the build computes quantized batches exactly
@@ -879,7 +924,7 @@ Q6K_HOOK_NEW = """    ggml_barrier(params->threadpool);
 #endif
 
 #if GGML_USE_LLAMAFILE
-    if (src1->type != vec_dot_type) {
+    if (src1->type != vec_dot_type && !specchat_rows) {
 """.replace("__MARK__", MARK)
 
 
@@ -987,6 +1032,7 @@ def plan(root: Path) -> dict[Path, list[tuple]]:
             (PLAN_OLD, PLAN_NEW),
             (TILED_OLD, TILED_NEW),
             (TILED_ID_OLD, TILED_ID_NEW),
+            (SGEMM_GATE_OLD, SGEMM_GATE_NEW),
             (Q6K_ANCHOR, Q6K_KERNEL + EXPORTS_C + Q6K_ANCHOR),
             (Q6K_HOOK_OLD, Q6K_HOOK_NEW),
         ],
@@ -1002,6 +1048,7 @@ def plan(root: Path) -> dict[Path, list[tuple]]:
             (CHUNKED_ANCHOR, CHUNKED + CHUNKED_ANCHOR),
             (DISPATCH_OLD, DISPATCH_NEW),
         ],
+        root / "src" / "models" / "delta-net-base.cpp": [(DELTANET_CONV_OLD, DELTANET_CONV_NEW)],
         cpu / "llamafile" / "sgemm.cpp": [
             (SGEMM_512_OLD, SGEMM_512_NEW),
             (SGEMM_256_OLD, SGEMM_256_NEW),
@@ -1035,7 +1082,8 @@ def main(argv: list[str]) -> int:
     print(
         f"patched llama.cpp in {argv[1]}: float32 activations for float16 weights, one kernel per batch size, "
         "fixed key chunks in attention (a dense kernel over a float16 cache), tinyBLAS streaming its weights, "
-        "quantized weights (Q4_K repacked, Q6_K, other K-quants) exact up to 64 rows"
+        "quantized weights (Q4_K repacked, Q6_K, other K-quants, F32, BF16, IQ4_NL) exact up to 64 rows, "
+        "conv-state snapshots of a pass's own tokens"
     )
     return 0
 

@@ -33,13 +33,22 @@ def miniature(root: Path, patch) -> Path:
         + patch.Q6K_ANCHOR
         + "        const struct ggml_compute_params * params) {\n"
         + patch.TILED_OLD
-        + "        return;\n    }\n    quantize();\n"
+        + "        return;\n    }\n#if GGML_USE_LLAMAFILE\n"
+        + patch.SGEMM_GATE_OLD
+        + "                    goto UseGgmlGemm1;\n        return;\n    }\n#endif\n    quantize();\n"
         + patch.Q6K_HOOK_OLD
         + "    }\n#endif\n}\n\nplan() {\n"
         + patch.PLAN_OLD
         + "}\n\nmul_mat_id() {\n    for (int cur_a = 0; cur_a < n_as; ++cur_a) {\n"
         + patch.TILED_ID_OLD
         + "            continue;\n        }\n    }\n}\n"
+    )
+    models = root / "src" / "models"
+    models.mkdir(parents=True)
+    (models / "delta-net-base.cpp").write_text(
+        "void build_conv_state() {\n    if (cparams.n_rs_seq == 0) {\n    } else {\n"
+        + patch.DELTANET_CONV_OLD
+        + "        }\n    }\n}\n"
     )
     (cpu / "arch" / "x86").mkdir(parents=True)
     (cpu / "arch" / "x86" / "quants.c").write_text(
@@ -124,7 +133,7 @@ def test_every_edit_lands_once_and_a_second_run_changes_nothing(tmp_path: Path, 
         < trait.index("void ggml_compute_forward_mul_mat(")
         < trait.index("quantize();")
         < trait.index("if (specchat_mul_mat_q6_K(params, dst)) {")
-        < trait.index("#if GGML_USE_LLAMAFILE")
+        < trait.rindex("#if GGML_USE_LLAMAFILE")
     )
     # repacked Q4_K: the kernel and its predicate before the tensor traits, rows quantized alone, one kernel per chunk
     repack = (cpu / "repack.cpp").read_text()
@@ -145,9 +154,17 @@ def test_every_edit_lands_once_and_a_second_run_changes_nothing(tmp_path: Path, 
     # attention's fixed chunks reach 64 rows, as the matrix products do
     assert "k->type == v->type && neq1 > SPECCHAT_EXACT_ROWS)) {" in ops
     assert "node->src[0]->ne[1] <= SPECCHAT_EXACT_ROWS ? node->src[0]->ne[1] : 1;" in trait
-    before = {p: p.read_text() for p in cpu.rglob("*") if p.is_file()}
+    # float32, bfloat16 and IQ4_NL weights: vec_dot per row within a small batch, at both of tinyBLAS's calls
+    assert trait.index("const bool specchat_rows = ne11 <= SPECCHAT_EXACT_ROWS &&") < trait.index(
+        "const bool src1_cont = ggml_is_contiguous(src1) && !specchat_rows;"
+    )
+    assert "if (src1->type != vec_dot_type && !specchat_rows) {" in trait
+    # a Gated DeltaNet with native rollback writes the conv-state slots of the pass's own tokens only
+    deltanet = (tmp_path / "src" / "models" / "delta-net-base.cpp").read_text()
+    assert "for (int64_t t = K - specchat_written + 1; t <= K; ++t) {" in deltanet
+    before = {p: p.read_text() for p in tmp_path.rglob("*") if p.is_file()}
     assert patch.main(["patch", str(tmp_path)]) == 0
-    assert {p: p.read_text() for p in cpu.rglob("*") if p.is_file()} == before
+    assert {p: p.read_text() for p in tmp_path.rglob("*") if p.is_file()} == before
 
 
 def test_a_tree_of_another_version_is_refused_in_one_line(tmp_path: Path, patch, capsys) -> None:
@@ -181,6 +198,7 @@ def test_every_edit_lands_and_moves_the_key(tmp_path: Path, patch) -> None:
         "repack.cpp",
         "quants.c",
         "ops.cpp",
+        "delta-net-base.cpp",
         "sgemm.cpp",
     }
     for path, file_edits in edits.items():

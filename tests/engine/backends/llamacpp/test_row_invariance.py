@@ -1,0 +1,83 @@
+"""Weight and cache types the patched build computes alike in a pass and in one-token steps (scripts/patch_llama_cpp.py):
+
+- float32, bfloat16 and IQ4_NL weights: tinyBLAS took a batch of 2+ rows with another summation order than the
+  one-row vec_dot, so the load probe found width 2 rounding otherwise and every plain step was padded;
+- quantized caches (q8_0, q4_0) across 256 cache cells: a row took the stock attention kernel while the view held
+  <= 256 cells and the fixed chunks above, so a pass that crossed 256 was never compared with plain steps.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.backends.llamacpp.library import patched_build
+from engine.backends.llamacpp.model import LlamaCppModel
+from engine.backends.llamacpp.probe import probe_widths
+from engine.models import ensure_embedded_gguf
+from tests.support.models_2026 import quantize
+
+pytestmark = pytest.mark.skipif(
+    not patched_build(),
+    reason="the stock llama.cpp build (the patch did not apply): its kernels round otherwise",
+)
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    f16 = ensure_embedded_gguf()
+    folder = tmp_path_factory.mktemp("row-invariance")
+    return {
+        "F32": ensure_embedded_gguf(precision="f32"),
+        "BF16": quantize(f16, folder / "bf16.gguf", "BF16"),
+        "IQ4_NL": quantize(f16, folder / "iq4_nl.gguf", "IQ4_NL"),
+    }
+
+
+def open_model(path: Path, n_ctx: int, cache_type: int | None = None) -> LlamaCppModel:
+    """The model alone (no load-time measuring): the tests look at its kernels."""
+    import llama_cpp
+
+    cache = llama_cpp.GGML_TYPE_F16 if cache_type is None else cache_type
+    return LlamaCppModel(llama_cpp, path, n_ctx, 2, cache, 512, 0, repack=False)
+
+
+def tokens(model: LlamaCppModel, text: str) -> list[int]:
+    return list(model.model.tokenize(text.encode(), add_bos=False, special=False))
+
+
+@pytest.mark.parametrize("kind", ["F32", "BF16", "IQ4_NL"])
+def test_every_width_is_proven_without_padded_steps(weights: dict[str, Path], kind: str) -> None:
+    from engine.backends.llamacpp.native import gguf_tensor_types
+
+    path = weights[kind]
+    code = {"F32": 0, "BF16": 30, "IQ4_NL": 20}[kind]  # ggml_type codes
+    assert code in gguf_tensor_types(path)  # the file really holds such weights
+    # A short context: the probe's first start alone (the weights' kernels do not depend on the cache's length)
+    model = open_model(path, 120)
+    try:
+        verdict = probe_widths(model, lambda text: tokens(model, text), 120)
+        assert not verdict.pad and verdict.widest == verdict.checked, verdict.describe()
+    finally:
+        model.close()
+
+
+@pytest.mark.parametrize("cache", ["Q8_0", "Q4_0", "F16"])
+def test_a_pass_across_256_cache_cells_equals_plain_steps(cache: str) -> None:
+    import llama_cpp
+
+    model = open_model(ensure_embedded_gguf(precision="q4_1"), 512, getattr(llama_cpp, f"GGML_TYPE_{cache}"))
+    try:
+        ids = (tokens(model, "The quick brown fox jumps over the lazy dog. 1, 2, 3. ") * 40)[:300]
+        start, width = 236, 40  # rows at 236..275: views of <= 256 cells and above
+        model.prefill(ids[:start])
+        singles = [model.decode([ids[start + j]], outputs=1)[0] for j in range(width)]
+        for span in (2, 20, 21, 30, width):
+            model.crop(start)
+            rows = model.decode(ids[start : start + span], outputs=span)
+            same = [np.array_equal(rows[j], singles[j]) for j in range(span)]
+            assert all(same), f"{cache} cache, a pass of {span}: rows {same.index(False)}.. differ"
+    finally:
+        model.close()
