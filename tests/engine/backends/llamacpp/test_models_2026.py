@@ -135,16 +135,21 @@ def test_the_load_note_and_doctor_say_how_each_model_speculates(qwen35, qwen3nex
             backend.close()
 
 
-@pytest.mark.parametrize("rollback", [True, False], ids=["native-rollback", "checkpoints"])
-def test_a_hybrid_drafts_exactly_at_every_depth(qwen35, monkeypatch, rollback) -> None:
+@pytest.mark.parametrize(
+    ("which", "rollback"),
+    [("qwen35", True), ("qwen35", False), ("qwen3next", None)],
+    ids=["native-rollback", "checkpoints", "qwen3next-checkpoints"],
+)
+def test_a_hybrid_drafts_exactly_at_every_depth(which, request, monkeypatch, rollback) -> None:
     """Greedy and seeded: the reply with drafts rejected at every depth (up to 40) equals plain decoding. With
     native rollback (16 snapshots) tails within the depth roll back and longer ones restore a checkpoint and replay;
     with checkpoints only (n-gram drafting's default) every rejection restores and replays. Nothing is prefilled
-    again."""
-    backend = load(qwen35, rollback=rollback)
+    again. Qwen3-Next (no native rollback; a mixture of experts whose float32 shared-expert gate once rounded a
+    2-row pass otherwise, which kept drafting off) drafts through checkpoints."""
+    backend = load(request.getfixturevalue(which), rollback=rollback)
     try:
         assert backend.target.memory.depth == (ROLLBACK_DEPTH if rollback else 0)
-        assert backend.probe.widest >= 41
+        assert backend.probe.widest >= 41 and not backend.probe.pad, backend.probe.describe()
         ids = chat_ids(backend, PROMPT)
         for sampler in ({}, {"temperature": 0.8, "top_p": 0.95}):
             reference = generate(backend, ids, k=0, max_new=160, seed=7, **sampler)
@@ -154,7 +159,7 @@ def test_a_hybrid_drafts_exactly_at_every_depth(qwen35, monkeypatch, rollback) -
             assert spec.tokens == reference.tokens
             assert spec.drafted > 0 and spec.accepted > 0
             assert max(c.drafted for c in spec.chunks) > ROLLBACK_DEPTH  # wide rounds really sent
-            assert (counters.rollbacks > before["rollbacks"]) == rollback
+            assert (counters.rollbacks > before["rollbacks"]) == bool(rollback)
             assert counters.restores > before["restores"] and counters.replayed > before["replayed"]
             assert counters.reprefilled == before["reprefilled"] == 0
             assert list(backend.target.ids) == (ids + reference.tokens)[: len(backend.target.ids)]
@@ -219,7 +224,8 @@ def test_a_mixture_of_experts_model_is_exact_at_every_width(qwen3moe, monkeypatc
     equal plain decoding."""
     backend = load(qwen3moe)
     try:
-        assert backend.probe.widest == backend.probe.checked
+        # every width, and one-token plain steps (its float32 router once rounded a 2-row pass otherwise)
+        assert backend.probe.widest == backend.probe.checked and not backend.probe.pad
         ids = chat_ids(backend, PROMPT)
         reference = generate(backend, ids, k=0, max_new=120)
         spec = oracle_reply(backend, monkeypatch, ids, reference.tokens, k=40)
