@@ -50,15 +50,22 @@ class TimedReply:
     accepted: int = 0
 
 
-def stream_timed(backend: RemoteBackend, messages, max_new: int, k: int = 0) -> TimedReply:
-    """Stream one greedy reply to `messages` through `backend` and time its decode."""
+def stream_timed(
+    backend: RemoteBackend,
+    messages,
+    max_new: int,
+    k: int = 0,
+    sampler: SamplerSettings | None = None,
+    seed: int = 0,
+) -> TimedReply:
+    """Stream one reply to `messages` through `backend` (greedy unless `sampler` is given) and time its decode."""
     request = GenerationRequest(
         prompt_ids=(),
-        sampler=SamplerSettings(temperature=0.0),
+        sampler=sampler or SamplerSettings(temperature=0.0),
         max_new_tokens=max_new,
         num_draft_tokens=k,
         drafting=k > 0,
-        seed=0,
+        seed=seed,
         messages=tuple(messages),
     )
     first = last = None

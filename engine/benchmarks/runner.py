@@ -16,7 +16,7 @@ from pathlib import Path
 from engine.decoding.acceptance import AcceptanceAccounting
 from engine.events import Chunk, Done
 from engine.prompt_file import PromptFileError, read_prompt_file
-from engine.request import GenerationRequest, SamplerSettings
+from engine.request import GenerationRequest, HistoryCorpus, SamplerSettings
 
 PROMPT_SETS = {"public": "prompts.jsonl", "heldout": "prompts_heldout.jsonl"}
 BENCH_CATEGORIES = ("code", "qa", "creative")
@@ -54,11 +54,14 @@ def timed_reply(
     sampler: SamplerSettings | None = None,
     k_mode: str = "adaptive",
     key: str = "",
+    history: HistoryCorpus | None = None,
+    seed: int = SAMPLING_SEED,
 ) -> tuple[list[int], float, AcceptanceAccounting, Done]:
     """One reply through our round loop: (token ids, seconds, its acceptance accounting, the final Done).
 
     Greedy unless `sampler` is given; drafting with up to `k` tokens (none when k is 0), adaptive or fixed K, the
-    adaptive estimates kept under `key`; the seed is fixed, so sampled runs repeat.
+    adaptive estimates kept under `key`; the seed is fixed, so sampled runs repeat. `history`: the history
+    drafter's corpus, as the session hands it in (engine/session/history.py).
     """
     request = GenerationRequest(
         prompt_ids=tuple(prompt_ids),
@@ -66,9 +69,10 @@ def timed_reply(
         max_new_tokens=max_new,
         num_draft_tokens=k,
         drafting=k > 0,
-        seed=SAMPLING_SEED,
+        seed=seed,
         k_mode=k_mode,
         tuning_key=key,
+        history=history,
     )
     t0 = time.perf_counter()
     accounting = AcceptanceAccounting(t_start=t0)

@@ -1,6 +1,7 @@
 """The prompt splits of `specchat bench --tasks`: which files make a split, which families they hold, `--families`.
 
-Each split is two files shipped beside this module: the long-input families (`prompts_long*.jsonl`: summarize,
+Each split is two files shipped beside this module (and a third, `prompts_repeat*.jsonl`, of the repeat family's
+scripted conversations: engine.benchmarks.repeat): the long-input families (`prompts_long*.jsonl`: summarize,
 passages, code_edit, translate, chat) and the code family (`prompts_code*.jsonl`: function completions, "complete
 this function" from a signature and docstring, and rewrites, "rewrite this function with type hints / as a
 dataclass / with error handling", each reported as its own half). `tune` is the split to tune on; `heldout` was
@@ -14,6 +15,9 @@ from pathlib import Path
 from engine.prompt_file import read_prompt_file
 
 FAMILIES = ("summarize", "passages", "code_edit", "translate", "chat", "code_complete", "code_rewrite")
+# Families of scripted multi-step conversations rather than prompts (engine.benchmarks.repeat: regenerations,
+# repeated tasks, edited questions, for the history drafter), in their own files.
+CONVERSATION_FAMILIES = ("repeat",)
 # Names `--families` takes beside the families themselves: a family's halves, and the context rows.
 FAMILY_GROUPS = {"code": ("code_complete", "code_rewrite")}
 CONTEXT = "context"
@@ -51,7 +55,7 @@ def parse_families(text: str | None) -> tuple[tuple[str, ...] | None, bool]:
     if text is None:
         return None, True
     names = [part.strip() for part in text.split(",") if part.strip()]
-    known = (*FAMILIES, *FAMILY_GROUPS, CONTEXT)
+    known = (*FAMILIES, *CONVERSATION_FAMILIES, *FAMILY_GROUPS, CONTEXT)
     unknown = [name for name in names if name not in known]
     if unknown or not names:
         raise ValueError(f"choose from {', '.join(known)} (got {text!r})")

@@ -20,7 +20,9 @@ first run, see below):
 Speeds are decode tokens/s for every variant alike: tokens after the first chunk over the time from the first
 chunk to the last (prompt processing is apart: it is the same llama.cpp code on both sides). Every drafting mode's
 greedy output is checked against ours-plain's on every prompt and repeat, and (`seeded_tokens`) its seeded sampled
-output too; each mismatch is printed and returned. Then the context rows: a document prompt of about 100, 1k, 2k
+output too; each mismatch is printed and returned. Then the repeat family (engine.benchmarks.repeat: scripted
+conversations whose last reply repeats what the chat already wrote, ours with and without the history drafter beside
+the same ngram-mod server). Then the context rows: a document prompt of about 100, 1k, 2k
 and 4k tokens, our plain against llama-server's plain. Ratios come from the same run; nothing is compared to a
 stored number. Nothing on the chat path imports this.
 """
@@ -199,16 +201,22 @@ def run_task_bench(
     """Run the families of `split` (all, or `families`), then the context rows; print a table each and return the
     figures, with "mismatches": every drafting mode's output that left ours-plain's (empty when all agree)."""
     from engine.backends.llamacpp import LlamaCppBackend
+    from engine.benchmarks.repeat import FAMILY as REPEAT
+    from engine.benchmarks.repeat import repeat_file, run_repeat_family
     from engine.presets import load_presets
 
     items = load_task_set(split)
     if families is not None:
         items = [i for i in items if i["category"] in families]
+    repeat = (families is None or REPEAT in families) and repeat_file(split) is not None
     presets = load_presets(None)
     ours_variants, server_args = variant_plan(draft, mtp)
+    if not items:  # the repeat family alone: only ngram-mod runs beside it
+        server_args = {name: args for name, args in server_args.items() if name == "server-ngram-mod"}
     ours = LlamaCppBackend(gguf, draft="ngram", cache_mode="auto", max_context=context, threads=threads)
     ours.load()
     drafted = None
+    repeated = None
     started: dict = {}
     remotes: dict = {}
     try:
@@ -293,8 +301,23 @@ def run_task_bench(
                 mismatches += wrong.values()
                 for mode in modes:
                     res.seeded_identical[mode] += mode not in wrong
-        print_families(out, results, variants)
-        print_exactness(out, results, mismatches, seeded_tokens)
+        if results:
+            print_families(out, results, variants)
+            print_exactness(out, results, mismatches, seeded_tokens)
+        if repeat:
+            # After the other families: llama-server's ngram-mod pool is warm with them (one server throughout).
+            repeated = run_repeat_family(
+                ours,
+                split,
+                drafted=drafted,
+                server=remotes.get("server-ngram-mod"),
+                max_new=max_new,
+                repeats=repeats,
+                seeded_tokens=seeded_tokens,
+                context=context,
+                out=out,
+            )
+            mismatches += repeated["mismatches"]
         for name, backend in (("ours", ours), (OURS_DRAFT, drafted)):
             memory = getattr(getattr(backend, "target", None), "memory", None)
             if memory is not None:  # a recurrent model: what its rollbacks, checkpoints and replays cost
@@ -330,6 +353,7 @@ def run_task_bench(
         "threads": ours.threads,
         "variants": variants,
         "mismatches": mismatches,
+        "repeat": repeated,
     }
 
 

@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tasks",
         metavar="SPLIT",
         help="instead: the task families (summarize, passages, code_edit, translate, chat, code: function "
-        "completions and rewrites) and the context rows, ours against llama-server on the same GGUF (with --draft "
+        "completions and rewrites; repeat: regenerations, repeated tasks and edits, with and without the history "
+        "drafter) and the context rows, ours against llama-server on the same GGUF (with --draft "
         "a GGUF: our draft model and its draft-simple too; with --draft mtp: our MTP head and its draft-mtp): "
         "heldout, tune, or a JSON Lines file",
     )
