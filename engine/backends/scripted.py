@@ -55,7 +55,8 @@ def scripted_words(count: int, width: int = 12, paragraph_lines: int = 0, code_e
 
 
 class ScriptedBackend:
-    """Streams `replies` in turn (cycling), `accept_pattern[i]` drafts accepted in round i (capped at K).
+    """Streams `replies` in turn (cycling), `accept_pattern[i]` drafts accepted in round i (capped at K), drafted
+    by `drafter_pattern[i]` where given (the round's `Chunk.drafter`).
 
     `tokens_per_s` paces the stream (0 = as fast as possible). `clock` supplies the `Chunk.t` timestamps; pass
     a fake clock to freeze timings for snapshots. `gate`, when given, is waited on before each round after the
@@ -83,11 +84,14 @@ class ScriptedBackend:
         cache_mode: str = "fp16",
         draft_mode: str = "ngram",
         costs: Any = None,
+        drafter_pattern: Sequence[str | None] = (),
     ) -> None:
         self.replies = [replies] if isinstance(replies, str) else list(replies)
         if not self.replies:
             raise ValueError("ScriptedBackend needs at least one reply")
         self.accept_pattern = tuple(accept_pattern) or (0,)
+        # Who drafted round i (Chunk.drafter: "ngram", "history", ...), cycling; empty: the rounds do not say.
+        self.drafter_pattern = tuple(drafter_pattern)
         # A planted VerifyCostModel (tests of the draft verdict); None: this backend measures no costs.
         self.costs = costs
         self.tokens_per_s = tokens_per_s
@@ -195,6 +199,9 @@ class ScriptedBackend:
                 origins=(True,) * accepted + (False,),
                 t=self.clock(),
                 temperature=request.sampler.temperature_at(emitted),
+                drafter=self.drafter_pattern[round_index % len(self.drafter_pattern)]
+                if self.drafter_pattern and k
+                else None,
             )
             emitted += n
             round_index += 1

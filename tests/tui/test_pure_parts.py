@@ -172,18 +172,20 @@ def test_status_bar_drops_whole_fields_by_priority():
 
 
 def test_draft_spans_follow_the_source_through_markdown():
-    from tui.widgets.message import align_to_source, draft_spans
+    from tui.widgets.message import DRAFT_STYLE, HISTORY_STYLE, align_to_source, draft_spans, drafted_mask
 
     source = "Some **bold** text"
     rendered = "Some bold text"
     assert align_to_source(rendered, source) == [0, 1, 2, 3, 4, 7, 8, 9, 10, 13, 14, 15, 16, 17]
-    mask = [False] * 5 + [True] * 8 + [False] * 5  # "**bold**" came from the draft
+    mask = [""] * 5 + [DRAFT_STYLE] * 8 + [""] * 5  # "**bold**" came from the draft
     spans = draft_spans(rendered, source, mask, 0)
     assert [(s.start, s.end) for s in spans] == [(5, 9)]
     # Offsets: the block's source starts 3 characters into the reply.
-    assert [(s.start, s.end) for s in draft_spans("ab", "ab", [False, False, False, True, False], 3)] == [
-        (0, 1)
-    ]
+    assert [(s.start, s.end) for s in draft_spans("ab", "ab", ["", "", "", DRAFT_STYLE, ""], 3)] == [(0, 1)]
+    # A history draft's text right after another draft's: two spans, each in its own colour.
+    mask = drafted_mask([("Some ", False), ("**bo", "ngram"), ("ld** text", "history")])
+    spans = draft_spans(rendered, source, mask, 0)
+    assert [(s.start, s.end, str(s.style)) for s in spans] == [(5, 7, DRAFT_STYLE), (7, 14, HISTORY_STYLE)]
 
 
 def test_keymap_errors_name_the_bindings():

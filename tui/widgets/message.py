@@ -8,7 +8,9 @@ block, fences included, on random chunkings with Textual 8: equal.
 
 Draft highlighting (F6) keeps the Markdown: each rendered block's text is aligned with its source lines (the
 rendered text is a subsequence of the source: markup and fence markers are what it leaves out), and the characters
-that came from accepted drafts get DRAFT_STYLE on top of the block's own styles (code highlighting included).
+that came from accepted drafts get DRAFT_STYLE on top of the block's own styles (code highlighting included);
+those accepted from history drafts (what the chat already wrote: engine/decoding/drafters/history.py) get
+HISTORY_STYLE instead.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ if TYPE_CHECKING:
     from textual.widgets.markdown import MarkdownStream
 
 DRAFT_STYLE = "bold #7ee787 on #12361f"
+HISTORY_STYLE = (
+    "bold #79c0ff on #0d2a4a"  # accepted from a history draft: copied from what the chat wrote before
+)
 TARGET_STYLE = ""
 
 _CODE_BLOCK_RE = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
@@ -85,11 +90,19 @@ def last_code_block(markdown: str) -> str | None:
     return blocks[-1] if blocks else None
 
 
-def drafted_mask(runs: list[OriginRun]) -> list[bool]:
-    """One flag per character of the reply: True where it came from an accepted draft."""
-    mask: list[bool] = []
-    for text, from_draft in runs:
-        mask.extend([from_draft] * len(text))
+def origin_style(origin: bool | str) -> str:
+    """The colour of text by its origin (engine.origins): none for the target's own, HISTORY_STYLE for a history
+    draft's, DRAFT_STYLE for any other accepted draft (its source said or not)."""
+    if not origin:
+        return TARGET_STYLE
+    return HISTORY_STYLE if origin == "history" else DRAFT_STYLE
+
+
+def drafted_mask(runs: list[OriginRun]) -> list[str]:
+    """One style per character of the reply: its origin's (`origin_style`); "" where the target wrote it."""
+    mask: list[str] = []
+    for text, origin in runs:
+        mask.extend([origin_style(origin)] * len(text))
     return mask
 
 
@@ -120,19 +133,19 @@ def align_to_source(rendered: str, source: str) -> list[int | None]:
     return positions
 
 
-def draft_spans(rendered: str, source: str, mask: list[bool], offset: int) -> list[Span]:
-    """Spans of `rendered` whose source characters (at `offset` in the reply) came from accepted drafts."""
+def draft_spans(rendered: str, source: str, mask: list[str], offset: int) -> list[Span]:
+    """Spans of `rendered` whose source characters (at `offset` in the reply) came from accepted drafts, each in
+    its origin's style (`drafted_mask`)."""
     spans: list[Span] = []
-    start = None
+    start, style = None, ""
     for index, position in enumerate(align_to_source(rendered, source)):
-        drafted = position is not None and offset + position < len(mask) and mask[offset + position]
-        if drafted and start is None:
-            start = index
-        elif not drafted and start is not None:
-            spans.append(Span(start, index, DRAFT_STYLE))
-            start = None
-    if start is not None:
-        spans.append(Span(start, len(rendered), DRAFT_STYLE))
+        here = mask[offset + position] if position is not None and offset + position < len(mask) else ""
+        if here != style:
+            if style and start is not None:
+                spans.append(Span(start, index, style))
+            start, style = (index, here) if here else (None, "")
+    if style and start is not None:
+        spans.append(Span(start, len(rendered), style))
     return spans
 
 
@@ -383,7 +396,7 @@ class ReplyMessage(Vertical, can_focus=True):
         if split.has_thinking:
             self._paint(self.thinking_markdown, split.thinking_start, mask)
 
-    def _paint(self, markdown: Markdown, base: int, mask: list[bool]) -> None:
+    def _paint(self, markdown: Markdown, base: int, mask: list[str]) -> None:
         """Paint one Markdown view whose source starts at `base` in the reply."""
         source = markdown.source
         line_starts = [0]
