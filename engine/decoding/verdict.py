@@ -7,6 +7,13 @@ steps. Where no K beats a plain step by `MIN_GAIN` even then, no acceptance can 
 leaves it off; where some K does, adaptive K drafts whenever the acceptance it measures pays. n-gram drafts take
 no draft-model steps (c = 0), so only r decides for them.
 
+A drafter that takes steps (a draft model, an MTP head) has free drafters asked beside it (the name map's
+`beside`: the context's n-gram, history): where its own drafts cannot pay, theirs still may, and the verdict counts
+them (`free`, `free_k`, `free_speedup`): they are priced at c = 0 as n-gram alone is.
+
+c here is the backend's running estimate (a draft step over a plain target step, both smoothed over every step
+since load), so the verdict calls it "running c" beside a reply's own "cost ratio c (this reply)".
+
 A figure not measured yet (no pass wider than one token timed, or a draft model whose step was never timed) makes
 no verdict: it reads "–", never a guess.
 """
@@ -18,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from engine.decoding.adaptive_k import MIN_GAIN, PROBE_ACCEPTANCE
-from engine.decoding.drafters.registry import NO_DRAFTING, spec_of_mode
+from engine.decoding.drafters.registry import DRAFTERS, NO_DRAFTING, spec_of_mode
 
 VerdictStatus = Literal["pass", "warn", "skip"]
 
@@ -34,12 +41,26 @@ class DraftVerdict:
     r2: float | None = None  # r(2): a verify pass of 2 tokens in plain steps (None where not measured)
     k: int = 0  # the best K at PROBE_ACCEPTANCE
     speedup: float | None = None  # what that K gives at PROBE_ACCEPTANCE
+    # The free drafters asked beside a drafter that takes steps (labels: "n-gram", "history"), and the best K and
+    # speedup of their drafts at PROBE_ACCEPTANCE (c = 0); () / None where the drafter is free itself.
+    free: tuple[str, ...] = ()
+    free_k: int = 0
+    free_speedup: float | None = None
 
     @property
     def steps(self) -> bool:
         """The drafter's drafts take model steps (c counts), by the name map."""
         spec = spec_of_mode(self.draft_mode)
         return spec is not None and spec.steps
+
+    @property
+    def free_pays(self) -> bool:
+        """The free drafts asked beside a drafter that takes steps can pay here (at PROBE_ACCEPTANCE)."""
+        return bool(self.free) and self.free_speedup is not None and self.free_speedup >= 1.0 + MIN_GAIN
+
+    def _free_words(self) -> str:
+        """`n-gram and history drafts`."""
+        return " and ".join(self.free) + " drafts"
 
     @property
     def pays(self) -> bool | None:
@@ -54,6 +75,13 @@ class DraftVerdict:
                 "and adaptive K drafts whenever the acceptance it measures pays"
             )
         if self.status == "warn":
+            if self.free_pays:
+                return (
+                    f"{self.why}, so even at {PROBE_ACCEPTANCE:.0%} acceptance the best K ({self.k}) gives "
+                    f"{self.speedup:.2f}x; adaptive K leaves the draft's own drafts off, but "
+                    f"{self._free_words()} take no draft steps (K {self.free_k} gives {self.free_speedup:.2f}x) "
+                    "and go out whenever they pay"
+                )
             hint = "; n-gram drafting (--draft ngram) costs no draft steps" if self.steps else ""
             return (
                 f"{self.why}, so even at {PROBE_ACCEPTANCE:.0%} acceptance the best K ({self.k}) gives "
@@ -66,26 +94,30 @@ class DraftVerdict:
         prefix = {"pass": "yes: ", "warn": "no: "}.get(self.status, "")
         return prefix + self.body()
 
-    def figures(self) -> str:
-        """`c 0.42, r(2) 2.00` (n-gram: `r(2) 1.10`); "–" for a figure not measured."""
+    def figures(self, c_name: str = "c") -> str:
+        """`c 0.42, r(2) 2.00` (n-gram: `r(2) 1.10`); "–" for a figure not measured. `c_name`: what c is called
+        ("running c" beside a reply's own c)."""
         r2 = "–" if self.r2 is None else f"{self.r2:.2f}"
         if not self.steps:
             return f"r(2) {r2}"
         c = "–" if self.c is None else f"{self.c:.2f}"
-        return f"c {c}, r(2) {r2}"
+        return f"{c_name} {c}, r(2) {r2}"
 
     def status_text(self) -> str:
         """The status bar's words while drafting is off because it cannot pay; "" otherwise."""
         return f"draft off: doesn't pay ({self.figures()})" if self.status == "warn" else ""
 
     def short(self) -> str:
-        """A few words for the stats line and the inspector's drafting row."""
+        """A few words for the stats and the inspector's verdict row (beside the reply's own c, so its c is
+        called "running c")."""
+        figures = self.figures("running c")
         if self.status == "pass":
-            return (
-                f"can pay ({self.figures()}: K {self.k} gives {self.speedup:.2f}x at {PROBE_ACCEPTANCE:.0%})"
-            )
+            return f"can pay ({figures}: K {self.k} gives {self.speedup:.2f}x at {PROBE_ACCEPTANCE:.0%})"
         if self.status == "warn":
-            return f"doesn't pay ({self.figures()}: the best K gives {self.speedup:.2f}x even at {PROBE_ACCEPTANCE:.0%})"
+            line = f"doesn't pay ({figures}: the best K gives {self.speedup:.2f}x even at {PROBE_ACCEPTANCE:.0%})"
+            if self.free_pays:
+                line += f"; free {self._free_words()} can (K {self.free_k} gives {self.free_speedup:.2f}x)"
+            return line
         return ""
 
     def chat_line(self, drafter: str) -> str:
@@ -97,9 +129,10 @@ class DraftVerdict:
         return f"{drafter} {verb} on this machine: {self.body()}"
 
 
-def draft_verdict(costs: Any, draft_mode: str, k_max: int) -> DraftVerdict:
+def draft_verdict(costs: Any, draft_mode: str, k_max: int, left_out: Iterable[str] = ()) -> DraftVerdict:
     """The verdict from a backend's measured costs (`VerifyCostModel` or anything with `ratio(width)`,
-    `draft_ratio()` and, optionally, `as_dict()`), for K up to `k_max`."""
+    `draft_ratio()` and, optionally, `as_dict()`), for K up to `k_max`. `left_out`: drafters of the name map's
+    `beside` that are not asked beside this one (the session's "history" where history drafting is off)."""
     k_max = max(int(k_max), 1)
     spec = spec_of_mode(draft_mode)
     if spec is not None and spec.name == NO_DRAFTING:
@@ -117,16 +150,39 @@ def draft_verdict(costs: Any, draft_mode: str, k_max: int) -> DraftVerdict:
         return DraftVerdict(
             "skip", draft_mode, "the draft model's step has not been timed yet", c=None, r2=r2
         )
-    speedups = {
-        k: sum(PROBE_ACCEPTANCE**i for i in range(k + 1)) / (costs.ratio(1 + k) + k * c)
-        for k in range(1, k_max + 1)
-    }
-    k, best = max(speedups.items(), key=lambda item: item[1])
+    k, best = _best_k(costs, c, k_max)
+    free: tuple[str, ...] = ()
+    free_k, free_best = 0, None
+    if spec.steps:
+        skipped = set(left_out)
+        free = tuple(DRAFTERS[n].label for n in spec.beside if n not in skipped and not DRAFTERS[n].steps)
+        if free:
+            free_k, free_best = _best_k(costs, 0.0, k_max)
     why = f"a verify pass of 2 costs r(2) {r2:.2f} plain steps" + (
         f" and a draft step c {c:.2f} of a target step" if spec.steps else f" ({spec.label} drafts are free)"
     )
     status: VerdictStatus = "pass" if best >= 1.0 + MIN_GAIN else "warn"
-    return DraftVerdict(status, draft_mode, why, c=c, r2=r2, k=k, speedup=best)
+    return DraftVerdict(
+        status,
+        draft_mode,
+        why,
+        c=c,
+        r2=r2,
+        k=k,
+        speedup=best,
+        free=free,
+        free_k=free_k,
+        free_speedup=free_best,
+    )
+
+
+def _best_k(costs: Any, c: float, k_max: int) -> tuple[int, float]:
+    """The K up to `k_max` that gives the most at PROBE_ACCEPTANCE with draft steps of c, and what it gives."""
+    speedups = {
+        k: sum(PROBE_ACCEPTANCE**i for i in range(k + 1)) / (costs.ratio(1 + k) + k * c)
+        for k in range(1, k_max + 1)
+    }
+    return max(speedups.items(), key=lambda item: item[1])
 
 
 def verdict_k_max(presets: Iterable[Any]) -> int:

@@ -156,7 +156,8 @@ class ChatSession:
         presets = [p for n, p in self.presets.items() if n in ("code", "qa", "creative")] or list(
             self.presets.values()
         )
-        return draft_verdict(verify_costs_of(self.backend), self._info.draft_mode, verdict_k_max(presets))
+        k_max, off = verdict_k_max(presets), () if self.settings.history_drafting else ("history",)
+        return draft_verdict(verify_costs_of(self.backend), self._info.draft_mode, k_max, off)
 
     def _rejudge_drafting(self) -> None:
         """After a reply: the verdict from the costs as measured now; flag it when it turned."""

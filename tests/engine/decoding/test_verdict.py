@@ -126,7 +126,7 @@ def test_no_draft_step_timed_reads_dash_not_zero():
     from tui.screens.inspector import stats_table
 
     text = plain(Static(stats_table(stats)))
-    assert "cost ratio c  –" in text and "predicted speedup  –" in text
+    assert "cost ratio c (this reply)  –" in text and "predicted speedup  –" in text
 
 
 # --- the session and the chat ----------------------------------------------------------------------------
@@ -139,7 +139,7 @@ def test_the_session_judges_at_load_and_flags_a_verdict_that_turns():
     assert session.verdict.status == "warn" and not session.verdict_changed
     result = session.send("hello", lambda event: None, threading.Event())
     assert result.stats.draft_verdict_status == "warn"
-    assert result.stats.draft_verdict.startswith("doesn't pay (c 0.42, r(2) 2.00")
+    assert result.stats.draft_verdict.startswith("doesn't pay (running c 0.42, r(2) 2.00")
     assert not session.verdict_changed
     backend.costs = VerifyCostModel.from_ratios(
         CHEAP_CURVE, draft_ratio=0.05
@@ -276,3 +276,34 @@ def test_the_status_bar_says_it_while_a_reply_streams_without_drafts_and_not_onc
     session.live = LiveStats(rounds=3, new_tokens=5, drafted=2, accepted=2)  # n-gram lookup drafted after all
     shown = render_status(collect_status(session, "ready")).plain
     assert "doesn't pay" not in shown and "accept 100%" in shown
+
+
+# --- free drafts beside a draft model (issue 45: the verdict counts history drafts) ----------------------------
+
+
+def test_where_the_draft_model_cannot_pay_its_free_companions_still_may():
+    # A cheap verify pass and a draft step as dear as a target step: the draft model's drafts never pay, but the
+    # n-gram and history drafts asked beside it are free, and the verdict says they can.
+    costs = VerifyCostModel.from_ratios(CHEAP_CURVE, draft_ratio=1.0)
+    verdict = draft_verdict(costs, "model", 6)
+    assert verdict.status == "warn" and verdict.free == ("n-gram", "history") and verdict.free_pays
+    assert verdict.short().startswith("doesn't pay (running c 1.00, r(2) 1.05")
+    assert "; free n-gram and history drafts can (K 6 gives" in verdict.short()
+    assert "n-gram and history drafts take no draft steps" in verdict.chat_line("draft m")
+    assert "leaves drafting off" not in verdict.chat_line("draft m")
+    # History drafting off: the verdict counts only the n-gram beside the draft.
+    assert draft_verdict(costs, "model", 6, left_out=("history",)).free == ("n-gram",)
+    # Free drafts that cannot pay either (a verify pass of 2 costs 2 steps): as before.
+    slow = draft_verdict(slow_costs(), "model", 6)
+    assert slow.free and not slow.free_pays and "leaves drafting off" in slow.chat_line("draft m")
+    # A free drafter alone has no companions to count.
+    assert draft_verdict(costs, "ngram", 6).free == ()
+
+
+def test_the_session_leaves_history_out_of_the_verdict_where_history_drafting_is_off():
+    costs = VerifyCostModel.from_ratios(CHEAP_CURVE, draft_ratio=1.0)
+    for on, free in ((True, ("n-gram", "history")), (False, ("n-gram",))):
+        backend = ScriptedBackend("one two", draft_mode="model", costs=costs)
+        session = ChatSession(Settings(history_drafting=on), backend=backend)
+        session.load()
+        assert session.verdict.free == free
