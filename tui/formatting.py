@@ -50,6 +50,48 @@ def stats_drafted(stats: MessageStats) -> bool:
     return stats.draft_mode != "none" and k_known and stats.drafted_tokens > 0
 
 
+def source_label(name: str) -> str:
+    """A draft source as the chat names it: the drafters' name map's label ("n-gram", "history", "draft model")."""
+    from engine.decoding.drafters import spec_of_mode
+
+    spec = spec_of_mode(name)
+    return spec.label if spec is not None else name
+
+
+def drafts_by_source(stats: MessageStats, free_only: bool = False) -> str:
+    """Drafted / accepted tokens per source, for the stats line and the inspector alike:
+    `n-gram 40/32, history 120/118` (drafted/accepted), only the sources that drafted; "–" where nothing was
+    measured per source (no round said who drafted: a server's or a generator's own loop, or nothing drafted).
+    `free_only`: only the sources whose drafts take no model steps (n-gram, history)."""
+    from engine.decoding.drafters import DRAFTERS, spec_of_mode
+
+    def free(name: str) -> bool:
+        spec = spec_of_mode(name)
+        return spec is not None and not spec.steps
+
+    drafted = {n: d for n, d in stats.drafted_by.items() if d > 0 and (free(n) or not free_only)}
+    if not drafted:
+        return "–"
+    order = list(DRAFTERS)  # the name map's order; a source not in it last
+    ordered = sorted(drafted, key=lambda n: (order.index(n) if n in order else len(order), n))
+    return ", ".join(f"{source_label(n)} {drafted[n]}/{stats.accepted_by.get(n, 0)}" for n in ordered)
+
+
+def history_drafting_unavailable(backend: str) -> str:
+    """Why history drafting never runs on an engine (by its label, `MessageStats.backend`), or "" where it can: it is
+    asked beside the drafter by the round loop, so only engines whose draft settings are the round loop's have it
+    (the engines' registry); a library's own generator (ExLlamaV2/V3) or a server drafts by its own rules."""
+    from engine.backends.registry import ENGINES
+    from engine.decoding.drafters.registry import loop_drafters
+
+    row = next((e for e in ENGINES if e.label == backend), None)
+    if row is None or row.drafters == loop_drafters(row.name):
+        return ""
+    if not row.drafters:
+        return "not available: the server drafts by its own settings (it is not handed this chat's history)"
+    return f"not available: {row.label} runs its own generator loop, which takes no history drafts"
+
+
 def k_label(stats: MessageStats) -> str:
     """`K 4`, or `K server` where a remote server fixes K (the preset's K was not sent)."""
     return "K server" if stats.k_by_server else f"K {stats.num_draft_tokens}"
@@ -71,6 +113,9 @@ def stats_line(stats: MessageStats, cancelled: bool = False) -> str:
             accept += f" ({stats.accepted_tokens}/{stats.drafted_tokens})"
         parts += [accept, f"τ {number(stats.mean_accepted_length, 2)}"]
         parts.append(k_label(stats))
+        by_source = drafts_by_source(stats)
+        if by_source != "–":
+            parts.append(f"drafted/accepted {by_source}")
     elif "drafted_tokens" in stats.unavailable and stats.draft_mode != "none":
         parts += ["accept —", k_label(stats)]  # the server does not say (the inspector says why)
     elif stats.draft_mode == "none" or (stats.num_draft_tokens == 0 and not stats.k_by_server):

@@ -21,7 +21,16 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from engine.events import MessageStats
-from tui.formatting import bar, drafts_here, number, percent, preset_label, seconds
+from tui.formatting import (
+    bar,
+    drafts_by_source,
+    drafts_here,
+    history_drafting_unavailable,
+    number,
+    percent,
+    preset_label,
+    seconds,
+)
 from tui.widgets.footer import FittingFooter
 
 K_RUNS_SHOWN = 16
@@ -65,12 +74,23 @@ def drafting_line(stats: MessageStats) -> str:
     return f"{stats.draft_mode}  K {stats.num_draft_tokens}"
 
 
+# This reply's own c: its mean draft step over its mean plain target step. The draft verdict's c is another
+# figure (the backend's running estimate since load: engine/decoding/verdict.py), and says so.
+COST_RATIO_LABEL = "cost ratio c (this reply)"
+
 CAP_NOTE = re.compile(r"drafts (?:are )?capped at (\d+)")
 
 
 def drafts_cap_note(backend_notes: Sequence[str]) -> str:
     """The backend's note on a cap on drafts per round (llama.cpp: the widest pass proven exact), or ""."""
     return next((note for note in backend_notes if CAP_NOTE.search(note)), "")
+
+
+def verdict_row(stats: MessageStats) -> str:
+    """The reply's draft verdict; where it says the draft's own drafts cannot pay, the free drafts this reply sent
+    all the same (n-gram, history: drafted/accepted) are counted beside it."""
+    free = drafts_by_source(stats, free_only=True) if stats.draft_verdict_status == "warn" else "–"
+    return stats.draft_verdict + (f"; free drafts sent all the same: {free}" if free != "–" else "")
 
 
 def stats_table(stats: MessageStats, cancelled: bool = False, backend_notes: Sequence[str] = ()) -> Table:
@@ -93,11 +113,12 @@ def stats_table(stats: MessageStats, cancelled: bool = False, backend_notes: Seq
         ("prompt tokens", f"{stats.prompt_tokens}  (cached {stats.cached_tokens})"),
         ("new tokens", str(stats.new_tokens)),
         ("drafted / accepted", shown("drafted_tokens", f"{stats.drafted_tokens} / {stats.accepted_tokens}")),
+        ("  by source", drafts_by_source(stats)),
         ("verification rounds", shown("rounds", str(stats.rounds))),
         ("acceptance rate", shown("acceptance_rate", percent(stats.acceptance_rate))),
         ("mean accepted length τ", shown("mean_accepted_length", number(stats.mean_accepted_length, 2))),
         ("α (per-token acceptance)", shown("alpha", number(stats.alpha, 3))),
-        ("cost ratio c", shown("cost_ratio", number(stats.cost_ratio, 3))),
+        (COST_RATIO_LABEL, shown("cost_ratio", number(stats.cost_ratio, 3))),
         (
             "predicted speedup",
             shown(
@@ -113,13 +134,17 @@ def stats_table(stats: MessageStats, cancelled: bool = False, backend_notes: Seq
     ]
     if stats.verify_cost:
         # What a verify pass of 1 + k tokens costs in plain steps: with c, what decides whether a draft pays.
-        at = rows.index(("cost ratio c", shown("cost_ratio", number(stats.cost_ratio, 3)))) + 1
+        at = rows.index((COST_RATIO_LABEL, shown("cost_ratio", number(stats.cost_ratio, 3)))) + 1
         costs = "  ".join(f"{ratio:.2f}" for ratio in stats.verify_cost)
         rows.insert(at, ("verify cost r(1+k)", f"{costs}  (k = 1..{len(stats.verify_cost)})"))
     at = rows.index(("drafting", drafting_line(stats))) + 1
     if stats.draft_verdict:
         # Whether drafting can pay on this machine at all, as the reply ended (the doctor's verdict).
-        rows.insert(at, ("draft verdict", stats.draft_verdict))
+        rows.insert(at, ("draft verdict", verdict_row(stats)))
+        at += 1
+    unavailable = history_drafting_unavailable(stats.backend)
+    if unavailable:
+        rows.insert(at, ("history drafting", unavailable))
         at += 1
     cap = drafts_cap_note(backend_notes) if drafts_here(stats.draft_mode) else ""
     if cap:
