@@ -394,6 +394,7 @@ class ChatFlows:
             error=error,
             model_names=model_suggestions(),
             draft_names=draft_suggestions(),
+            history_drafting=form.history_drafting,
         )
         result = await self.app.push_screen_wait(dialog)
         if result is None:

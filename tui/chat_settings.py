@@ -51,6 +51,7 @@ class ChatSettings:
     shown_model: str = ""  # in the fields as the dialog opens
     shown_draft: str = ""
     system_prompt: str | None = None
+    history_drafting: bool = True  # the `history_drafting` setting (this session's)
 
     @classmethod
     def of(cls, session: ChatSession, typed: dict[str, Any] | None = None) -> ChatSettings:
@@ -70,11 +71,13 @@ class ChatSettings:
             model,
             draft,
             session.settings.system_prompt,
+            session.settings.history_drafting,
         )
         if typed is not None:
             form.values.update({k: v for k, v in typed["overrides"].items() if v is not None})
             form.shown_model, form.shown_draft = typed["model"], typed["draft"]
             form.system_prompt = typed["system_prompt"]
+            form.history_drafting = typed.get("history_drafting", form.history_drafting)
         return form
 
     def model_changed(self, result: dict[str, Any]) -> bool:
@@ -101,3 +104,6 @@ class ChatSettings:
             overrides["drafting"] = None  # left on: each routed preset keeps its own drafting
         session.set_system_prompt(result["system_prompt"])
         session.set_overrides(**overrides)
+        if "history_drafting" in result:
+            # A session setting (not written to the config file), read at each reply: off, nothing is indexed.
+            session.settings.history_drafting = bool(result["history_drafting"])

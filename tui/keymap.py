@@ -94,7 +94,7 @@ CHAT_KEYS: tuple[KeySpec, ...] = (
         "f6",
         "toggle_highlight",
         "draft colours",
-        help="colour text the draft got right",
+        help="colour text the draft got right (history drafts in their own colour)",
         palette="view: toggle draft highlighting",
         priority=True,
     ),
@@ -339,6 +339,25 @@ MESSAGE_KEYS: tuple[KeySpec, ...] = (
     K("message.help", "f5", "screen.show_help", "help", help="on a selected reply: this help", show=False),
 )
 
+# Keys of the saved-chats dialog (tui/screens/history.py; ctrl+h / f7 opens it). Ctrl keys with priority: the
+# search box has the focus and would take them.
+HISTORY_KEYS: tuple[KeySpec, ...] = (
+    K("history.close", "escape", "close", "close", help="saved chats: close (or cancel a rename or delete)"),
+    K("history.next", "down", "move(1)", "next", help="saved chats: next chat", show=False),
+    K("history.previous", "up", "move(-1)", "previous", help="saved chats: previous chat", show=False),
+    K("history.delete", "ctrl+d", "delete", "delete", help="saved chats: delete (asks first)", priority=True),
+    K("history.rename", "ctrl+t", "rename", "rename", help="saved chats: rename", priority=True),
+    K("history.export", "ctrl+x", "export", "export", help="saved chats: export as Markdown", priority=True),
+    K(
+        "history.private",
+        "ctrl+k",
+        "toggle_private",
+        "private",
+        help="saved chats: mark private (never drafted from by history drafting) or not",
+        priority=True,
+    ),
+)
+
 # Keys that are no binding: what the prompt does with them, first in the help screen and `specchat --help`.
 TEXT_KEYS: tuple[tuple[str, str], ...] = (
     ("enter", "send the message"),
@@ -355,7 +374,7 @@ KEYLESS_COMMANDS: tuple[tuple[str, str, str], ...] = (
 )
 
 # Every key, in the order the help screen and `specchat --help` list them.
-ALL_KEYS: tuple[KeySpec, ...] = CHAT_KEYS + APP_KEYS + MESSAGE_KEYS
+ALL_KEYS: tuple[KeySpec, ...] = CHAT_KEYS + APP_KEYS + MESSAGE_KEYS + HISTORY_KEYS
 
 
 def bindings(specs: tuple[KeySpec, ...]) -> list[Binding]:
@@ -422,7 +441,7 @@ def check_keymap(keymap: Mapping[str, str]) -> list[KeymapProblem]:
                 )
             )
     # Two bindings of one scope on the same key: one would silently steal the other.
-    for scope in (CHAT_KEYS + APP_KEYS, MESSAGE_KEYS):
+    for scope in (CHAT_KEYS + APP_KEYS, MESSAGE_KEYS, HISTORY_KEYS + APP_KEYS):
         owners: dict[str, list[str]] = {}
         for spec in scope:
             for key in _keys_of(keymap.get(spec.id, spec.key)):

@@ -1,4 +1,5 @@
-"""Saved chats: search as you type, open one to continue it, rename, delete (asks first), export.
+"""Saved chats: search as you type, open one to continue it, rename, delete (asks first), export, mark private
+(a private chat is never drafted from by history drafting; the list says "private").
 
 Everything goes through the session (`session.chats()`, `rename_chat`, `delete_chat`, `export_chat`); the
 screen returns the id of the chat to open, or None.
@@ -11,7 +12,6 @@ import time
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, OptionList, Static
@@ -19,8 +19,10 @@ from textual.widgets.option_list import Option
 
 from engine.errors import UserError
 from tui.formatting import stored_stats_line
+from tui.keymap import HISTORY_KEYS, bindings
 
 TITLE_CELLS = 40  # with the date and count the line fits the dialog at 80 columns: every entry one line high
+PRIVATE_MARK = " · private"  # a chat never drafted from by history drafting (ctrl+k)
 
 
 def chat_option_text(chat) -> Text:
@@ -28,21 +30,18 @@ def chat_option_text(chat) -> Text:
     title = Text(
         " ".join((chat.title or "Untitled chat").split()), style="bold"
     )  # a pasted title's newlines too
-    title.truncate(TITLE_CELLS, overflow="ellipsis")
+    private = getattr(chat, "private", False)
+    # A private chat's mark takes its room from the title: the entry stays one line at 80 columns.
+    title.truncate(TITLE_CELLS - (len(PRIVATE_MARK) if private else 0), overflow="ellipsis")
     line = Text.assemble(title, ("  " + when + f" · {chat.message_count} msgs", "dim"))
+    if private:
+        line.append(PRIVATE_MARK, "bold magenta")
     line.no_wrap, line.overflow = True, "ellipsis"
     return line
 
 
 class HistoryScreen(ModalScreen[int | None]):
-    BINDINGS = [
-        Binding("escape", "close", "close", id="history.close"),
-        Binding("down", "move(1)", "next", show=False, id="history.next"),
-        Binding("up", "move(-1)", "previous", show=False, id="history.previous"),
-        Binding("ctrl+d", "delete", "delete", id="history.delete", priority=True),
-        Binding("ctrl+t", "rename", "rename", id="history.rename", priority=True),
-        Binding("ctrl+x", "export", "export", id="history.export", priority=True),
-    ]
+    BINDINGS = bindings(HISTORY_KEYS)
 
     def __init__(self, session) -> None:
         super().__init__()
@@ -58,7 +57,7 @@ class HistoryScreen(ModalScreen[int | None]):
             yield OptionList(id="history-list")
             yield Static("", id="history-status")
             yield Static(
-                "enter open · ctrl+t rename · ctrl+d delete · ctrl+x export (Markdown) · esc close",
+                "enter open · ctrl+t rename · ctrl+d delete · ctrl+x export · ctrl+k private · esc close",
                 classes="hint",
             )
 
@@ -177,6 +176,25 @@ class HistoryScreen(ModalScreen[int | None]):
         self.options.focus()  # y / n reach the screen (the search box would type them)
         title = next(c.title for c in self.chats if c.id == chat_id)
         self.say(f"delete {title!r} and all its messages? y deletes, n keeps")
+
+    def action_toggle_private(self) -> None:
+        """Mark the highlighted chat private (history drafting never copies from it) or not, and say so."""
+        chat_id = self.selected()
+        if chat_id is None or self.mode != "search":
+            return
+        chat = next(c for c in self.chats if c.id == chat_id)
+        private = not getattr(chat, "private", False)
+        try:
+            self.session.history.set_private(chat_id, private)
+        except UserError as exc:
+            self.say(str(exc))
+            return
+        self.refresh_list(self.search.value, keep=chat_id)
+        self.say(
+            f"{chat.title!r} is private: history drafting never copies from it"
+            if private
+            else f"{chat.title!r} is no longer private: history drafting may copy from it"
+        )
 
     def action_export(self) -> None:
         """Markdown into the data folder's exports/ (the CLI's `history export` writes anywhere, JSON too)."""

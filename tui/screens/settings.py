@@ -64,8 +64,8 @@ class ChoiceValidator(Validator):
 
 
 class SettingsScreen(ModalScreen[dict[str, Any] | None]):
-    """Dismisses with {"system_prompt": str, "overrides": {...}, "model": str, "draft": str} on apply, None on
-    escape. `check_model` / `check_draft` check one field's text (UserError, one line); `check` the whole."""
+    """Dismisses with {"system_prompt": str, "overrides": {...}, "model": str, "draft": str} (and
+    "history_drafting": bool where it shows that switch) on apply, None on escape. `check_model` / `check_draft` check one field's text (UserError, one line); `check` the whole."""
 
     BINDINGS = [
         Binding("escape", "dismiss(None)", "close", id="settings.close"),
@@ -89,10 +89,13 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
         error: str = "",
         model_names: Sequence[str] = (),
         draft_names: Sequence[str] = (),
+        history_drafting: bool | None = None,
     ) -> None:
         """`error`: shown in the dialog as it opens (why the model or draft last applied did not load);
-        `model_names` / `draft_names`: what the model and draft fields complete as they are typed."""
+        `model_names` / `draft_names`: what the model and draft fields complete as they are typed;
+        `history_drafting`: the `history_drafting` setting's switch (None: no switch)."""
         super().__init__()
+        self.history_drafting = history_drafting
         self.model_names = list(model_names)
         self.draft_names = list(draft_names)
         self.opening_error = error
@@ -158,6 +161,12 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
                 with Horizontal(classes="settings-row switch-row"):
                     yield Label("drafting")
                     yield Switch(bool(self.values.get("drafting", True)), id="settings-drafting")
+                if self.history_drafting is not None:
+                    with Horizontal(classes="settings-row switch-row"):
+                        # Drafts copied from what the chat already wrote (other variants, branches, past chats
+                        # not marked private): the `history_drafting` setting, for this session.
+                        yield Label("history drafting")
+                        yield Switch(self.history_drafting, id="settings-history-drafting")
             yield Static("", id="settings-error")
             # One row for the button and the hint: the dialog fits 80x24 with the hint on screen.
             with Horizontal(id="settings-actions"):
@@ -191,12 +200,15 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
             overrides[field] = parse_number(field, self.query_one(f"#settings-{field}", Input).value, kind)
         overrides["drafting"] = self.query_one("#settings-drafting", Switch).value
         system_prompt = self.query_one("#settings-system-prompt", TextArea).text
-        return {
+        result = {
             "system_prompt": system_prompt,
             "overrides": overrides,
             "model": self.query_one("#settings-model", Input).value.strip(),
             "draft": self.query_one("#settings-draft", Input).value.strip(),
         }
+        if self.history_drafting is not None:
+            result["history_drafting"] = self.query_one("#settings-history-drafting", Switch).value
+        return result
 
     def show_error(self, message: str) -> None:
         error = self.query_one("#settings-error", Static)
