@@ -47,7 +47,9 @@ class MessageRecord:
     stop_reason: str | None = None  # None while streaming (or when the process died mid-reply)
     error: str | None = None
     stats: dict[str, Any] | None = field(default=None)
-    origins: list[int | list] | None = field(default=None, repr=False)  # engine.origins.encode_runs of the text
+    origins: list[int | list] | None = field(
+        default=None, repr=False
+    )  # engine.origins.encode_runs of the text
 
     @property
     def interrupted(self) -> bool:
