@@ -31,9 +31,8 @@ from engine.errors import BackendError
 from engine.events import Chunk, Done
 from engine.models import folder_format
 from engine.request import GenerationRequest, SamplerSettings
-from tests.support import paths
+from tests.engine.backends.exllamav3.conftest import forget_exllamav3
 
-STANDIN = paths.EXL3_STANDIN
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -46,31 +45,6 @@ ENDOFTEXT = 0  # SmolLM2's <|endoftext|>
 
 
 # ------------------------------------------------------------------------------------------------ fixtures
-
-
-def _forget_exllamav3() -> None:
-    for name in list(sys.modules):
-        if name == "exllamav3" or name.startswith("exllamav3."):
-            del sys.modules[name]
-
-
-@pytest.fixture
-def standin(monkeypatch: pytest.MonkeyPatch):
-    """The stand-in package imported as `exllamav3` for one test, forgotten afterwards."""
-    import torch
-
-    _forget_exllamav3()
-    monkeypatch.syspath_prepend(str(STANDIN))
-    monkeypatch.setattr(
-        torch.cuda, "is_available", lambda: False
-    )  # probes say "no GPU"; load() imports anyway
-    import exllamav3
-    import exllamav3.standin
-
-    assert "exl3_standin" in exllamav3.__file__
-    exllamav3.standin.LOAD_LOG.clear()
-    yield exllamav3
-    _forget_exllamav3()
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +160,7 @@ def test_folder_format_and_mtp_head(make_model):
 
 
 def test_without_the_package_or_a_gpu_it_is_one_line(monkeypatch):
-    _forget_exllamav3()
+    forget_exllamav3()
     monkeypatch.setitem(sys.modules, "exllamav3", None)  # not importable, as on this machine
     with pytest.raises(BackendError) as info:
         import_exllamav3()

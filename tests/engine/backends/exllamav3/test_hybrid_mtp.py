@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import threading
 from pathlib import Path
 
@@ -23,7 +22,6 @@ from engine.decoding.drafters import DRAFTERS, draft_mode_of
 from engine.errors import BackendError
 from engine.events import Chunk, Done
 from engine.request import GenerationRequest, SamplerSettings
-from tests.support import paths
 from tests.support.exl3_folders import write_folder
 
 TOKENIZER_FILES = (
@@ -38,28 +36,6 @@ RECURRENT_NOTE = (
     f"recurrent layers: exllamav3 rewinds rejected drafts (passes up to {MAX_DRAFT_TOKENS} drafts) "
     "and checkpoints the state every 2048 tokens"
 )
-
-
-def _forget_exllamav3() -> None:
-    for name in list(sys.modules):
-        if name == "exllamav3" or name.startswith("exllamav3."):
-            del sys.modules[name]
-
-
-@pytest.fixture
-def standin(monkeypatch: pytest.MonkeyPatch):
-    import torch
-
-    _forget_exllamav3()
-    monkeypatch.syspath_prepend(str(paths.EXL3_STANDIN))
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    import exllamav3
-    import exllamav3.standin
-
-    assert "exl3_standin" in exllamav3.__file__
-    exllamav3.standin.LOAD_LOG.clear()
-    yield exllamav3
-    _forget_exllamav3()
 
 
 @pytest.fixture(scope="module")
