@@ -4,7 +4,8 @@ with the converter of the llama.cpp tree specchat builds (the vendored one in ll
 
 - "qwen35": Qwen3.5 (Gated DeltaNet layers beside attention; llama.cpp rolls its recurrent state back natively
   with `n_rs_seq`); "qwen35mtp" the same with one MTP layer (random `mtp.*` tensors added to the safetensors, which
-  transformers drops, and `mtp_num_hidden_layers` in the config).
+  transformers drops, and `mtp_num_hidden_layers` in the config); "qwen35moemtp" Qwen3.5's mixture of experts
+  (4 experts, top 2, a shared expert) with one MTP layer.
 - "qwen3next": Qwen3-Next (the same kind of layers; llama.cpp has no native rollback for it: checkpoints).
 - "qwen3moe": Qwen3-MoE (dense attention, 8 experts, top 2).
 
@@ -30,7 +31,7 @@ from tests.support.tiny_models import TOKENIZER_FILE_NAMES
 LLAMA_CPP_PY_VERSION = os.environ.get("LLAMA_CPP_PY_VERSION", "0.3.36")
 # Bumped when what the builders make changes (the cached GGUFs are then built again).
 BUILDER_VERSION = 1
-KINDS = ("qwen35", "qwen35mtp", "qwen3next", "qwen3moe")
+KINDS = ("qwen35", "qwen35mtp", "qwen35moemtp", "qwen3next", "qwen3moe")
 # Wide enough logits that greedy decoding has no near-ties (a random model's argmax is then stable).
 INIT_RANGE = 0.2
 # Real models' shapes, for timing (a verify pass costs the same whatever the weights hold): the config fields that
@@ -108,7 +109,7 @@ def _config(kind: str, vocab_size: int, shape: str = "tiny"):
         eos_token_id=2,
         pad_token_id=2,
     )
-    if kind in ("qwen35", "qwen35mtp", "qwen3next"):
+    if kind in ("qwen35", "qwen35mtp", "qwen35moemtp", "qwen3next"):
         linear = dict(
             linear_conv_kernel_dim=4,
             linear_key_head_dim=64,
@@ -123,6 +124,18 @@ def _config(kind: str, vocab_size: int, shape: str = "tiny"):
 
             fields = {**common, **linear, **SHAPES[shape]}
             return Config(**fields, architectures=["Qwen3_5ForCausalLM"])
+        if kind == "qwen35moemtp":
+            from transformers import Qwen3_5MoeTextConfig as Config
+
+            return Config(
+                **common,
+                **linear,
+                num_experts=4,
+                num_experts_per_tok=2,
+                moe_intermediate_size=256,
+                shared_expert_intermediate_size=256,
+                architectures=["Qwen3_5MoeForCausalLM"],
+            )
         from transformers import Qwen3NextConfig as Config
 
         return Config(
@@ -162,7 +175,7 @@ def build_hf(kind: str, folder: Path, tokenizer_dir: Path, seed: int = 2026, sha
     for name in TOKENIZER_FILE_NAMES:
         if (tokenizer_dir / name).is_file():
             shutil.copy(tokenizer_dir / name, folder / name)
-    if kind == "qwen35mtp":
+    if kind in ("qwen35mtp", "qwen35moemtp"):
         _add_mtp_layer(folder, config, seed)
     return folder
 
@@ -198,9 +211,19 @@ def _add_mtp_layer(folder: Path, config, seed: int) -> None:
 def convert(folder: Path, dest: Path, outtype: str = "f16", extra: tuple[str, ...] = ()) -> Path:
     """The vendored converter over `folder`: a GGUF at `dest`."""
     tools = converter_dir()
+    # transformers 5 loads a Qwen3.5-MoE folder's tokenizer as Qwen3_5Tokenizer whatever tokenizer_config.json
+    # names (tokenization_auto's MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS), which is not SmolLM2's pre-tokenizer:
+    # the converter would not recognize it. The test models carry SmolLM2's tokenizer, so they are read as saved.
+    run = (
+        "import runpy, sys\n"
+        "from transformers.models.auto import tokenization_auto as auto\n"
+        "auto.MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS.difference_update({'qwen3_5_moe', 'qwen3_5_moe_text'})\n"
+        "sys.argv = sys.argv[1:]\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
     done = subprocess.run(
-        [sys.executable, str(tools / "convert_hf_to_gguf.py"), str(folder), "--outfile", str(dest)]
-        + ["--outtype", outtype, *extra],
+        [sys.executable, "-c", run, str(tools / "convert_hf_to_gguf.py"), str(folder)]
+        + ["--outfile", str(dest), "--outtype", outtype, *extra],
         capture_output=True,
         text=True,
         cwd=tools,

@@ -262,12 +262,18 @@ def load_mtp(path: Path) -> LlamaCppBackend:
     return backend
 
 
-def test_the_mtp_head_drafts_on_llama_cpp_and_the_reply_stays_exact(qwen35mtp) -> None:
+@pytest.mark.parametrize(
+    ("kind", "quant"), [("qwen35mtp", "F16"), ("qwen35moemtp", "F16"), ("qwen35moemtp", "Q4_K_M")]
+)
+def test_the_mtp_head_drafts_on_llama_cpp_and_the_reply_stays_exact(smol_dir, kind, quant) -> None:
     """--draft mtp on a GGUF with an MTP layer: the head (a second context on the target's model) drafts every
-    round, greedy and seeded replies equal plain decoding, and the head's cache follows the target's."""
-    backend = load_mtp(qwen35mtp)
+    round, greedy and seeded replies equal plain decoding, and the head's cache follows the target's. Also on
+    Qwen3.5's hybrid mixture of experts (native rollback, experts routed anew in every pass), F16 and Q4_K_M."""
+    backend = load_mtp(gguf_2026(kind, smol_dir, quant=quant))
     try:
         assert backend.shape.mtp_layers == 1 and "1 MTP layer" in backend.shape.describe()
+        assert backend.shape.moe == (kind == "qwen35moemtp") and backend.shape.memory == "rollback"
+        assert backend.probe.widest == backend.probe.checked and not backend.probe.pad
         assert backend.info.draft_model == "MTP head" and backend.target.mtp is backend.draft_state
         ids = chat_ids(backend, PROMPT)
         for sampler in ({}, {"temperature": 0.8, "top_p": 0.95}):
