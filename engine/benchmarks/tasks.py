@@ -236,6 +236,13 @@ def run_task_bench(
             _start_servers(gguf, server_args, ours.threads, context, started, remotes) if servers else ""
         )
         variants = ours_variants + tuple(name for name in server_args if name in remotes)
+        for backend in (
+            ours,
+            drafted,
+        ):  # a recurrent model: count the replies' rollbacks, not the load probe's
+            memory = getattr(getattr(backend, "target", None), "memory", None)
+            if memory is not None:
+                memory.counters.clear()
         print(
             f"specchat bench --tasks {split}: {len(items)} prompts, temperature 0, max {max_new} new tokens, "
             f"{repeats} repeat(s), {ours.threads} thread(s) ({'; '.join(ours.info.notes)}), context {context}; "
@@ -321,7 +328,7 @@ def run_task_bench(
         for name, backend in (("ours", ours), (OURS_DRAFT, drafted)):
             memory = getattr(getattr(backend, "target", None), "memory", None)
             if memory is not None:  # a recurrent model: what its rollbacks, checkpoints and replays cost
-                print(f"{name} recurrent state: {memory.counters.describe()}", file=out)
+                print(f"{name} recurrent state (the replies): {memory.counters.describe()}", file=out)
         if fewer:
             print(
                 f"our replies on fewer than {at_load} threads (the busy-CPU guard dropped them; figures above "

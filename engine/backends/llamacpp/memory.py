@@ -63,6 +63,10 @@ class MemoryCounters:
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
+    def clear(self) -> None:
+        """Count from zero again (the bench, once the load's kernel probe has run)."""
+        self.__dict__.update(MemoryCounters().__dict__)
+
     def describe(self) -> str:
         """One line of what dropping drafts cost (the bench prints it beside the verify passes)."""
 

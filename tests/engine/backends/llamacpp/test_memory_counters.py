@@ -19,3 +19,10 @@ def test_the_line_says_each_cost_per_event() -> None:
         "(5.00 ms a token); 0 re-prefilled"
     )
     assert "checkpoints (0.0 MB, -)" in MemoryCounters().describe()
+
+
+def test_clear_counts_from_zero_in_the_same_object() -> None:
+    counters = MemoryCounters(rollbacks=3, checkpoints=2, checkpoint_s=0.5, replayed=7, reprefilled=24)
+    held = counters  # the memory keeps this object: clearing must not replace it
+    counters.clear()
+    assert held is counters and counters == MemoryCounters()
