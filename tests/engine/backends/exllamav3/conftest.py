@@ -8,6 +8,15 @@ import pytest
 
 from tests.support import paths
 
+# What a test folder copies from SmolLM2's, and the chat the backend tests send.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "special_tokens_map.json",
+)
+MESSAGES = [{"role": "user", "content": "Write a haiku about caches."}]
+
 
 def forget_exllamav3() -> None:
     """Drop every exllamav3 module imported so far (the stand-in's, or a refusal), so the next import is fresh."""

@@ -31,15 +31,8 @@ from engine.errors import BackendError
 from engine.events import Chunk, Done
 from engine.models import folder_format
 from engine.request import GenerationRequest, SamplerSettings
-from tests.engine.backends.exllamav3.conftest import forget_exllamav3
+from tests.engine.backends.exllamav3.conftest import MESSAGES, TOKENIZER_FILES, forget_exllamav3
 
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "chat_template.jinja",
-    "special_tokens_map.json",
-)
-MESSAGES = [{"role": "user", "content": "Write a haiku about caches."}]
 IM_END = 2  # SmolLM2's <|im_end|>
 ENDOFTEXT = 0  # SmolLM2's <|endoftext|>
 

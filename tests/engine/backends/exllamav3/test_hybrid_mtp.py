@@ -22,15 +22,9 @@ from engine.decoding.drafters import DRAFTERS, draft_mode_of
 from engine.errors import BackendError
 from engine.events import Chunk, Done
 from engine.request import GenerationRequest, SamplerSettings
+from tests.engine.backends.exllamav3.conftest import MESSAGES, TOKENIZER_FILES
 from tests.support.exl3_folders import write_folder
 
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "chat_template.jinja",
-    "special_tokens_map.json",
-)
-MESSAGES = [{"role": "user", "content": "Write a haiku about caches."}]
 USE_ANOTHER = "use --draft ngram or a draft model"
 RECURRENT_NOTE = (
     f"recurrent layers: exllamav3 rewinds rejected drafts (passes up to {MAX_DRAFT_TOKENS} drafts) "
