@@ -182,6 +182,11 @@ def document_prompt(backend, tokens: int) -> list[int]:
     return ids
 
 
+def recurrent_memory(backend):
+    """A llama.cpp backend's recurrent memory (engine/backends/llamacpp/memory.py); None for any other cache."""
+    return getattr(getattr(backend, "target", None), "memory", None)
+
+
 def run_task_bench(
     gguf: Path,
     split: str = "heldout",
@@ -240,7 +245,7 @@ def run_task_bench(
             ours,
             drafted,
         ):  # a recurrent model: count the replies' rollbacks, not the load probe's
-            memory = getattr(getattr(backend, "target", None), "memory", None)
+            memory = recurrent_memory(backend)
             if memory is not None:
                 memory.counters.clear()
         print(
@@ -326,7 +331,7 @@ def run_task_bench(
             )
             mismatches += repeated["mismatches"]
         for name, backend in (("ours", ours), (OURS_DRAFT, drafted)):
-            memory = getattr(getattr(backend, "target", None), "memory", None)
+            memory = recurrent_memory(backend)
             if memory is not None:  # a recurrent model: what its rollbacks, checkpoints and replays cost
                 print(f"{name} recurrent state (the replies): {memory.counters.describe()}", file=out)
         if fewer:
