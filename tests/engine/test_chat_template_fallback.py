@@ -21,7 +21,8 @@ import pytest
 from engine.chat_template import FALLBACK_NOTE, ChatTemplate
 from engine.decoding.adaptive_k import AdaptiveK
 from engine.decoding.drafters import DraftModelDrafter
-from engine.decoding.round_loop import LoopSetup, StopStringWatch, run_reply
+from engine.decoding.round_loop import LoopSetup, run_reply
+from engine.decoding.stop_rules import StopStringWatch
 from engine.events import Chunk, Done
 from engine.request import GenerationRequest, SamplerSettings
 from tests.support.replies import generate

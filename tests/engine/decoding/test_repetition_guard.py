@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.decoding.round_loop import MAX_PERIOD, MIN_REPEATED_TOKENS, REPEATS, RepetitionGuard
+from engine.decoding.stop_rules import MAX_PERIOD, MIN_REPEATED_TOKENS, REPEATS, RepetitionGuard
 from tests.support.drafting import FreeVerify
 from tests.support.replies import generate
 from tests.support.tiny_models import COPY_CYCLE
