@@ -1,10 +1,11 @@
 """The speculative round loop, once, for every backend whose loop is ours (transformers, llama.cpp).
 
 A backend supplies a `CachedModel` for its target (and for a draft model, if any): prefill, a scoring pass over
-the cache, a crop. This module does the rest, the same way for both: the round limit, drafting (n-gram lookup or
+the cache, a crop. The loop does the rest, the same way for both: the round limit, drafting (n-gram lookup or
 the draft model's greedy steps), one verify pass over the last token plus the drafts, the shared sampler, the
 accepted prefix, stop tokens, stop strings, the repetition guard, text deltas, cost bookkeeping and the chunk of
-each round.
+each round. This module drives it (`_run_reply`: plan → draft → verify → accept → account, each round); the steps
+are engine/decoding/round_steps.py, the stop strings and the repetition guard engine/decoding/stop_rules.py.
 
 Cache semantics, defined here and nowhere else:
 - Between rounds the target's cache holds `seq[:-1]` (prompt + reply so far, less the last token, which opens the
@@ -19,10 +20,7 @@ Cache semantics, defined here and nowhere else:
 
 from __future__ import annotations
 
-import bisect
-import random
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -31,16 +29,24 @@ import torch
 
 from engine.chat_template import ChatTemplate, ChatTemplateError
 from engine.decoding.adaptive_k import AdaptiveK
-from engine.decoding.cost_model import VerifyCostModel, round_cost, round_limit
-from engine.decoding.drafters import DraftContext, Drafter, best_plan, build_drafters, common_prefix
+from engine.decoding.cost_model import VerifyCostModel
+from engine.decoding.drafters import DraftContext, Drafter, build_drafters, common_prefix
 from engine.decoding.history_corpus import CorpusView, HistoryIndexes
-from engine.decoding.sampling import choose_tokens, count_accepted, reply_uniforms
-from engine.decoding.stop_rules import REPETITION_NOTE, RepetitionGuard, StopStringWatch
+from engine.decoding.round_steps import (
+    accept_round,
+    account_round,
+    draft_round,
+    finish_reply,
+    open_round,
+    plan_round,
+    prefill,
+    price_round,
+    start_reply,
+    verify_round,
+)
 from engine.errors import BackendError, first_line
-from engine.events import Chunk, Done, StopReason
+from engine.events import Chunk, Done
 from engine.request import GenerationRequest
-
-NO_CROP_NOTE = "drafting off: this model's cache cannot drop rejected drafts (each would cost a re-prefill)"
 
 
 class CachedModel(Protocol):
@@ -97,10 +103,6 @@ class LoopSetup:
     on_round: Callable[[float, int], None] | None = None
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
-
-
 def run_reply(
     setup: LoopSetup, request: GenerationRequest, cancel: threading.Event
 ) -> Iterator[Chunk | Done]:
@@ -122,193 +124,37 @@ def run_reply(
 def _run_reply(
     setup: LoopSetup, request: GenerationRequest, cancel: threading.Event
 ) -> Iterator[Chunk | Done]:
+    """The round loop: the reply's rules once, then rounds of plan → draft → verify → accept → account
+    (engine/decoding/round_steps.py) until one of them stops the reply."""
     prompt = list(request.prompt_ids)
     if not prompt:
         raise BackendError("nothing to generate from: the prompt is empty")
     if len(prompt) >= setup.max_context:
         yield Done("context", prompt_tokens=len(prompt))
         return
-    target = setup.target
-    settings = request.sampler
-    max_new = max(0, request.max_new_tokens)
-    k_requested = max(0, min(request.effective_k, setup.max_draft)) if setup.drafters else 0
-    capped = request.effective_k > setup.max_draft  # the cap shaped this reply (said in its notes)
-    if k_requested and not target.can_crop:
-        # Every rejected draft would re-prefill the whole context: decode plainly instead, and say so.
-        k_requested = 0
-        setup.notes.append(NO_CROP_NOTE)
-    seed = request.seed if request.seed is not None else random.getrandbits(63)
-    uniforms = reply_uniforms(seed, max_new)
-    adaptive = request.k_mode == "adaptive"
-    # Every round asks each drafter for its plan and sends the best (drafters/base.py): where the context repeats
-    # itself, n-gram lookup beside a draft model costs no draft-model steps. All are verified alike: same output.
-    drafters = list(setup.drafters) if k_requested else []
-    target.step_times = []
-    # A plain step as it runs in this reply: the target's one-token passes (the rounds that did not draft).
-    plain_pass_times: list[float] = []
-
-    # Prefill everything but the last prompt token: it opens the first round, which can then draft too.
-    start = time.perf_counter()
-    cached = target.prefill(prompt[:-1], cancel)
-    for drafter in drafters:
-        drafter.begin(prompt, cancel)
-    prefill_s = time.perf_counter() - start
-
-    seq = list(prompt)  # prompt + reply; seq[-1] is not in the target's cache yet
-    reply: list[int] = []
-    ends: list[int] = []  # text length after each reply token (tracked for stop strings only)
-    # With stop strings a token goes out with its text: tokens whose text is held back (it may begin a stop
-    # string) wait here, so no chunk ever carries a token the reply then loses.
-    reply_origins: list[bool] = []
-    sent_tokens = 0
-    round_costs: list[float] = []
-    text = setup.new_text()
-    watch = StopStringWatch(setup.stop_strings)
-    guard = RepetitionGuard()
-    stop: StopReason | None = None
-    long_rounds = longest = 0  # long-match rounds (drafts past the preset's K) and the longest draft
+    state, tally = start_reply(setup, request)
+    prefill(setup, state, tally, cancel)
     try:
-        while stop is None:
-            stop, k = round_limit(
-                cancelled=cancel.is_set(),
-                produced=len(reply),
-                max_new=max_new,
-                context_used=len(seq),
-                max_context=setup.max_context,
-                k_requested=k_requested,
-            )
-            if stop is not None:
+        while state.stop is None:
+            rnd = open_round(setup, state, cancel)
+            if rnd is None:
                 break
-            # Long-match mode's ceiling: what the round could take beyond the preset's K (adaptive only).
-            k_long = _long_room(setup, len(reply), max_new, len(seq)) if k > 0 and adaptive else 0
-            plan = (
-                best_plan([drafter.plan(k, k_long) for drafter in drafters]) if k > 0 and drafters else None
-            )
-            drafts = plan.drafter.draft(plan, seq) if plan is not None else []
-            if plan is not None and plan.wanted_longer and k_long >= setup.max_draft:
-                capped = True  # a long match would have drafted past the widest proven pass
-            if len(drafts) > k_requested:
-                long_rounds += 1
-                longest = max(longest, len(drafts))
-            if target.costs is not None:
-                # What this round cost in plain steps, as its drafter counts it (lookups take no draft steps).
-                round_costs.append(round_cost(plan.drafter.costs if plan else target.costs, len(drafts)))
-
-            t0 = time.perf_counter()
-            logits = target.score([seq[-1], *drafts])
-            if not drafts and target.step_times:
-                plain_pass_times.append(target.step_times[-1])
-            samples = choose_tokens(logits, settings, len(reply), seq, drafts, uniforms)
-            accepted = count_accepted(drafts, samples)
-            # The cache saw the last token and every draft; keep it up to the accepted ones.
-            target.crop(len(seq) + accepted)
-            if setup.on_round is not None:
-                setup.on_round(time.perf_counter() - t0, 1 + len(drafts))
-
-            emitted: list[int] = []
-            cut: int | None = None
-            for token in [*drafts[:accepted], samples[accepted]]:
-                if token in setup.stop_token_ids:
-                    stop = "end_of_turn" if token == setup.end_of_turn_id else "eos"
-                    break
-                emitted.append(token)
-                if watch.stops:
-                    cut = watch.add(text.push([token]))
-                    ends.append(len(watch.text))
-                    if cut is not None:
-                        stop = "stop_string"
-                        # Keep the tokens whose text lies wholly before the stop string; the string may have
-                        # begun in an earlier round (its text held back), so earlier tokens can go too.
-                        keep = max(bisect.bisect_right(ends, cut), sent_tokens)
-                        if keep < len(reply):
-                            del reply[keep:], reply_origins[keep:], seq[len(prompt) + keep :], emitted[:]
-                        else:
-                            del emitted[keep - len(reply) :]
-                        break
-                period = guard.push(token)
-                if period is not None:
-                    stop = "repetition"
-                    setup.notes.append(REPETITION_NOTE.format(period=period))
-                    break
-            if len(reply) + len(emitted) >= max_new and stop is None:
-                stop = "max_new_tokens"
-            if not watch.stops:
-                watch.add(text.push(emitted, final=stop is not None))
-            elif stop is not None and stop != "stop_string":
-                watch.add(text.push([], final=True))  # bytes held back for a half character
-            delta = watch.release(final=stop is not None, end=cut)
-            kept_drafts = min(accepted, len(emitted))
-            # One figure for what users see and what the drafters learn: drafts past a stop (a stop token or
-            # string among the accepted ones) are not counted as accepted by either. The drafters whose plan
-            # did not go out learn nothing from this round.
-            for drafter in drafters:
-                sent = plan is not None and drafter is plan.drafter
-                drafter.accept(len(drafts) if sent else 0, kept_drafts if sent else 0)
-            origins = [True] * kept_drafts + [False] * (len(emitted) - kept_drafts)
-            reply.extend(emitted)
-            seq.extend(emitted)
-            for drafter in drafters:
-                drafter.extend(emitted)
-            if not emitted and not drafts and not delta:
-                break  # the round produced nothing (its own tokens, before any wait for their text)
-            if watch.stops:  # the tokens whose text is out: all of them once the reply ends
-                reply_origins.extend(origins)
-                ready = len(reply) if stop is not None else bisect.bisect_right(ends, watch.sent)
-                emitted, origins = reply[sent_tokens:ready], reply_origins[sent_tokens:ready]
-                sent_tokens = max(sent_tokens, ready)
-            yield Chunk(
-                text=delta,
-                token_ids=tuple(emitted),
-                drafted=len(drafts),
-                accepted=kept_drafts,
-                origins=tuple(origins),
-                t=time.perf_counter(),
-                temperature=settings.temperature_at(max(0, len(reply) - 1)),
-                k=len(drafts),
-                drafter=plan.drafter.name if drafts and plan is not None else None,
-            )
+            plan_round(setup, state, rnd)
+            draft_round(state, rnd)
+            price_round(setup, state, tally, rnd)
+            verify_round(setup, state, tally, rnd)
+            accept_round(setup, state, rnd)
+            chunk = account_round(state, rnd)
+            if chunk is None:
+                break
+            yield chunk
     finally:
         # Whatever stopped the reply: no stop token, nothing past a stop string, no rejected draft stays cached.
-        kept = prompt + reply
-        target.crop(common_prefix(target.ids, kept))
-        for drafter in drafters:
+        kept = state.prompt + state.reply
+        setup.target.crop(common_prefix(setup.target.ids, kept))
+        for drafter in state.drafters:
             drafter.end(kept)
-
-    if long_rounds:
-        setup.notes.append(
-            f"long-match mode: {long_rounds} round{'s' if long_rounds != 1 else ''} copied from the context "
-            f"past K {k_requested} (drafts up to {longest})"
-        )
-    if capped and setup.cap_note:
-        setup.notes.append(setup.cap_note)
-    # A plain step: this reply's one-token passes, else (every round drafted) the one measured at load.
-    one_token_s = target.costs.one_token_s if target.costs is not None else None
-    yield Done(
-        stop_reason=stop or "eos",
-        prompt_tokens=len(prompt),
-        cached_tokens=cached,
-        prefill_s=prefill_s,
-        # The primary drafter's steps (a draft model's one-token steps, or the lookups of n-gram alone).
-        draft_step_s=_mean(drafters[0].step_times) if drafters else 0.0,
-        target_step_s=_mean(plain_pass_times) or one_token_s or _mean(target.step_times),
-        verify_cost=tuple(target.costs.ratio(w) for w in range(2, k_requested + 2))
-        if target.costs is not None
-        else (),
-        round_cost=_mean(round_costs) if round_costs else None,
-        notes=tuple(setup.notes),
-    )
-
-
-def _long_room(setup: LoopSetup, produced: int, max_new: int, context_used: int) -> int:
-    """The most drafts a round could take past the preset's K: token budget, context, the widest exact pass."""
-    return round_limit(
-        cancelled=False,
-        produced=produced,
-        max_new=max_new,
-        context_used=context_used,
-        max_context=setup.max_context,
-        k_requested=setup.max_draft,
-    )[1]
+    yield finish_reply(setup, state, tally)
 
 
 class RoundLoopBackend:

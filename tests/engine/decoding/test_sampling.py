@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import engine.decoding.round_loop as round_loop
+import engine.decoding.round_steps as round_steps
 from engine.backends.transformers import TransformersBackend
 from engine.decoding.sampling import (
     apply_repetition_penalty,
@@ -251,7 +251,7 @@ def test_a_wrong_acceptance_rule_fails_the_same_threshold(
     tiny_drafting: TransformersBackend, exact_and_plain, wrong_rule, monkeypatch
 ) -> None:
     ids, exact, _ = exact_and_plain
-    monkeypatch.setattr(round_loop, "count_accepted", wrong_rule)
+    monkeypatch.setattr(round_steps, "count_accepted", wrong_rule)
     biased = [_first_tokens(tiny_drafting, ids, 2, seed) for seed in range(SAMPLES // 3)]
     assert _total_variation(biased, exact) > 2 * TV_THRESHOLD
 
