@@ -12,7 +12,8 @@ A drafter that takes steps (a draft model, an MTP head) has free drafters asked 
 them (`free`, `free_k`, `free_speedup`): they are priced at c = 0 as n-gram alone is.
 
 c here is the backend's running estimate (a draft step over a plain target step, both smoothed over every step
-since load), so the verdict calls it "running c" beside a reply's own "cost ratio c (this reply)".
+since load), so the verdict calls it "running c" wherever it shows it (the chat's line, the status bar, the stats,
+doctor), apart from a reply's own "cost ratio c (this reply)" in the inspector: one name for one value.
 
 A figure not measured yet (no pass wider than one token timed, or a draft model whose step was never timed) makes
 no verdict: it reads "–", never a guess.
@@ -94,23 +95,21 @@ class DraftVerdict:
         prefix = {"pass": "yes: ", "warn": "no: "}.get(self.status, "")
         return prefix + self.body()
 
-    def figures(self, c_name: str = "c") -> str:
-        """`c 0.42, r(2) 2.00` (n-gram: `r(2) 1.10`); "–" for a figure not measured. `c_name`: what c is called
-        ("running c" beside a reply's own c)."""
+    def figures(self) -> str:
+        """`running c 0.42, r(2) 2.00` (n-gram: `r(2) 1.10`); "–" for a figure not measured."""
         r2 = "–" if self.r2 is None else f"{self.r2:.2f}"
         if not self.steps:
             return f"r(2) {r2}"
         c = "–" if self.c is None else f"{self.c:.2f}"
-        return f"{c_name} {c}, r(2) {r2}"
+        return f"running c {c}, r(2) {r2}"
 
     def status_text(self) -> str:
         """The status bar's words while drafting is off because it cannot pay; "" otherwise."""
         return f"draft off: doesn't pay ({self.figures()})" if self.status == "warn" else ""
 
     def short(self) -> str:
-        """A few words for the stats and the inspector's verdict row (beside the reply's own c, so its c is
-        called "running c")."""
-        figures = self.figures("running c")
+        """A few words for the stats and the inspector's verdict row."""
+        figures = self.figures()
         if self.status == "pass":
             return f"can pay ({figures}: K {self.k} gives {self.speedup:.2f}x at {PROBE_ACCEPTANCE:.0%})"
         if self.status == "warn":
@@ -159,7 +158,9 @@ def draft_verdict(costs: Any, draft_mode: str, k_max: int, left_out: Iterable[st
         if free:
             free_k, free_best = _best_k(costs, 0.0, k_max)
     why = f"a verify pass of 2 costs r(2) {r2:.2f} plain steps" + (
-        f" and a draft step c {c:.2f} of a target step" if spec.steps else f" ({spec.label} drafts are free)"
+        f" and a draft step running c {c:.2f} of a target step"
+        if spec.steps
+        else f" ({spec.label} drafts are free)"
     )
     status: VerdictStatus = "pass" if best >= 1.0 + MIN_GAIN else "warn"
     return DraftVerdict(

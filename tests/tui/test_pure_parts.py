@@ -286,7 +286,7 @@ def test_the_doesnt_pay_verdict_shows_only_where_adaptive_k_leaves_drafting_off(
     from engine.events import LiveStats, ReplyStarted
     from tui.widgets.status_bar import collect_status
 
-    verdict = SimpleNamespace(status_text=lambda: "draft off: doesn't pay (c 0.42, r(2) 2.00)")
+    verdict = SimpleNamespace(status_text=lambda: "draft off: doesn't pay (running c 0.42, r(2) 2.00)")
 
     def session(k_mode, active=None):
         preset = SimpleNamespace(k=4, temperature=0.5, drafting=True, k_mode=k_mode)

@@ -41,7 +41,7 @@ class StatusFigures:
     warning: str = ""  # a regression found in the metrics log (click the bar for the trend)
     unsaved: bool = False  # the history went to memory (full disk, unwritable folder): shown while it lasts
     draft_model: str = ""  # the draft model, where one drafts (n-gram and none show nothing here)
-    # `draft off: doesn't pay (c 0.42, r(2) 2.00)`: the machine's verdict, while it keeps drafting off
+    # `draft off: doesn't pay (running c 0.42, r(2) 2.00)`: the machine's verdict, while it keeps drafting off
     verdict: str = ""
 
 

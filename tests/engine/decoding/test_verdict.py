@@ -35,9 +35,9 @@ def test_the_verdict_prices_every_k_at_high_acceptance_and_says_why():
     # K 1: (1 + 0.9) / (2.0 + 0.42) = 0.785; every longer K is worse.
     assert verdict.k == 1 and verdict.speedup == pytest.approx(1.9 / 2.42)
     assert verdict.c == pytest.approx(0.42) and verdict.r2 == pytest.approx(2.0)
-    assert verdict.status_text() == "draft off: doesn't pay (c 0.42, r(2) 2.00)"
+    assert verdict.status_text() == "draft off: doesn't pay (running c 0.42, r(2) 2.00)"
     assert verdict.doctor_line() == (
-        "no: a verify pass of 2 costs r(2) 2.00 plain steps and a draft step c 0.42 of a target step, so even at "
+        "no: a verify pass of 2 costs r(2) 2.00 plain steps and a draft step running c 0.42 of a target step, so even at "
         "90% acceptance the best K (1) gives 0.79x (compute-bound here); adaptive K leaves drafting off; n-gram "
         "drafting (--draft ngram) costs no draft steps"
     )
@@ -65,7 +65,7 @@ def test_n_gram_drafts_are_free_so_only_the_verify_cost_decides():
 def test_nothing_measured_makes_no_verdict():
     untimed = VerifyCostModel.from_ratios(SLOW_CURVE)  # the draft step never timed: c unknown, not 0
     verdict = draft_verdict(untimed, "model", 6)
-    assert verdict.status == "skip" and verdict.c is None and verdict.figures() == "c –, r(2) 2.00"
+    assert verdict.status == "skip" and verdict.c is None and verdict.figures() == "running c –, r(2) 2.00"
     assert verdict.status_text() == "" and verdict.chat_line("draft x") == ""
     assert draft_verdict(VerifyCostModel(), "ngram", 6).status == "skip"  # no pass wider than 1 timed
     assert draft_verdict(slow_costs(), "none", 6).status == "skip"
@@ -170,7 +170,7 @@ async def test_the_chat_says_at_load_whether_the_draft_pays_and_the_status_bar_w
             "draft scripted-draft doesn't pay on this machine: a verify pass of 2 costs r(2) 2.00"
         )
         assert line.endswith(draft_verdict(slow_costs(), "model", 6).body())
-        assert "draft off: doesn't pay (c 0.42, r(2) 2.00)" in status(app)
+        assert "draft off: doesn't pay (running c 0.42, r(2) 2.00)" in status(app)
 
 
 async def test_the_chat_says_so_when_a_reply_turns_the_verdict():
@@ -271,7 +271,8 @@ def test_the_status_bar_says_it_while_a_reply_streams_without_drafts_and_not_onc
         info=info, live=LiveStats(rounds=3, new_tokens=3), active=started, verdict=verdict
     )
     assert (
-        "draft off: doesn't pay (c 0.42, r(2) 2.00)" in render_status(collect_status(session, "ready")).plain
+        "draft off: doesn't pay (running c 0.42, r(2) 2.00)"
+        in render_status(collect_status(session, "ready")).plain
     )
     session.live = LiveStats(rounds=3, new_tokens=5, drafted=2, accepted=2)  # n-gram lookup drafted after all
     shown = render_status(collect_status(session, "ready")).plain
