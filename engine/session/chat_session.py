@@ -3,16 +3,16 @@
 Usable without any UI: `send()` blocks (run it in a thread) and reports everything through `on_event`.
 The TUI polls the plain attributes (`live`, `active`, `last_stats`) for its status bar.
 
-The session holds the state and runs the reply's lifecycle; the parts apart from it, as objects it holds: which
-preset (`preset_choice.PresetChoice`), the context figures (`context_window.ContextWindow`), what is saved and read
-back (`history.ChatHistory`, `session.history`); as functions: a reply's request, streamed text and stats
-(`reply`), loading a model (`loading`), an edited or continued conversation (`editing`).
+The session holds the state; the parts apart from it, as objects it holds: which preset
+(`preset_choice.PresetChoice`, `session.preset_choice`), the context figures (`context_window.ContextWindow`,
+`session.context_window`), what is saved and read back (`history.ChatHistory`, `session.history`); a reply runs in
+one pass from request to recorded reply (`reply_run.ReplyRun`, its parts in `reply`); as functions: loading a model
+(`loading`), an edited or continued conversation (`editing`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -22,34 +22,23 @@ from typing import Any
 import engine.session.editing as editing
 from engine.backends.base import Backend
 from engine.config import Settings, data_dir, presets_dir
-from engine.decoding.acceptance import AcceptanceAccounting
 from engine.decoding.verdict import DraftVerdict, draft_verdict, verdict_k_max, verify_costs_of
-from engine.errors import SpecchatError, UserError
+from engine.errors import SpecchatError
 from engine.events import (
     BackendInfo,
-    Chunk,
-    Done,
     LiveStats,
     MessageStats,
     ReplyFailed,
     ReplyFinished,
     ReplyStarted,
 )
-from engine.origins import encode_runs
 from engine.presets import Preset, load_presets
-from engine.request import HistoryCorpus
 from engine.session.context_window import ContextWindow, context_messages, reply_room
 from engine.session.history import ChatHistory
 from engine.session.loading import check_model_choice, fetch_model_files, load_errors, load_replacement
 from engine.session.preset_choice import PresetChoice
-from engine.session.reply import (
-    ReplyHandle,
-    ReplyText,
-    reply_done,
-    reply_request,
-    reply_stats,
-    without_partial_claim,
-)
+from engine.session.reply import ReplyHandle
+from engine.session.reply_run import ReplyRun, Undo
 from engine.session.turn import Turn
 from engine.storage.metrics import Regression, Summary
 from engine.storage.recording import ChatRecorder
@@ -118,7 +107,7 @@ class ChatSession:
             self._info = self.backend.info
             self.verdict, self.verdict_changed = self.judge_drafting(), False
             self.check_regressions()
-            self._recount_context()  # a chat opened before the model was ready (--resume)
+            self.recount_context()  # a chat opened before the model was ready (--resume)
         return self._info
 
     check_model_choice = staticmethod(check_model_choice)
@@ -145,7 +134,7 @@ class ChatSession:
             # The new model is in: a failure in the old one's cleanup cannot undo that.
             with contextlib.suppress(Exception):
                 old.close()
-        self._recount_context(from_start=True)  # another context size: what fits is measured afresh
+        self.recount_context(from_start=True)  # another context size: what fits is measured afresh
         self.history.chat_settings_changed(model=self.model_dir, draft=new.settings.draft)
         return new.info
 
@@ -159,13 +148,14 @@ class ChatSession:
         k_max, off = verdict_k_max(presets), () if self.settings.history_drafting else ("history",)
         return draft_verdict(verify_costs_of(self.backend), self._info.draft_mode, k_max, off)
 
-    def _rejudge_drafting(self) -> None:
+    def rejudge_drafting(self) -> DraftVerdict | None:
         """After a reply: the verdict from the costs as measured now; flag it when it turned."""
         new = self.judge_drafting()
         old = self.verdict
         if new is not None and (old is None or old.pays != new.pays) and new.pays is not None:
             self.verdict_changed = True
         self.verdict = new
+        return new
 
     # --- the preset (engine.session.preset_choice) ------------------------------------------------------------
 
@@ -228,7 +218,7 @@ class ChatSession:
         if not self.turns:
             return None
         text = self.turns.pop().content
-        self._recount_context()  # starts at the last kept user turn at the latest
+        self.recount_context()  # starts at the last kept user turn at the latest
         return text
 
     @property
@@ -246,7 +236,7 @@ class ChatSession:
         """The turns the model sees (the oldest ones that no longer fit are left out)."""
         return self.turns[self.context_window.start :]
 
-    def _recount_context(self, from_start: bool = False, on_event: EventCallback | None = None) -> None:
+    def recount_context(self, from_start: bool = False, on_event: EventCallback | None = None) -> None:
         """The context figures for the conversation as it stands now, with room kept for the next reply (after a
         reply, reopening a chat, paging, editing, another model): the truth before the next message is typed.
         After a reply (`on_event`), turns that no longer fit are said now, when they leave the context."""
@@ -254,20 +244,20 @@ class ChatSession:
             self.context_window.clear()
             return
         window = self.context_window
-        window.recount(self.turns, self._encode, self.max_context, self._next_reserve(), from_start, on_event)
+        window.recount(self.turns, self.encode, self.max_context, self._next_reserve(), from_start, on_event)
 
-    def _encode(self, turns: list[Turn]) -> list[int]:
+    def messages(self, turns: list[Turn]) -> list[dict[str, str]]:
+        """`turns` as the chat messages the model is sent (with this chat's system prompt)."""
+        return context_messages(turns, self.settings.system_prompt)
+
+    def encode(self, turns: list[Turn]) -> list[int]:
         assert self.backend is not None
-        return self.backend.encode_chat(self._messages(turns))
-
-    def _reserve(self, preset: Preset) -> int:
-        """Room a reply with `preset` keeps free in the context for its answer."""
-        return reply_room(preset, self.max_context)
+        return self.backend.encode_chat(self.messages(turns))
 
     def _next_reserve(self) -> int:
         """The room the next reply will keep: its preset's, or (auto: the router picks per message) the largest any
         routed preset keeps, so that the turns shown as seen stay seen whichever preset the router picks."""
-        return max((self._reserve(p) for p in self.preset_choice.next_presets()), default=0)
+        return max((reply_room(p, self.max_context) for p in self.preset_choice.next_presets()), default=0)
 
     def send(
         self, text: str, on_event: EventCallback, cancel: threading.Event
@@ -276,7 +266,7 @@ class ChatSession:
             raise SpecchatError("empty message: type something to send")
         self.turns.append(Turn("user", text))
         self._record_user()
-        return self._reply(text, on_event, cancel)
+        return ReplyRun(self, text, on_event, cancel).run()
 
     def start(self, text: str, on_event: EventCallback) -> ReplyHandle:
         """`send()` in a thread of its own; events arrive on that thread, through `on_event`."""
@@ -292,22 +282,7 @@ class ChatSession:
         if not self.turns:
             self.turns.extend(replaced)
             raise SpecchatError("nothing to regenerate yet")
-        return self._reply(self.turns[-1].content, on_event, cancel, replaced=replaced)
-
-    def _discard_user(self, turn: Turn | None) -> None:
-        """A message taken back from the conversation leaves the store too (it is in the prompt again)."""
-        if turn is not None:
-            self.history.discard(turn.message_id)
-
-    def _undo_turn(self, replaced: list[Turn] | None, edited: list[Turn] | None = None) -> Turn | None:
-        """A reply that produced nothing: a new message goes back to the user (returned, so its record can go too),
-        a regenerated reply comes back; an edited message's old branch comes back."""
-        if replaced is None:
-            turn = self.turns.pop()
-            self.turns.extend(edited or ())
-            return turn
-        self.turns.extend(replaced)
-        return None
+        return ReplyRun(self, self.turns[-1].content, on_event, cancel, Undo(replaced=replaced)).run()
 
     # --- editing and continuing (engine.session.editing) -------------------------------------------------------
 
@@ -319,7 +294,7 @@ class ChatSession:
         `show_branch`); stopped before the first token, the old branch comes back."""
         edited = editing.cut_for_edit(self.turns, index, text)
         self._record_user()
-        return self._reply(text, on_event, cancel, edited=edited)
+        return ReplyRun(self, text, on_event, cancel, Undo(edited=edited)).run()
 
     def can_continue(self) -> bool:
         """True when the last reply stopped at its token limit (max_new_tokens) and can be continued."""
@@ -329,178 +304,7 @@ class ChatSession:
         """Extend the last reply where it stopped at its token limit: the model goes on from its last token (the
         same reply, in the store too). Stopped before anything new, the reply stays as it was."""
         last, user_text = editing.take_continued(self.turns, self._info)
-        return self._reply(user_text, on_event, cancel, replaced=[last], continuing=last)
-
-    # --- one reply -------------------------------------------------------------------------------------------
-
-    def _messages(self, turns: list[Turn]) -> list[dict[str, str]]:
-        return context_messages(turns, self.settings.system_prompt)
-
-    def _reply(
-        self,
-        text: str,
-        on_event: EventCallback,
-        cancel: threading.Event,
-        replaced: list[Turn] | None = None,
-        edited: list[Turn] | None = None,
-        continuing: Turn | None = None,
-    ) -> ReplyFinished | ReplyFailed:
-        """One reply to the conversation as it stands. `replaced`: the turns a regenerate took away; `edited`:
-        the old branch an edited message replaced; `continuing`: the reply (taken off the turns) this one
-        extends."""
-        if self.backend is None or self._info is None:
-            raise SpecchatError("the model is not loaded yet")
-        info = self._info
-        preset, auto, reason = self.choose_preset(text)
-        try:
-            # The conversation rendered, the oldest exchanges left out until prompt + reply room fits.
-            prompt_ids = self.context_window.fit_reply(
-                self.turns, self._encode, self.max_context, self._reserve(preset), on_event
-            )
-        except UserError as exc:
-            self._discard_user(self._undo_turn(replaced, edited))
-            return self._failed(str(exc), "", on_event, undone=True)
-        prefix = continuing.content if continuing is not None else ""
-        if prompt_ids is not None and continuing is not None:
-            try:
-                prompt_ids = editing.continued_prompt(
-                    self.backend, self._messages(self.context_turns), prefix
-                )
-            except UserError:
-                self._undo_turn(replaced)
-                raise
-            if len(prompt_ids) + 16 > self.max_context:
-                prompt_ids = None
-        if prompt_ids is None:
-            self._discard_user(self._undo_turn(replaced, edited))
-            return self._failed(
-                f"message too long for the context ({self.max_context} tokens): shorten it or raise max_context",
-                "",
-                on_event,
-                undone=True,
-            )
-        request, started = reply_request(
-            preset,
-            info,
-            prompt_ids,
-            self._messages(self.context_turns),
-            max_context=self.max_context,
-            seed=self.settings.seed,
-            acceptance_seed=self.acceptance_seed,
-            auto=auto,
-            reason=reason,
-            history=self._drafting_corpus,
-        )
-        accounting = AcceptanceAccounting(t_start=self.clock())
-        accounting.live.temperature = started.temperature
-        self.live = accounting.live
-        self.active = started
-        self.last_prompt_ids = request.prompt_ids
-        # The prefill counts from now: the status bar shows the prompt being read, not the last reply's figure.
-        self.context_window.used = len(prompt_ids)
-        on_event(started)
-        if continuing is not None:
-            reply_id = continuing.message_id  # the same row grows; never discarded from here
-            own_row = None
-        else:
-            reply_id = self.history.record_reply_started(self.turns, started, preset.temperature)
-            own_row = reply_id
-        streamed = ReplyText()
-        done: Done | None = None
-        try:
-            # Stopped before it began (esc right after enter): the backend is not asked at all.
-            events = self.backend.generate(request, cancel) if not cancel.is_set() else iter(())
-            for event in events:
-                if isinstance(event, Chunk):
-                    accounting.add(event)
-                    streamed.add(event, self.backend.decode)
-                    self.context_window.used = len(prompt_ids) + accounting.live.new_tokens
-                    on_event(event)
-                    self.history.reply_progress(reply_id, lambda: prefix + streamed.text)
-                else:
-                    done = event
-        except UserError as exc:
-            if not streamed.pieces:
-                # Nothing arrived (a server gone before its first token): as for a reply stopped before it
-                # began, the message goes back to the user (a regenerated reply's old one stays).
-                self._discard_user(self._undo_turn(replaced, edited))
-                return self._failed(without_partial_claim(str(exc)), "", on_event, own_row, undone=True)
-            return self._failed(str(exc), prefix + streamed.text, on_event, reply_id)
-        except MemoryError:
-            return self._failed(
-                "out of memory while generating: lower max_context or max_new_tokens",
-                prefix + streamed.text,
-                on_event,
-                reply_id,
-            )
-        finally:
-            self.active = None
-        done = reply_done(done, cancel.is_set(), request, preset)
-        stats = reply_stats(
-            accounting,
-            done,
-            self.clock(),
-            preset=preset,
-            request=request,
-            info=info,
-            auto=auto,
-            reason=reason,
-            text=streamed,
-        )
-        reply_text, token_ids = streamed.text, streamed.token_ids
-        origins, runs = streamed.origins, streamed.runs
-        self._rejudge_drafting()
-        if self.verdict is not None and self.verdict.pays is not None:
-            stats = dataclasses.replace(
-                stats, draft_verdict=self.verdict.short(), draft_verdict_status=self.verdict.status
-            )
-        cancelled = done.stop_reason == "cancelled"
-        self.last_stats = stats
-        if cancelled and not token_ids and not reply_text:
-            # Nothing came: a new message goes back to the user untouched, a regenerated reply's old one stays.
-            self._discard_user(self._undo_turn(replaced, edited))
-            self.history.discard(own_row)
-            reply_text = ""  # nothing new: a continued reply stays as it was
-        else:
-            if continuing is not None:
-                reply_text, origins, runs = editing.grown(continuing, reply_text, origins, runs)
-            self.turns.append(
-                Turn("assistant", reply_text, stats, tuple(origins), cancelled, reply_id, runs=tuple(runs))
-            )
-            self.history.record_reply_end(
-                reply_id, reply_text, stats, encode_runs(runs), self._info, self.model_dir
-            )
-        finished = ReplyFinished(reply_text, tuple(token_ids), tuple(origins), stats, cancelled)
-        self._recount_context(on_event=on_event)  # before the event: the UI reads the figure, the kept turns
-        on_event(finished)
-        return finished
-
-    def _drafting_corpus(self) -> HistoryCorpus | None:
-        """The history drafter's corpus from the store (`ChatHistory.drafting_corpus`), unless turned off."""
-        return self.history.drafting_corpus(self.turns) if self.settings.history_drafting else None
-
-    def acceptance_seed(self, preset: str) -> tuple[float, ...]:
-        """Per-position acceptance of the preset's recent logged replies on this model (adaptive K's start)."""
-        return self.history.acceptance_seed(preset, self._info, self.settings)
-
-    def _failed(
-        self,
-        message: str,
-        partial: str,
-        on_event: EventCallback,
-        reply_id: int | None = None,
-        undone: bool = False,
-    ) -> ReplyFailed:
-        message = " ".join(message.split())
-        if partial:
-            self.turns.append(Turn("assistant", partial, cancelled=True, message_id=reply_id))
-            self.history.reply_failed(reply_id, partial, message)
-        else:
-            self.history.discard(reply_id)
-        failed = ReplyFailed(message, partial, undone=undone)
-        self._recount_context(on_event=on_event)
-        on_event(failed)
-        return failed
+        return ReplyRun(self, user_text, on_event, cancel, Undo(replaced=[last]), continuing=last).run()
 
     # --- the history: what is saved and read back (`ChatHistory`'s, which says what each does) -------------------
 
@@ -532,7 +336,7 @@ class ChatSession:
         # The status bar shows the last reply's figures, as it did when the chat was left, and the context
         # this chat fills now (measured again at load when the model is not ready yet).
         self.last_stats = next((t.stats for t in reversed(self.turns) if t.stats is not None), None)
-        self._recount_context()
+        self.recount_context()
         return self.turns
 
     @property
@@ -564,7 +368,7 @@ class ChatSession:
         if turn is not None:
             self.turns[-1] = turn
             self.last_stats = turn.stats
-            self._recount_context()
+            self.recount_context()
         return turn
 
     def branches(self, index: int) -> tuple[int, int]:
@@ -578,7 +382,7 @@ class ChatSession:
             return None
         self.turns[index:] = branch
         self.last_stats = next((t.stats for t in reversed(self.turns) if t.stats is not None), None)
-        self._recount_context(from_start=True)  # another branch: what fits is measured afresh
+        self.recount_context(from_start=True)  # another branch: what fits is measured afresh
         return branch
 
     @property

@@ -52,9 +52,36 @@ def without_partial_claim(message: str) -> str:
     return message.replace("the partial reply is kept; ", "").replace("; the partial reply is kept", "")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class DraftChoice:
+    """Whether and how a reply drafts, decided once from its preset and the loaded engine: the request, the started
+    event, the stored row and the stats all read it (K is never worked out twice)."""
+
+    on: bool
+    k: int  # the K sent and said (0: none sent: drafting off, or a server that fixes K itself)
+    k_mode: str  # the preset's ("adaptive", "fixed"); "fixed" where nothing drafts
+    by_server: bool  # the server drafts by its own settings: the preset's K is neither sent nor claimed
+    draft_mode: str  # the engine's drafter; "none" where nothing drafts
+
+
+def draft_choice(preset: Preset, info: BackendInfo) -> DraftChoice:
+    """How a reply with `preset` drafts on the engine `info` describes."""
+    if info.k_by_server:
+        on = info.draft_mode != "none"
+    else:
+        on = preset.drafting and preset.k > 0 and info.draft_mode != "none"
+    return DraftChoice(
+        on=on,
+        k=preset.k if on and not info.k_by_server else 0,
+        k_mode=preset.k_mode if on else "fixed",
+        by_server=info.k_by_server,
+        draft_mode=info.draft_mode if on else "none",
+    )
+
+
 def reply_request(
     preset: Preset,
-    info: BackendInfo,
+    choice: DraftChoice,
     prompt_ids: Sequence[int],
     messages: list[dict[str, str]],
     *,
@@ -68,32 +95,29 @@ def reply_request(
     """What the backend is asked for a reply with `preset` to `prompt_ids`, and the event that says it started.
     `acceptance_seed(preset name)` and `history()` (the history drafter's corpus) are asked only where adaptive K
     drafts."""
-    drafting = preset.drafting and preset.k > 0 and info.draft_mode != "none"
-    if info.k_by_server:
-        # The server drafts by its own settings: the preset's K is neither sent nor claimed.
-        drafting = info.draft_mode != "none"
+    adaptive = choice.on and preset.k_mode == "adaptive"
     request = GenerationRequest(
         prompt_ids=tuple(prompt_ids),
         sampler=preset.sampler(),
         max_new_tokens=max(1, min(preset.max_new_tokens, max_context - len(prompt_ids))),
-        num_draft_tokens=preset.k if drafting and not info.k_by_server else 0,
-        drafting=drafting,
+        num_draft_tokens=choice.k,
+        drafting=choice.on,
         seed=seed,
         k_mode=preset.k_mode,
         tuning_key=preset.name,
-        acceptance_prior=acceptance_seed(preset.name) if drafting and preset.k_mode == "adaptive" else (),
+        acceptance_prior=acceptance_seed(preset.name) if adaptive else (),
         messages=tuple(messages),
-        history=history() if drafting and preset.k_mode == "adaptive" else None,
+        history=history() if adaptive else None,
     )
     started = ReplyStarted(
         preset=preset.name,
         auto=auto,
         router_reason=reason,
-        num_draft_tokens=request.num_draft_tokens,
+        num_draft_tokens=choice.k,
         temperature=request.sampler.temperature_at(0),
-        drafting=drafting,
+        drafting=choice.on,
         prompt_tokens=len(prompt_ids),
-        k_mode=request.k_mode if drafting else "fixed",
+        k_mode=choice.k_mode,
     )
     return request, started
 
@@ -156,27 +180,26 @@ def reply_stats(
     now: float,
     *,
     preset: Preset,
-    request: GenerationRequest,
+    choice: DraftChoice,
     info: BackendInfo,
     auto: bool,
     reason: str,
     text: ReplyText,
 ) -> MessageStats:
     """The finished reply's stats: the accounting's, labelled with what ran it, the reasoning counted apart."""
-    drafting = request.drafting
     stats = accounting.finish(
         done,
         now,
         preset=preset.name,
-        num_draft_tokens=request.num_draft_tokens,
+        num_draft_tokens=choice.k,
         temperature=preset.temperature,
-        draft_mode=info.draft_mode if drafting else "none",
+        draft_mode=choice.draft_mode,
         backend=info.backend,
         model=info.model,
         router_reason=reason if auto else "",
         cache_mode=info.cache_mode,
-        k_mode=request.k_mode if drafting else "fixed",
+        k_mode=choice.k_mode,
     )
-    if info.k_by_server:
+    if choice.by_server:
         stats = dataclasses.replace(stats, k_by_server=True)
     return with_thinking_counts(stats, text.text, text.marks)

@@ -276,7 +276,7 @@ def test_reload_swaps_the_backend_keeps_the_turns_and_frees_the_old_one(
     assert session.backend is not old and old.target is None  # closed: its memory is given back
     assert session.settings.draft == "none" and session.model_dir == str(tiny_model_dir_other_vocab)
     assert [t.role for t in session.turns] == ["user", "assistant"]
-    assert session.context_used == len(session.backend.encode_chat(session._messages(session.turns)))
+    assert session.context_used == len(session.backend.encode_chat(session.messages(session.turns)))
     chat = session.recorder.store.chat(session.chat_id)
     assert (chat.model, chat.draft) == (str(tiny_model_dir_other_vocab), "none")
 
