@@ -71,6 +71,8 @@ class ChatFlows:
 
         def _mark_context(self) -> None: ...
 
+        async def _say_verdict(self, changed: bool = False) -> None: ...
+
         async def _start_reply(self, text: str | None, flow: Any = None, prefix: Any = None) -> None: ...
 
     def _keys(self, binding_id: str) -> str:
@@ -400,6 +402,9 @@ class ChatFlows:
         if result is None:
             return
         form.apply(result)
+        # History drafting turned on or off: the free drafts the verdict counts changed, and the chat says so.
+        if self.session.verdict_changed:
+            await self._say_verdict(changed=True)
         if self.generating:
             self.notify("The settings apply from the next reply.", timeout=2)
         if form.model_changed(result):

@@ -105,5 +105,6 @@ class ChatSettings:
         session.set_system_prompt(result["system_prompt"])
         session.set_overrides(**overrides)
         if "history_drafting" in result:
-            # A session setting (not written to the config file), read at each reply: off, nothing is indexed.
-            session.settings.history_drafting = bool(result["history_drafting"])
+            # A session setting (not written to the config file), read at each reply: off, nothing is indexed;
+            # the draft verdict is judged again, as at load.
+            session.set_history_drafting(bool(result["history_drafting"]))

@@ -186,6 +186,20 @@ def _best_k(costs: Any, c: float, k_max: int) -> tuple[int, float]:
     return max(speedups.items(), key=lambda item: item[1])
 
 
+def machine_verdict(
+    backend: Any, draft_mode: str, presets: dict[str, Any], history_drafting: bool
+) -> DraftVerdict:
+    """The verdict for a loaded backend, as the chat shows it (at load, after a reply, when history drafting is
+    turned on or off) and `specchat doctor`'s draft_pays says it: its measured costs, K up to the built-in task
+    presets' largest (all of `presets` where none of them is there), history left out where history drafting is
+    off."""
+    built_in = [p for name, p in presets.items() if name in ("code", "qa", "creative")] or list(
+        presets.values()
+    )
+    left_out = () if history_drafting else ("history",)
+    return draft_verdict(verify_costs_of(backend), draft_mode, verdict_k_max(built_in), left_out)
+
+
 def verdict_k_max(presets: Iterable[Any]) -> int:
     """The K the verdict prices up to: the largest K of the presets that draft (1 where none does)."""
     return max((p.k for p in presets if getattr(p, "drafting", True) and p.k > 0), default=1)

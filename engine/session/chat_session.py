@@ -22,7 +22,7 @@ from typing import Any
 import engine.session.editing as editing
 from engine.backends.base import Backend
 from engine.config import Settings, data_dir, presets_dir
-from engine.decoding.verdict import DraftVerdict, draft_verdict, verdict_k_max, verify_costs_of
+from engine.decoding.verdict import DraftVerdict, machine_verdict
 from engine.errors import SpecchatError
 from engine.events import (
     BackendInfo,
@@ -142,11 +142,21 @@ class ChatSession:
         """Whether drafting can pay with the loaded backend's measured costs (as `specchat doctor` says)."""
         if self.backend is None or self._info is None:
             return None
-        presets = [p for n, p in self.presets.items() if n in ("code", "qa", "creative")] or list(
-            self.presets.values()
+        return machine_verdict(
+            self.backend, self._info.draft_mode, self.presets, self.settings.history_drafting
         )
-        k_max, off = verdict_k_max(presets), () if self.settings.history_drafting else ("history",)
-        return draft_verdict(verify_costs_of(self.backend), self._info.draft_mode, k_max, off)
+
+    def set_history_drafting(self, on: bool) -> None:
+        """Turn history drafting on or off for this session (F12; not written to the config file). The verdict is
+        judged again as at load (history is one of the free drafts it counts beside a draft model or MTP head);
+        `verdict_changed` where its words changed, so the chat says the new line."""
+        if on == self.settings.history_drafting:
+            return
+        self.settings = self.settings.model_copy(update={"history_drafting": on})
+        old, self.verdict = self.verdict, self.judge_drafting()
+        new = self.verdict
+        if new is not None and new.pays is not None and (old is None or old.body() != new.body()):
+            self.verdict_changed = True
 
     def rejudge_drafting(self) -> DraftVerdict | None:
         """After a reply: the verdict from the costs as measured now; flag it when it turned."""

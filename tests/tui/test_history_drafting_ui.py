@@ -6,7 +6,9 @@ drafting is not there, the F12 switch, and private chats in the saved-chats dial
 Rules broken on purpose while writing these (each sent a test here red): history runs painted in DRAFT_STYLE;
 encode_runs dropping the source (a reopened chat lost the history colour); the "by source" row left out; the
 verdict row without the free drafts; history_drafting_unavailable saying "" for every engine; the F12 switch not
-applied to the session; the private toggle not calling set_private; the list not saying "private".
+applied to the session; the private toggle not calling set_private; the list not saying "private"; the F12 switch
+setting the flag without judging the verdict again (no "now:" line); doctor's draft_pays counting history with
+history drafting off.
 """
 
 from __future__ import annotations
@@ -170,3 +172,51 @@ async def test_ctrl_k_in_saved_chats_marks_a_chat_private_and_the_list_says_so(t
         await pilot.press("ctrl+k")
         await wait_until(pilot, lambda: "private" not in listed())
         assert not Store.open(tmp_path).chat(chat).private
+
+
+async def test_the_f12_history_switch_judges_the_verdict_again_as_a_load_does(tmp_path):
+    # Beside a draft model that cannot pay, the free drafts the verdict counts are n-gram and history; turned off
+    # in F12, history leaves them, and the chat, the next reply's stats and doctor say the same verdict.
+    from engine.benchmarks.doctor.model_runs import check_draft_pays
+    from engine.benchmarks.doctor.report import DoctorReport
+    from engine.decoding.verdict import machine_verdict
+    from engine.presets import load_presets
+
+    costs = VerifyCostModel.from_ratios({1: 1.0, 2: 1.05, 3: 1.1, 4: 1.15, 5: 1.2, 6: 1.25, 7: 1.3}, 1.0)
+    backend = ScriptedBackend(REPLY, draft_mode="model", costs=costs, drafter_pattern=("ngram",))
+    app = saving_app(tmp_path, backend)
+
+    def notices() -> list[str]:
+        return [" ".join(n.plain.split()) for n in app.chat.chat_log.query(".chat-notice")]
+
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await wait_until(pilot, lambda: notices())
+        assert "n-gram and history drafts take no draft steps" in notices()[0]  # said at load
+        await pilot.press("f12")
+        await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        app.screen.query_one("#settings-history-drafting", Switch).value = False
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: len(notices()) == 2)
+        line = notices()[-1]
+        assert (
+            line.startswith("now: ") and "n-gram drafts take no draft steps" in line and "history" not in line
+        )
+        # What a load with history drafting off says, and what doctor says.
+        verdict = machine_verdict(backend, "model", app.session.presets, history_drafting=False)
+        assert app.session.verdict == verdict and line.endswith(verdict.body())
+        report = DoctorReport()
+        check_draft_pays(report, backend, backend.info, load_presets(None), history_drafting=False)
+        assert report.checks[-1].reason == " ".join(verdict.doctor_line().split())
+        assert report.checks[-1].reason.removeprefix("no: ") == line.split("on this machine: ")[1]
+        # The next reply's stats carry that verdict.
+        await send(pilot, "Say the letters")
+        stats = app.chat.chat_log.replies()[-1].stats
+        assert "free n-gram drafts can" in stats.draft_verdict and "history" not in stats.draft_verdict
+        # Switched on again: history is counted again.
+        await pilot.press("f12")
+        await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        app.screen.query_one("#settings-history-drafting", Switch).value = True
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: len(notices()) == 3)
+        assert "n-gram and history drafts take no draft steps" in notices()[-1]

@@ -175,11 +175,14 @@ def check_architecture(report: DoctorReport, backend) -> None:
     )
 
 
-def check_draft_pays(report: DoctorReport, backend, info, presets: dict) -> None:
-    """The chat shows this same verdict at load (engine.decoding.verdict): the same costs, the same K."""
-    from engine.decoding.verdict import draft_verdict, verdict_k_max, verify_costs_of
+def check_draft_pays(
+    report: DoctorReport, backend, info, presets: dict, history_drafting: bool = True
+) -> None:
+    """The chat shows this same verdict at load (engine.decoding.verdict.machine_verdict): the same costs, the
+    same K, history counted or not as the `history_drafting` setting says."""
+    from engine.decoding.verdict import machine_verdict
 
-    verdict = draft_verdict(verify_costs_of(backend), info.draft_mode, verdict_k_max(presets.values()))
+    verdict = machine_verdict(backend, info.draft_mode, presets, history_drafting)
     report.add("draft_pays", verdict.status, verdict.doctor_line())
 
 

@@ -83,7 +83,7 @@ def run_doctor(
     presets = load_presets()
     max_new = options.max_new_tokens
     k = presets["code"].k if info.draft_mode != "none" else 0
-    check_draft_pays(report, backend, info, presets)
+    check_draft_pays(report, backend, info, presets, settings.history_drafting)
     try:
         say("baseline")
         base, first_text = check_baseline(report, backend, k, max_new)
