@@ -1,6 +1,6 @@
 """What the exllamav2 backend loads, beside the backend: the cache's page size and a draft's RoPE stretch, the
-config read as exllamav2 needs it, a tokenizer seen as the draft-compatibility check sees one, and `Models`, all
-that `load()` builds.
+config read as exllamav2 needs it, its tokenizer's size as the draft-compatibility check sees it, and `Models`, all
+that `load()` builds (the shared parts in engine/backends/library_generator/models.py).
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.backends.exllamav2.library import UNUSABLE_HINT
+from engine.backends.library_generator.models import LibraryVocab, LoadedModels
+from engine.backends.library_generator.models import round_up_to_page as pages
 from engine.decoding.cost_model import VerifyCostModel
 from engine.models.folders import FolderNeeds
 
@@ -27,7 +29,7 @@ PAGE_SIZE = 256  # exllamav2's PAGED_PAGE_SIZE: cache lengths must be a multiple
 
 def round_up_to_page(tokens: int) -> int:
     """Cache length for `tokens`: the dynamic generator wants a multiple of its 256-token page."""
-    return max(PAGE_SIZE, -(-tokens // PAGE_SIZE) * PAGE_SIZE)
+    return pages(tokens, PAGE_SIZE)
 
 
 def ntk_alpha(native_len: int, target_len: int) -> float:
@@ -56,49 +58,19 @@ def fix_rope_theta(config: Any, folder: Path) -> None:
         config.rotary_embedding_base = float(params["rope_theta"])
 
 
-class ExLlamaV2Vocab:
-    """An ExLlamaV2Tokenizer seen through the few transformers methods `engine.decoding.draft_compat` asks for."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        self.pieces = tokenizer.get_id_to_piece_list(True)
+class ExLlamaV2Vocab(LibraryVocab):
+    """An ExLlamaV2Tokenizer as the draft-compatibility check sees one."""
 
     def __len__(self) -> int:
         return self.tokenizer.get_vocab_size()
 
-    def convert_ids_to_tokens(self, ids: list[int]) -> list[str | None]:
-        return [self.pieces[i] if 0 <= i < len(self.pieces) else None for i in ids]
-
-    def convert_tokens_to_ids(self, tokens: str) -> int | None:
-        return self.tokenizer.single_id(tokens)
-
-
-def vocab_view(name: str, tokenizer: Any, end_of_turn: str | None) -> Any:
-    from engine.decoding.draft_compat import VocabView
-
-    vocab = ExLlamaV2Vocab(tokenizer)
-    special: dict[str, int | None] = {"bos": tokenizer.bos_token_id, "eos": tokenizer.eos_token_id}
-    if end_of_turn:
-        special["end_of_turn"] = tokenizer.single_id(end_of_turn)
-    return VocabView(name=name, tokenizer_size=len(vocab), special_ids=special, tokenizer=vocab)
-
 
 @dataclass(slots=True)
-class Models:
-    """Everything `load()` builds."""
+class Models(LoadedModels):
+    """Everything `load()` builds: the shared parts and exllamav2's own."""
 
-    model: Any
-    cache: Any
-    tokenizer: Any
-    generator: Any
-    draft_model: Any | None
-    draft_cache: Any | None
     paged: bool
-    cache_len: int
-    eos_id: int | None
-    end_of_turn_id: int | None
     draft_forward_s: float
     target_forward_s: float
-    device: str
     # Verify cost by width and the draft step, from the warm-up timings: what adaptive K weighs.
     costs: VerifyCostModel | None = None

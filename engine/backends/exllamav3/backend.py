@@ -1,7 +1,10 @@
 """ExLlamaV3 (1.6.5) backend: exllamav3's `Generator` with a draft model, the model's MTP head or n-gram drafting,
 and a quantized KV cache.
 
-How the generator is driven (exllamav3/generator/generator.py and job.py of the pinned release):
+What every engine on a library's own generator does (the load's errors, the chat template, one round a call, a
+cancel between calls, the stats) is `LibraryGeneratorBackend`'s (engine/backends/library_generator/); this class
+says what exllamav3 does differently. How the generator is driven (exllamav3/generator/generator.py and job.py of
+the pinned release):
 
 - Loading follows the library's own `model_init.py`: `Config.from_directory` -> `Model.from_config` (the MTP head
   is the same config's `component="mtp"`) -> the `Cache` objects (`CacheLayer_fp16`, or `CacheLayer_quant` with K
@@ -40,225 +43,193 @@ from __future__ import annotations
 
 import contextlib
 import io
-import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from engine.backends.base import EngineArgs, ProgressCallback
-from engine.backends.cuda import device_label, is_oom
+from engine.backends.cuda import is_oom
 from engine.backends.exllamav3.folder import NEEDS, mtp_refusal, no_mtp_component
 from engine.backends.exllamav3.library import PINNED_VERSION, import_exllamav3, short_cause
-from engine.backends.exllamav3.models import PAGE_SIZE, Models, round_up_to_page, vocab_view
+from engine.backends.exllamav3.models import PAGE_SIZE, ExLlamaV3Vocab, Models
 from engine.backends.exllamav3.sampling import build_sampler, cache_kwargs
-from engine.backends.held_rounds import HeldRounds, ids_of, stop_reason_of
-from engine.backends.registry import resolve_cache_mode
-from engine.chat_template import ChatTemplate, ChatTemplateError
+from engine.backends.library_generator import (
+    OOM_HINT,
+    JobAsk,
+    JobTimes,
+    LibraryGeneratorBackend,
+    LoadStage,
+    Reply,
+)
 from engine.decoding.adaptive_k import AdaptiveK
-from engine.decoding.drafters import DRAFTERS, draft_mode_of, is_draft_keyword
-from engine.errors import BackendError, first_line
-from engine.events import BackendInfo, Chunk, Done, DraftMode, StopReason
-from engine.models.folders import check_model_folder
-from engine.request import CACHE_MODES, GenerationRequest
+from engine.decoding.drafters import DRAFTERS
+from engine.errors import BackendError
+from engine.events import Done, StopReason
+from engine.request import GenerationRequest
 
 MAX_DRAFT_TOKENS = 16  # the largest K a preset may ask for; the generator is built with it
 NGRAM_MATCH_MIN = 2  # exllamav3's n-gram drafter proposes after a match of at least this many tokens
 PROBE_INTERVAL_ROUNDS = 256
 BATCH = 1  # one reply at a time: the generator's batch and the caches' recurrent state slots
-OOM_HINT = "lower max_context, use cache_mode q4, or a smaller draft"
 K_FLOOR_NOTE = (
     "K floored at 1 with a draft model: at K 0 exllamav3 skips the draft forward and its cache falls behind"
 )
 
 
-class ExLlamaV3Backend:
-    """The Backend protocol on exllamav3's Generator."""
+class ExLlamaV3Backend(LibraryGeneratorBackend):
+    """The Backend protocol on exllamav3's Generator: what exllamav3 does apart from the shared base."""
 
     name = "exllamav3"
+    folder_needs = NEEDS
+    vocab = ExLlamaV3Vocab
+    page_size = PAGE_SIZE
+    max_draft_tokens = MAX_DRAFT_TOKENS
+    probe_interval = PROBE_INTERVAL_ROUNDS
 
-    def __init__(
-        self,
-        model_dir: str | Path,
-        draft: str = "ngram",
-        cache_mode: str = "q8",
-        draft_cache_mode: str = "q8",
-        max_context: int = 4096,
-        gpu_split: list[float] | None = None,
-        num_draft_tokens: int = 4,
-    ) -> None:
-        for label, mode in (("cache_mode", cache_mode), ("draft_cache_mode", draft_cache_mode)):
-            if mode not in CACHE_MODES:
-                raise BackendError(f"{label} {mode!r} is not one of {', '.join(CACHE_MODES)}")
-        self.model_dir = Path(model_dir).expanduser()
-        self.draft_dir: Path | None = None
-        # drafter: what proposes the drafts (a name in the drafters' map: "model", "mtp", "ngram", "none");
-        # draft_mode: the app's name for it
-        self.drafter: str
-        if is_draft_keyword(draft):
-            self.drafter = str(draft).strip().lower()
-        else:
-            self.drafter = "model"
-            self.draft_dir = Path(draft).expanduser()
-        self.draft_mode: DraftMode = draft_mode_of(draft)  # type: ignore[assignment]
-        self.cache_mode = cache_mode
-        self.draft_cache_mode = draft_cache_mode
-        self.max_context = max_context
-        self.gpu_split = list(gpu_split) if gpu_split else None
-        self.num_draft_tokens = self._clamp_k(num_draft_tokens)
-        self.notes: list[str] = []
-        self.reply_notes: tuple[str, ...] = ()  # the last reply's Done.notes
-        self.last_job_counters: tuple[int, int] = (0, 0)  # the last reply's job: accepted, rejected drafts
-        self._ex: SimpleNamespace | None = None
-        self._m: Models | None = None
-        self._template: ChatTemplate | None = None
-        self.tuners: dict[str, AdaptiveK] = {}
+    reply_notes: tuple[str, ...] = ()  # the last reply's Done.notes
+    last_job_counters: tuple[int, int] = (0, 0)  # the last reply's job: accepted, rejected drafts
 
-    @property
-    def uses_draft_model(self) -> bool:
-        return DRAFTERS[self.drafter].steps
+    def _info_notes(self) -> tuple[str, ...]:
+        return (f"drafter: {DRAFTERS[self.drafter].label}", *self.notes)
 
-    # --- protocol -----------------------------------------------------------------------------------
+    # --- loading: as the library's own model_init.py ------------------------------------------------
 
-    @property
-    def info(self) -> BackendInfo:
-        m = self._m
-        draft_name = (
-            self.draft_dir.name if self.draft_dir else ("MTP head" if self.drafter == "mtp" else None)
-        )
-        return BackendInfo(
-            backend=self.name,
-            model=self.model_dir.name,
-            device=m.device if m else "cuda",
-            cache_mode=self.cache_mode,
-            draft_cache_mode=self.draft_cache_mode if self.uses_draft_model else "",
-            draft_mode=self.draft_mode,
-            draft_model=draft_name,
-            max_context=m.cache_len if m else round_up_to_page(self.max_context),
-            notes=(f"drafter: {DRAFTERS[self.drafter].label}", *self.notes),
-        )
-
-    def load(self, progress: ProgressCallback | None = None) -> None:
-        if self._m is not None:  # loaded already: keep the generator and its prefix cache
-            return
-        report = progress or (lambda stage, fraction: None)
-        check_model_folder(self.model_dir, "model", NEEDS, BackendError)
-        if self.draft_dir is not None:
-            check_model_folder(self.draft_dir, "draft model", NEEDS, BackendError)
+    def _check_folders(self) -> None:
+        super()._check_folders()
         refusal = mtp_refusal(self.model_dir) if self.drafter == "mtp" else None
         if refusal:  # no MTP layer in config.json, or none in the weights: said before importing exllamav3
             raise BackendError(refusal)
-        try:
-            self._template = ChatTemplate.from_folder(self.model_dir)
-        except ChatTemplateError as exc:
-            raise BackendError(str(exc)) from exc
-        report("importing exllamav3", None)
-        ex = self._ex = import_exllamav3(report)
+
+    def _import_library(self, report: ProgressCallback) -> SimpleNamespace:
+        ex = import_exllamav3(report)
         if ex.version != PINNED_VERSION:
             self.notes.append(
                 f"exllamav3 {ex.version} installed; specchat is checked against {PINNED_VERSION}"
             )
-        loading = "model config"
-        try:
-            config = self._read_config(ex, self.model_dir, "model")
-            cache_len = round_up_to_page(self.max_context)
-            native = int(getattr(config, "max_position_embeddings", 0) or 0)
-            if native and cache_len > native:
-                cache_len = max(PAGE_SIZE, native // PAGE_SIZE * PAGE_SIZE)
-                self.notes.append(
-                    f"max_context lowered to {cache_len}: the model was trained for {native} tokens"
-                )
-            k_max = MAX_DRAFT_TOKENS if self.drafter != "none" else 0
-            loading = f"model {self.model_dir.name}"
-            model = ex.Model.from_config(config)
-            tokenizer = ex.Tokenizer.from_config(config)
+        return ex
 
-            draft_model = draft_cache = None
-            if self.drafter == "mtp":
-                loading = "MTP head"
-                # An architecture with no "mtp" component (model/model.py:186-187; Qwen3.5's text-only
-                # classes, architecture/qwen3_5.py:150-164) is refused here in one line, naming it.
-                if "mtp" not in getattr(config, "model_classes", {}):
-                    arch = getattr(config, "architecture", type(config).__name__)
-                    raise BackendError(no_mtp_component(ex.version, arch, self.model_dir))
-                draft_model = ex.Model.from_config(config, component="mtp")
-            elif self.draft_dir is not None:
-                loading = f"draft model {self.draft_dir.name}"
-                draft_config = self._read_config(ex, self.draft_dir, "draft model")
-                from engine.decoding.draft_compat import check_draft_compatible
+    def _build(self, ex: SimpleNamespace, report: ProgressCallback, stage: LoadStage) -> Models:
+        """Config -> models -> caches (before any load) -> draft, then target weights -> generator."""
+        config = self._read_config(ex, self.model_dir, "model")
+        cache_len = self._fit_context(int(getattr(config, "max_position_embeddings", 0) or 0))
+        k_max = MAX_DRAFT_TOKENS if self.drafter != "none" else 0
+        stage.what = f"model {self.model_dir.name}"
+        model = ex.Model.from_config(config)
+        tokenizer = ex.Tokenizer.from_config(config)
+        draft_model = self._draft_model(ex, stage, config, tokenizer)
+        cache, draft_cache = self._caches(ex, stage, model, draft_model, cache_len, k_max)
+        self._load_weights(report, stage, model, draft_model)
+        generator = self._generator(ex, stage, model, cache, tokenizer, draft_model, draft_cache, k_max)
+        calibrator = getattr(generator, "draft_calibrator", None)
+        generator.draft_calibrator = None  # lent per reply (k_mode "dynamic")
+        return Models(
+            **self._shared_fields(model, cache, tokenizer, generator, (draft_model, draft_cache), cache_len),
+            calibrator=calibrator,
+        )
 
-                eot = self._template.end_of_turn if self._template else None
-                check_draft_compatible(  # raises DraftIncompatibleError (a BackendError) naming the rule
-                    vocab_view(self.model_dir.name, tokenizer, eot),
-                    vocab_view(self.draft_dir.name, ex.Tokenizer.from_config(draft_config), eot),
-                )
-                draft_model = ex.Model.from_config(draft_config)
+    def _draft_model(self, ex: SimpleNamespace, stage: LoadStage, config: Any, tokenizer: Any) -> Any | None:
+        """The MTP head (the same config's "mtp" component) or the draft model, not loaded yet; None without."""
+        if self.drafter == "mtp":
+            stage.what = "MTP head"
+            # An architecture with no "mtp" component (model/model.py:186-187; Qwen3.5's text-only
+            # classes, architecture/qwen3_5.py:150-164) is refused here in one line, naming it.
+            if "mtp" not in getattr(config, "model_classes", {}):
+                arch = getattr(config, "architecture", type(config).__name__)
+                raise BackendError(no_mtp_component(ex.version, arch, self.model_dir))
+            return ex.Model.from_config(config, component="mtp")
+        if self.draft_dir is None:
+            return None
+        stage.what = f"draft model {self.draft_dir.name}"
+        draft_config = self._read_config(ex, self.draft_dir, "draft model")
+        self._check_draft_vocab(tokenizer, ex.Tokenizer.from_config(draft_config))
+        return ex.Model.from_config(draft_config)
 
-            # Caches before load(): exllamav3 allocates their tensors as the model loads. Same size for both.
-            # On a model with recurrent layers (Gated DeltaNet: Qwen3.5, Qwen3-Next) the generator refuses a cache
-            # whose max_history is below its widest pass (generator.py:378-384; max_history sizes the rewind of a
-            # rejected draft, cache/cache.py:124-128), and every state slot (max_batch_size, cache.py:121-122,
-            # 171-184) holds two full recurrent states in VRAM (modules/gated_delta_net.py:287-288): one reply at a
-            # time needs one (the generator's batch is clamped to the slots, generator.py:404-408).
-            loading = "cache"
-            layers = (ex.CacheLayer_fp16, ex.CacheLayer_quant)
-            cache = ex.Cache(
-                model,
-                max_num_tokens=cache_len,
-                max_batch_size=BATCH,
-                max_history=k_max,
-                **cache_kwargs(self.cache_mode, *layers),
-            )
-            if draft_model is not None:
-                draft_cache = ex.Cache(
-                    draft_model,
-                    max_num_tokens=cache_len,
-                    max_batch_size=BATCH,
-                    max_history=k_max,
-                    **cache_kwargs(self.draft_cache_mode, *layers),
-                )
-                loading = "draft model" if self.drafter == "model" else "MTP head"
-                report(f"loading {DRAFTERS[self.drafter].label}", 0.0)
-                draft_model.load(
-                    use_per_device=self.gpu_split,
-                    progressbar=False,
-                    callback=lambda a, b: report(f"loading {DRAFTERS[self.drafter].label}", a / max(b, 1)),
-                )
-            loading = f"model {self.model_dir.name}"
-            report(f"loading {self.model_dir.name}", 0.0)
-            model.load(
+    def _caches(
+        self,
+        ex: SimpleNamespace,
+        stage: LoadStage,
+        model: Any,
+        draft_model: Any | None,
+        cache_len: int,
+        k_max: int,
+    ) -> tuple[Any, Any | None]:
+        """Caches before load(): exllamav3 allocates their tensors as the model loads. Same size for both.
+
+        On a model with recurrent layers (Gated DeltaNet: Qwen3.5, Qwen3-Next) the generator refuses a cache whose
+        max_history is below its widest pass (generator.py:378-384; max_history sizes the rewind of a rejected
+        draft, cache/cache.py:124-128), and every state slot (max_batch_size, cache.py:121-122, 171-184) holds two
+        full recurrent states in VRAM (modules/gated_delta_net.py:287-288): one reply at a time needs one (the
+        generator's batch is clamped to the slots, generator.py:404-408)."""
+        stage.what = "cache"
+        layers = (ex.CacheLayer_fp16, ex.CacheLayer_quant)
+        cache = ex.Cache(
+            model,
+            max_num_tokens=cache_len,
+            max_batch_size=BATCH,
+            max_history=k_max,
+            **cache_kwargs(self.cache_mode, *layers),
+        )
+        if draft_model is None:
+            return cache, None
+        draft_cache = ex.Cache(
+            draft_model,
+            max_num_tokens=cache_len,
+            max_batch_size=BATCH,
+            max_history=k_max,
+            **cache_kwargs(self.draft_cache_mode, *layers),
+        )
+        return cache, draft_cache
+
+    def _load_weights(
+        self, report: ProgressCallback, stage: LoadStage, model: Any, draft_model: Any | None
+    ) -> None:
+        """The draft first, then the target, told about it."""
+        if draft_model is not None:
+            label = DRAFTERS[self.drafter].label
+            stage.what = "draft model" if self.drafter == "model" else "MTP head"
+            report(f"loading {label}", 0.0)
+            draft_model.load(
                 use_per_device=self.gpu_split,
                 progressbar=False,
-                callback=lambda a, b: report(f"loading {self.model_dir.name}", a / max(b, 1)),
-                draft_model=draft_model,
+                callback=lambda a, b: report(f"loading {label}", a / max(b, 1)),
             )
+        stage.what = f"model {self.model_dir.name}"
+        report(f"loading {self.model_dir.name}", 0.0)
+        model.load(
+            use_per_device=self.gpu_split,
+            progressbar=False,
+            callback=lambda a, b: report(f"loading {self.model_dir.name}", a / max(b, 1)),
+            draft_model=draft_model,
+        )
 
-            loading = "generator"
-            printed = (
-                io.StringIO()
-            )  # exllamav3 prints its warnings (an MTP head's depth): into notes, not the TUI
-            with contextlib.redirect_stdout(printed):
-                generator = ex.Generator(
-                    model=model,
-                    cache=cache,
-                    tokenizer=tokenizer,
-                    max_batch_size=BATCH,
-                    draft_model=draft_model,
-                    draft_cache=draft_cache,
-                    num_draft_tokens=k_max if self.drafter != "none" else None,
-                    ngram_match_min=NGRAM_MATCH_MIN if self.drafter == "ngram" else 0,
-                    dynamic_draft_tokens=self.uses_draft_model,
-                    record_draft_stats=True,
-                )
-        except BackendError:
-            raise
-        except Exception as exc:
-            if is_oom(exc):
-                raise BackendError(f"out of memory loading {loading}: {OOM_HINT}") from exc
-            cause = first_line(exc)
-            raise BackendError(f"exllamav3 could not load {loading}: {cause}") from exc
-
+    def _generator(
+        self,
+        ex: SimpleNamespace,
+        stage: LoadStage,
+        model: Any,
+        cache: Any,
+        tokenizer: Any,
+        draft_model: Any | None,
+        draft_cache: Any | None,
+        k_max: int,
+    ) -> Any:
+        """The one Generator over the caches, built with the largest K and the dynamic-draft calibrator; what it
+        prints (an MTP head's depth) goes into notes, not the TUI."""
+        stage.what = "generator"
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            generator = ex.Generator(
+                model=model,
+                cache=cache,
+                tokenizer=tokenizer,
+                max_batch_size=BATCH,
+                draft_model=draft_model,
+                draft_cache=draft_cache,
+                num_draft_tokens=k_max if self.drafter != "none" else None,
+                ngram_match_min=NGRAM_MATCH_MIN if self.drafter == "ngram" else 0,
+                dynamic_draft_tokens=self.uses_draft_model,
+                record_draft_stats=True,
+            )
         self.notes += [
             f"exllamav3: {line.strip(' !-')}" for line in printed.getvalue().splitlines() if line.strip()
         ]
@@ -267,52 +238,22 @@ class ExLlamaV3Backend:
                 f"recurrent layers: exllamav3 rewinds rejected drafts (passes up to {cache.max_history} drafts) "
                 f"and checkpoints the state every {generator.recurrent_checkpoint_interval} tokens"
             )  # generator.py:411-419: the interval the model's caps give
-        eot = self._template.end_of_turn if self._template else None
-        calibrator = getattr(generator, "draft_calibrator", None)
-        generator.draft_calibrator = None  # lent per reply (k_mode "dynamic")
-        self._m = Models(
-            model=model,
-            cache=cache,
-            tokenizer=tokenizer,
-            generator=generator,
-            draft_model=draft_model,
-            draft_cache=draft_cache,
-            calibrator=calibrator,
-            cache_len=cache_len,
-            eos_id=tokenizer.eos_token_id,
-            end_of_turn_id=tokenizer.single_id(eot) if eot else None,
-            device=device_label(),
-        )
+        return generator
+
+    def _loaded_models(self, m: Models) -> None:
         self.set_num_draft_tokens(self.num_draft_tokens)
-        report("ready", 1.0)
 
-    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
-        m = self._loaded()
-        assert self._template is not None
-        try:
-            text = self._template.render(messages, add_generation_prompt=True)
-        except ChatTemplateError as exc:
-            raise BackendError(str(exc)) from exc
-        ids = m.tokenizer.encode(text, add_bos=False, encode_special_tokens=True)
-        return [int(i) for i in ids.view(-1).tolist()]
+    # --- the reply ----------------------------------------------------------------------------------
 
-    def decode(self, token_ids: list[int]) -> str:
-        import torch
+    def _start_reply(self, request: GenerationRequest, m: Models) -> Reply:
+        reply = super()._start_reply(request, m)
+        self.reply_notes = tuple(reply.notes)
+        return reply
 
-        m = self._loaded()
-        if not token_ids:
-            return ""
-        return m.tokenizer.decode(torch.tensor(token_ids, dtype=torch.long), decode_special_tokens=False)
-
-    def generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Chunk | Done]:
-        import torch
-
-        m = self._loaded()
-        ex = self._ex
-        assert ex is not None
-        generator = m.generator
-        notes: list[str] = []
-        tuner = self.tuner(request.tuning_key, request.acceptance_prior)
+    def _choose_k(
+        self, request: GenerationRequest, m: Models, tuner: AdaptiveK, notes: list[str]
+    ) -> tuple[int, bool]:
+        """A fixed K, adaptive K, or the library's dynamic draft length (its calibrator lent for the reply)."""
         k = request.effective_k
         length_by = "fixed K"
         dynamic = request.k_mode == "dynamic" and self.uses_draft_model and m.calibrator is not None and k > 0
@@ -329,197 +270,91 @@ class ExLlamaV3Backend:
         k = self.set_num_draft_tokens(k)
         if self.uses_draft_model and asked < 1 <= k:
             notes.append(K_FLOOR_NOTE)
-        generator.draft_calibrator = m.calibrator if dynamic else None
+        m.generator.draft_calibrator = m.calibrator if dynamic else None
         if self.drafter != "none":
             notes.insert(0, f"drafter: {DRAFTERS[self.drafter].label}, K {k} by {length_by}")
+        return k, request.k_mode == "adaptive"
 
-        prompt_len = len(request.prompt_ids)
-        if prompt_len == 0:
-            raise BackendError("empty prompt")
-        # exllamav3 clamps max_new_tokens to this room silently (Job.prepare_for_queue); say so instead.
-        room = m.cache_len - prompt_len - 1 - int(generator.max_draft_tokens)
-        if room < 1:
-            raise BackendError(
-                f"the prompt ({prompt_len} tokens) does not fit the {m.cache_len}-token context; "
-                "start a new chat or raise max_context"
-            )
-        wanted = min(request.max_new_tokens, room)
-        limited_by_context = wanted < request.max_new_tokens
-        sampler = request.sampler
-        temperature = sampler.temperature_at(0)
+    def _room(self, m: Models, prompt_len: int, k: int) -> int:
+        # exllamav3 clamps max_new_tokens to this room silently (job.py:1287-1292, prepare_for_queue): the
+        # reply's limit is clamped the same way here, so the stop reason can say "context".
+        return m.cache_len - prompt_len - 1 - int(m.generator.max_draft_tokens)
+
+    def _new_job(self, ex: SimpleNamespace, request: GenerationRequest, ask: JobAsk) -> Any:
+        import torch
+
+        sampler, temperature = request.sampler, ask.temperature
         if sampler.ramp_tokens > 0 and temperature != sampler.temperature:
-            notes.append(
+            # The job's sampler is fixed when it is built (job.py:560).
+            ask.notes.append(
                 f"temperature ramp not applied: exllamav3's sampler is fixed per reply, sampled at {temperature:g}"
             )
-        stop_ids: list[int | str] = [t for t in dict.fromkeys((m.eos_id, m.end_of_turn_id)) if t is not None]
-        end_of_turn_text = self._template.end_of_turn if self._template else None
-        if end_of_turn_text and m.end_of_turn_id is None:
-            stop_ids.append(end_of_turn_text)  # not one token of this vocabulary: stop on it as text
-        job = ex.Job(
+        return ex.Job(
             input_ids=torch.tensor([request.prompt_ids], dtype=torch.long),
-            max_new_tokens=wanted,
+            max_new_tokens=ask.wanted,
             sampler=build_sampler(ex.ComboSampler, sampler, temperature),
             seed=request.seed,
-            stop_conditions=stop_ids,
+            stop_conditions=ask.stop_ids,
             decode_special_tokens=False,
         )
-        try:
-            generator.enqueue(job)
-        except AssertionError as exc:  # the job cannot fit the cache
-            raise BackendError(f"exllamav3 refused the reply: {exc}") from exc
 
-        self.reply_notes = tuple(notes)
-        sampled = 0
-        rounds = 0
-        seen_accepted = seen_rejected = seen_new = 0
-        held = HeldRounds(k)
-        finished = False
-        try:
-            while True:
-                try:
-                    results = generator.iterate()
-                except Exception as exc:
-                    if is_oom(exc):
-                        raise BackendError(f"out of memory while generating: {OOM_HINT}") from exc
-                    raise BackendError(f"exllamav3 failed while generating: {short_cause(exc)}") from exc
-                ours = [r for r in results if r.get("job") is job]
-                failed = next((r for r in ours if r.get("stage") == "error"), None)
-                if failed is not None:
-                    finished = True  # the generator already dropped the job (reap_failed_job)
-                    error = failed.get("error")
-                    if isinstance(error, BaseException) and is_oom(error):
-                        raise BackendError(f"out of memory while generating: {OOM_HINT}")
-                    cause = short_cause(error) if isinstance(error, BaseException) else str(error)
-                    raise BackendError(f"exllamav3 failed the reply: {cause}")
-                streaming = [r for r in ours if r.get("stage") == "streaming"]
-                end = next((r for r in streaming if r.get("eos")), None)
-                accepted = job.accepted_draft_tokens - seen_accepted
-                rejected = job.rejected_draft_tokens - seen_rejected
-                new = job.new_tokens - seen_new
-                seen_accepted, seen_rejected, seen_new = (
-                    job.accepted_draft_tokens,
-                    job.rejected_draft_tokens,
-                    job.new_tokens,
-                )
-                on_stop_token = end is not None and end.get("eos_reason") == "stop_token"
-                if new > 0:
-                    rounds += 1
-                if on_stop_token:
-                    new -= 1  # the stop token is sampled but is no part of the reply
-                overflow = sampled + new > wanted  # a safety net: the job's own limit stops at `wanted`
-                if overflow:
-                    new = wanted - sampled
-                sampled += new
-                held.add_round(new, accepted + rejected, accepted, temperature)
+    def _generation_error(self, exc: Exception) -> Exception:
+        return BackendError(f"exllamav3 failed while generating: {short_cause(exc)}")
 
-                ids: list[int] = []
-                text = ""
-                for r in streaming:
-                    ids.extend(ids_of(r.get("token_ids")))
-                    text += r.get("text", "")
-                if on_stop_token:
-                    # As exllamav2: a stop token ends the job with what it held (and the stop token last) in
-                    # result["held"] (job.py emit(): emit_held is False on "stop_token").
-                    tail = ids_of(end.get("held", {}).get("token_ids"))
-                    stop_id = end.get("eos_triggering_token_id")
-                    if tail and (stop_id is None or tail[-1] == stop_id):
-                        tail = tail[:-1]
-                    if tail:
-                        ids.extend(tail)
-                        text += self.decode(tail)
-                if overflow:
-                    ids = ids[: held.held_tokens]
-                    text = self.decode(ids)
-                for chunk in held.release(ids, text, time.monotonic()):
-                    tuner.record(chunk.drafted, chunk.accepted)
-                    yield chunk
-                if overflow and end is None:
-                    generator.cancel(job)
-                    finished = True
-                    yield self._done(job, None, request, m, "max_new_tokens", notes)
-                    return
-
-                if end is not None:
-                    finished = True
-                    reason = self._stop_reason(end, m, end_of_turn_text, notes)
-                    if reason == "max_new_tokens" and limited_by_context:
-                        reason = "context"
-                    yield self._done(job, end, request, m, reason, notes)
-                    return
-
-                if cancel.is_set():
-                    generator.cancel(job)  # from the thread that runs iterate()
-                    finished = True
-                    yield self._done(job, None, request, m, "cancelled", notes)
-                    return
-        finally:
-            if request.k_mode == "adaptive" and k == 0 and request.effective_k > 0:
-                tuner.skipped += rounds
-            if not finished and job in generator.active_jobs + generator.pending_jobs:
-                generator.cancel(job)
-
-    def close(self) -> None:
-        m, self._m = self._m, None
-        if m is None:
+    def _raise_if_failed(self, reply: Reply, ours: list[dict[str, Any]]) -> None:
+        """A failed job comes back as a "stage": "error" result (generator.py:2135-2161), the generator usable."""
+        failed = next((r for r in ours if r.get("stage") == "error"), None)
+        if failed is None:
             return
-        close = getattr(m.generator, "close", None)
-        if close is not None:
-            close()  # releases the generator's pinned buffers and pools; the cache then has no owner
-        for model in (m.model, m.draft_model):
-            if model is not None:
-                model.unload()
-        try:
-            import torch
+        reply.finished = True  # the generator already dropped the job (reap_failed_job)
+        error = failed.get("error")
+        if isinstance(error, BaseException) and is_oom(error):
+            raise BackendError(f"out of memory while generating: {OOM_HINT}")
+        cause = short_cause(error) if isinstance(error, BaseException) else str(error)
+        raise BackendError(f"exllamav3 failed the reply: {cause}")
 
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-        except ImportError:  # pragma: no cover
-            pass
+    def _stop_reason(self, end: dict[str, Any], reply: Reply) -> StopReason:
+        if end.get("eos_reason") == "loop_detected":  # job.py:1188
+            reply.notes.append("exllamav3's loop detector stopped the reply")
+            return "repetition"
+        return super()._stop_reason(end, reply)
+
+    def _finish(self, reply: Reply, times: JobTimes, reason: StopReason) -> Done:
+        job = reply.job
+        self.reply_notes = tuple(reply.notes)
+        self.last_job_counters = (int(job.accepted_draft_tokens), int(job.rejected_draft_tokens))
+        return Done(
+            stop_reason=reason,
+            prompt_tokens=times.prompt_tokens,
+            cached_tokens=times.cached_tokens,
+            prefill_s=times.prefill_s,
+            notes=tuple(reply.notes),
+        )
+
+    def _close_generator(self, generator: Any) -> None:
+        close = getattr(generator, "close", None)
+        if close is not None:
+            # Releases the generator's pinned buffers and pools (generator.py:839); the cache then has no owner.
+            close()
 
     # --- K between replies --------------------------------------------------------------------------
-
-    def tuner(self, key: str, prior: tuple[float, ...] = ()) -> AdaptiveK:
-        if key not in self.tuners:
-            self.tuners[key] = AdaptiveK(prior, probe_interval=PROBE_INTERVAL_ROUNDS)
-        return self.tuners[key]
-
-    @staticmethod
-    def adaptive_k(tuner: AdaptiveK, k_max: int) -> int:
-        """The next reply's K, as exllamav2's (the verify cost is not measured here: the default model)."""
-        return tuner.choose(k_max, None, rounds=0)  # the reply's rounds are counted when it ends
 
     def set_num_draft_tokens(self, k: int) -> int:
         """Make the next reply draft `k` tokens per round, keeping generator and caches. Returns the K used:
         0..MAX_DRAFT_TOKENS (the generator's max_draft_tokens), 0 without a drafter, at least 1 with a draft
         model or MTP head."""
-        m = self._loaded()
-        generator = m.generator
-        if generator.num_remaining_jobs():
-            raise BackendError("cannot change the draft length while a reply is running")
+        generator = self._idle_generator()
         if self.drafter == "none":
             k = 0
         else:
             k = min(self._clamp_k(k), int(generator.max_draft_tokens))
             if self.uses_draft_model:
                 k = max(k, 1)
-        generator.num_draft_tokens = k
+        generator.num_draft_tokens = k  # read every round (generator.py:794)
         self.num_draft_tokens = k
         return k
 
     # --- internals ----------------------------------------------------------------------------------
-
-    def _clamp_k(self, k: int) -> int:
-        if k > MAX_DRAFT_TOKENS:
-            note = f"K is at most {MAX_DRAFT_TOKENS} with exllamav3 here; asked {k}"
-            if note not in getattr(self, "notes", []):
-                self.notes.append(note)
-            return MAX_DRAFT_TOKENS
-        return max(0, k)
-
-    def _loaded(self) -> Models:
-        if self._m is None:
-            raise BackendError("the exllamav3 backend is not loaded")
-        return self._m
 
     @staticmethod
     def _read_config(ex: SimpleNamespace, folder: Path, what: str) -> Any:
@@ -529,53 +364,7 @@ class ExLlamaV3Backend:
             cause = str(exc).strip() or type(exc).__name__
             raise BackendError(f"exllamav3 cannot load the {what} in {folder}: {cause}") from exc
 
-    @staticmethod
-    def _stop_reason(
-        end: dict[str, Any], m: Models, end_of_turn_text: str | None, notes: list[str]
-    ) -> StopReason:
-        if end.get("eos_reason") == "loop_detected":
-            notes.append("exllamav3's loop detector stopped the reply")
-            return "repetition"
-        return stop_reason_of(end, m.eos_id, m.end_of_turn_id, end_of_turn_text)
-
-    def _done(
-        self,
-        job: Any,
-        end: dict[str, Any] | None,
-        request: GenerationRequest,
-        m: Models,
-        reason: StopReason,
-        notes: list[str],
-    ) -> Done:
-        if end is not None:
-            prompt_tokens = int(end.get("prompt_tokens", len(request.prompt_ids)))
-            cached = int(end.get("cached_tokens", 0))
-            prefill_s = float(end.get("time_prefill", 0.0))
-        else:
-            prompt_tokens = len(request.prompt_ids)
-            cached = int(job.cached_pages * PAGE_SIZE + job.cached_tokens)
-            first, start = job.time_first_token, job.time_first_prefill
-            prefill_s = first - start if first is not None and start is not None else 0.0
-        self.reply_notes = tuple(notes)
-        self.last_job_counters = (int(job.accepted_draft_tokens), int(job.rejected_draft_tokens))
-        return Done(
-            stop_reason=reason,
-            prompt_tokens=prompt_tokens,
-            cached_tokens=cached,
-            prefill_s=prefill_s,
-            notes=tuple(notes),
-        )
-
 
 def build(args: EngineArgs) -> ExLlamaV3Backend:
     """The registry's constructor: an EXL3 or FP16 folder (the embedded model's where `args.model` is None)."""
-    from engine.models import ensure_embedded_model
-
-    return ExLlamaV3Backend(
-        args.model if args.model is not None else ensure_embedded_model(),
-        draft=args.draft,
-        cache_mode=resolve_cache_mode(args.cache_mode, "exllamav3"),
-        draft_cache_mode=resolve_cache_mode(args.draft_cache_mode, "exllamav3"),
-        max_context=args.max_context,
-        gpu_split=list(args.gpu_split) if args.gpu_split else None,
-    )
+    return ExLlamaV3Backend.from_args(args)

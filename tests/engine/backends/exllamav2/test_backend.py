@@ -177,6 +177,15 @@ def test_pure_helpers():
     assert stop_reason_of({"eos_reason": "stop_string"}, 0, 2) == "stop_string"
 
 
+def test_a_k_above_the_cap_is_clamped_with_a_note_from_the_constructor(tmp_path):
+    """The shared base keeps its notes before it clamps K (the engines once raised AttributeError here)."""
+    backend = ExLlamaV2Backend(tmp_path, num_draft_tokens=MAX_DRAFT_TOKENS + 4)
+    assert backend.num_draft_tokens == MAX_DRAFT_TOKENS
+    assert backend.info.notes == (
+        f"K is at most {MAX_DRAFT_TOKENS} with exllamav2 (max_q_size {MAX_DRAFT_TOKENS + 1}); asked 20",
+    )
+
+
 def test_preset_sampler_overrides_every_non_neutral_default(standin):
     defaults = standin.generator.ExLlamaV2Sampler.Settings()
     assert (defaults.token_repetition_penalty, defaults.top_k, defaults.top_p) == (1.025, 50, 0.8)

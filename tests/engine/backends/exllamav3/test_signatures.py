@@ -2,7 +2,7 @@
 
 `Generator(..., **kwargs)` and `Job(..., **kwargs)` swallow unknown keywords silently, and 1.4 -> 1.6 renamed
 several, so a misspelt keyword would run and simply do nothing on a GPU. These tests read the backend's own source
-(every `ex.X(...)` call, every attribute it reads or sets on the generator, job, tokenizer and config, every result
+and the shared base it runs on (engine/backends/library_generator/, held_rounds.py) (every `ex.X(...)` call, every attribute it reads or sets on the generator, job, tokenizer and config, every result
 key and value it looks for) and check each against the real package: keywords against `inspect.signature` (a named
 parameter, never one that only `**kwargs` would take), attributes and result keys against the real source. The
 stand-in (tests/exl3_standin) is held to the same signatures. tests/exl3_real.py says how the wheel is fetched.
@@ -20,13 +20,18 @@ from typing import Any
 import pytest
 
 import engine.backends.exllamav3.backend as backend_module
+import engine.backends.exllamav3.models as models_module
 import engine.backends.held_rounds as held_rounds
+import engine.backends.library_generator.backend as base_module
+import engine.backends.library_generator.models as base_models_module
 from engine.backends.exllamav3.sampling import cache_kwargs, combo_sampler_kwargs
 from engine.request import SamplerSettings
 from tests.support import paths
 from tests.support.exl3_real import real_exllamav3, unpacked_source
 
-BACKEND_SOURCE = Path(backend_module.__file__).read_text(encoding="utf-8")
+# The backend's module and what it runs on: the shared base's loop and load, its rounds and its models.
+BACKEND_MODULES = (backend_module, models_module, base_module, base_models_module, held_rounds)
+BACKEND_TREES = [ast.parse(Path(m.__file__).read_text(encoding="utf-8")) for m in BACKEND_MODULES]
 STANDIN = paths.EXL3_STANDIN
 
 # The backend's calls, as written in its source, and the real callable each one reaches.
@@ -53,7 +58,7 @@ OBJECTS = {
     "model": "Model",
     "draft_model": "Model",
     "m.model": "Model",
-    "self.tokenizer": "Tokenizer",  # _ExLlamaV3Vocab
+    "self.tokenizer": "Tokenizer",  # ExLlamaV3Vocab (LibraryVocab)
     "cache": "Cache",
 }
 SOURCES = {
@@ -78,7 +83,7 @@ def dotted(node: ast.AST) -> str | None:
 def backend_calls() -> dict[str, list[tuple[int, list[str]]]]:
     """For each CALLS key: (positional count, keyword names) of every such call in the backend's source."""
     found: dict[str, list[tuple[int, list[str]]]] = {key: [] for key in CALLS}
-    for node in ast.walk(ast.parse(BACKEND_SOURCE)):
+    for node in (n for tree in BACKEND_TREES for n in ast.walk(tree)):
         if isinstance(node, ast.Call) and dotted(node.func) in CALLS:
             keywords = [k.arg for k in node.keywords if k.arg is not None]
             found[dotted(node.func)].append((len(node.args), keywords))
@@ -88,7 +93,7 @@ def backend_calls() -> dict[str, list[tuple[int, list[str]]]]:
 def backend_attributes() -> dict[str, set[str]]:
     """Class name -> attributes the backend reads or sets on its objects (getattr(obj, "name") included)."""
     used: dict[str, set[str]] = {}
-    for node in ast.walk(ast.parse(BACKEND_SOURCE)):
+    for node in (n for tree in BACKEND_TREES for n in ast.walk(tree)):
         if isinstance(node, ast.Attribute) and dotted(node.value) in OBJECTS:
             used.setdefault(OBJECTS[dotted(node.value)], set()).add(node.attr)
         if (
@@ -103,11 +108,10 @@ def backend_attributes() -> dict[str, set[str]]:
 
 
 def result_strings() -> tuple[set[str], set[str]]:
-    """(result keys, result values) the backend and the shared stop-reason reader look for in iterate() results."""
+    """(result keys, result values) the backend and the shared base look for in iterate() results."""
     keys: set[str] = set()
     values: set[str] = set()
-    trees = [ast.parse(BACKEND_SOURCE), ast.parse(inspect.getsource(held_rounds.stop_reason_of))]
-    for tree in trees:
+    for tree in BACKEND_TREES:
         for node in ast.walk(tree):
             if (
                 isinstance(node, ast.Call)
