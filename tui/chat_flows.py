@@ -104,7 +104,7 @@ class ChatFlows:
 
     def label_branches(self) -> None:
         """Every message with alternatives says which one it is and how to page them."""
-        if self.session.recorder is None:
+        if not self.session.history.saves:
             return
         older, newer = (
             key_for("reply.older_variant", self.keymap),

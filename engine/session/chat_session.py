@@ -41,7 +41,7 @@ from engine.session.reply import ReplyHandle
 from engine.session.reply_run import ReplyRun, Undo
 from engine.session.turn import Turn
 from engine.storage.metrics import Regression, Summary
-from engine.storage.recording import ChatRecorder
+from engine.storage.recording import ChatRecorder, NoRecorder
 
 EventCallback = Callable[[object], None]
 ProgressCallback = Callable[[str, float | None], None]
@@ -319,7 +319,8 @@ class ChatSession:
     # --- the history: what is saved and read back (`ChatHistory`'s, which says what each does) -------------------
 
     @property
-    def recorder(self) -> ChatRecorder | None:
+    def recorder(self) -> ChatRecorder | NoRecorder:
+        """What writes the store and the metrics log (a `NoRecorder` where this session saves nothing)."""
         return self.history.recorder
 
     @property

@@ -3,7 +3,8 @@ store and the metrics log, reads stored chats and their branches back as turns, 
 the session applies what it reads to the conversation (its turns, the status bar's figures, the context).
 
 Nothing here is saved unless the session saves (`ChatSession(..., save=True)`, which builds the recorder); without
-one, the reads come back empty and what needs a store says so.
+one the history holds a `NoRecorder`, whose reads come back empty and which says so where a store is needed: the
+one place that decides, so nothing below asks whether there is a recorder.
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from engine.config import data_dir
-from engine.errors import SpecchatError
 from engine.events import MessageStats, ReplyStarted
 from engine.origins import decode_runs
 from engine.request import CorpusPart, HistoryCorpus
 from engine.session.turn import Turn
 from engine.storage import metrics
 from engine.storage.metrics import Regression, Summary, find_regressions
-from engine.storage.recording import ChatRecorder, stats_from_dict
+from engine.storage.recording import ChatRecorder, NoRecorder, stats_from_dict
 from engine.storage.store import MessageRecord, StoreError
 
 if TYPE_CHECKING:
@@ -46,10 +46,10 @@ def _turn(record: MessageRecord) -> Turn:
 
 
 class ChatHistory:
-    """The session's store and metrics log, through its recorder (None: nothing is saved)."""
+    """The session's store and metrics log, through its recorder (None: nothing is saved, a `NoRecorder`)."""
 
     def __init__(self, recorder: ChatRecorder | None) -> None:
-        self.recorder = recorder
+        self.recorder: ChatRecorder | NoRecorder = recorder if recorder is not None else NoRecorder()
         self.regressions: list[Regression] = []  # from the metrics log; the status bar warns while non-empty
         self._acceptance_seeds: dict[str, tuple[float, ...]] = {}  # per preset, from the metrics log
 
@@ -59,8 +59,6 @@ class ChatHistory:
         self, turns: list[Turn], *, model: str | None, draft: str, system_prompt: str | None, mode: str
     ) -> None:
         """Save the last of `turns`, a new user message, under the newest turn before it that has a row."""
-        if self.recorder is None:
-            return
         turn = turns[-1]
         parent = next((t.message_id for t in reversed(turns[:-1]) if t.message_id is not None), None)
         turn.message_id = self.recorder.user_message(
@@ -73,7 +71,7 @@ class ChatHistory:
         """The reply's row, written as it starts (under the last of `turns`). `temperature` is the preset's (a
         ramp's start is only where it begins): all a reply interrupted by a killed process will say of its
         sampling."""
-        if self.recorder is None or not turns:
+        if not turns:
             return None
         return self.recorder.reply_started(
             turns[-1].message_id, started.preset, started.num_draft_tokens, temperature
@@ -89,43 +87,34 @@ class ChatHistory:
         model_dir: str | None,
     ) -> None:
         """The reply's row finished; a reply not cancelled goes to the metrics log too (then the regression rule)."""
-        if self.recorder is None:
-            return
         self.recorder.reply_ended(reply_id, text, stats.stop_reason, stats, origins=origins)
         if stats.stop_reason != "cancelled" and info is not None:
             self.recorder.log_reply(stats, info, model_dir, reply_id)
             self.check_regressions()
 
     def reply_progress(self, reply_id: int | None, text: Callable[[], str]) -> None:
-        if self.recorder is not None:
-            self.recorder.reply_progress(reply_id, text)
+        self.recorder.reply_progress(reply_id, text)
 
     def reply_failed(self, reply_id: int | None, partial: str, message: str) -> None:
-        if self.recorder is not None:
-            self.recorder.reply_ended(reply_id, partial, "error", error=message)
+        self.recorder.reply_ended(reply_id, partial, "error", error=message)
 
     def discard(self, message_id: int | None) -> None:
         """Remove a row that should not stay (a message taken back, a reply that produced nothing)."""
-        if self.recorder is not None:
-            self.recorder.discard(message_id)
+        self.recorder.discard(message_id)
 
     def chat_settings_changed(self, **values: str | None) -> None:
-        if self.recorder is not None:
-            self.recorder.chat_settings_changed(**values)
+        self.recorder.chat_settings_changed(**values)
 
     def take_notices(self) -> list[str]:
         """Storage problems to tell the user (a damaged database moved aside, a full disk ...), each once."""
-        return self.recorder.take_notices() if self.recorder is not None else []
+        return self.recorder.take_notices()
 
     def new_chat(self) -> None:
-        if self.recorder is not None:
-            self.recorder.new_chat()
+        self.recorder.new_chat()
 
     def open_chat(self, chat_id: int, clear: Callable[[], None]) -> list[Turn]:
         """A stored chat's visible conversation as turns; new messages go to it. `clear`: the session's new_chat,
         run once the chat is read (a chat that is not there leaves the conversation as it was)."""
-        if self.recorder is None:
-            raise SpecchatError("this session does not keep a history")
         records = self.recorder.open_chat(chat_id)  # StoreError (no such chat), as it is
         clear()
         self.recorder.chat_id = chat_id
@@ -133,21 +122,24 @@ class ChatHistory:
 
     @property
     def chat_id(self) -> int | None:
-        return self.recorder.chat_id if self.recorder is not None else None
+        return self.recorder.chat_id
+
+    @property
+    def saves(self) -> bool:
+        """Whether this session keeps a history (the store and the metrics log)."""
+        return self.recorder.saves
 
     def last_chat_id(self) -> int | None:
-        return self.recorder.last_chat_id() if self.recorder is not None else None
+        return self.recorder.last_chat_id()
 
     # --- stored chats, for the UI ------------------------------------------------------------------------------
 
     def _store(self):
-        if self.recorder is None:
-            raise SpecchatError("this session does not keep a history")
-        return self.recorder.store
+        return self.recorder.store  # SpecchatError where nothing is saved
 
     def chats(self, search: str = "") -> list:
         """Stored chats, most recent first; `search` matches titles and message text."""
-        return self._store().chats(search) if self.recorder is not None else []
+        return self.recorder.chats(search)
 
     def rename_chat(self, chat_id: int, title: str) -> None:
         self._store().rename_chat(chat_id, title)
@@ -155,7 +147,7 @@ class ChatHistory:
     def delete_chat(self, chat_id: int, turns: list[Turn]) -> None:
         """Delete a stored chat; deleting the open one leaves `turns` (its turns) unsaved from here on."""
         self._store().delete_chat(chat_id)
-        if self.recorder is not None and self.recorder.chat_id == chat_id:
+        if self.recorder.chat_id == chat_id:
             self.recorder.new_chat()
             for turn in turns:
                 turn.message_id = None
@@ -173,17 +165,17 @@ class ChatHistory:
     @property
     def memory_only(self) -> bool:
         """True while this chat is not being saved (the disk refused a write, the folder is not writable)."""
-        return self.recorder is not None and self.recorder.memory_only
+        return self.recorder.memory_only
 
     def open_elsewhere(self) -> int:
         """How many other specchat windows have this chat open (their messages become sibling branches)."""
-        return self.recorder.others_open() if self.recorder is not None else 0
+        return self.recorder.others_open()
 
     # --- alternatives: regenerated variants, edited messages, another window's message (siblings in the store) --
 
     def branches(self, turns: list[Turn], index: int) -> tuple[int, int]:
         """(position, count) of turn `index` among its alternatives (same parent and role), oldest first."""
-        if self.recorder is None or not 0 <= index < len(turns):
+        if not 0 <= index < len(turns):
             return (0, 0)
         message_id = turns[index].message_id
         if message_id is None:
@@ -202,7 +194,7 @@ class ChatHistory:
         target = position + step
         if not count or not 1 <= target <= count:
             return None
-        assert self.recorder is not None and turns[index].message_id is not None
+        assert turns[index].message_id is not None
         return self.recorder.variants(turns[index].message_id)[target - 1]
 
     def variant(self, turns: list[Turn], step: int) -> Turn | None:
@@ -218,7 +210,6 @@ class ChatHistory:
         record = self._alternative(turns, index, step)
         if record is None:
             return None
-        assert self.recorder is not None
         return [
             _turn(r) for r in self.recorder.newest_path_from(record.id) if r.role in ("user", "assistant")
         ]
@@ -230,12 +221,11 @@ class ChatHistory:
         are not in `turns` (its other variants and branches, newest first), then past chats, most recent first.
         Chats marked private are never handed in. Past chats are read later, off the reply path, by the engine;
         their key is one query. None where nothing is saved."""
-        if self.recorder is None:
-            return None
-        store, chat_id = self.recorder.store, self.recorder.chat_id
+        recorder, chat_id = self.recorder, self.recorder.chat_id
         parts: list[CorpusPart] = []
 
         def read() -> None:
+            store = recorder.store
             if chat_id is not None and not store.chat(chat_id).private:
                 shown = {t.message_id for t in turns}
                 others = [m for m in store.messages(chat_id) if m.id not in shown and m.text.strip()][::-1]
@@ -262,8 +252,7 @@ class ChatHistory:
 
     def check_regressions(self) -> list[Regression]:
         """Apply the regression rule to the metrics log (after each logged reply, and at load)."""
-        if self.recorder is not None:
-            self.regressions = find_regressions(self.recorder.recent_metrics())
+        self.regressions = find_regressions(self.recorder.recent_metrics())
         return self.regressions
 
     def recent_average(
@@ -271,12 +260,10 @@ class ChatHistory:
     ) -> Summary | None:
         """The preset's last 20 logged replies (on `model` and `backend` where given), summarized: the inspector
         shows a reply beside it, so the average must come from the same model and engine."""
-        if self.recorder is None:
-            return None
         return metrics.recent_average(self.recorder.recent_metrics(), preset, model=model, backend=backend)
 
     def metrics_rows(self) -> list[dict[str, Any]]:
-        return self.recorder.recent_metrics() if self.recorder is not None else []
+        return self.recorder.recent_metrics()
 
     def acceptance_seed(self, preset: str, info: BackendInfo | None, settings: Settings) -> tuple[float, ...]:
         """Per-position acceptance of the preset's recent logged replies on `info`'s model (adaptive K's start);
@@ -284,7 +271,7 @@ class ChatHistory:
         if preset not in self._acceptance_seeds:
             rows: list[dict[str, Any]] = []
             if info is not None:
-                if self.recorder is not None:
+                if self.recorder.saves:
                     rows = self.recorder.recent_metrics()
                 else:
                     try:

@@ -17,6 +17,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from engine.errors import SpecchatError
 from engine.events import BackendInfo, MessageStats
 from engine.storage import metrics
 from engine.storage.presence import ChatPresence
@@ -38,6 +39,8 @@ def stats_from_dict(data: dict[str, Any] | None) -> MessageStats | None:
 
 
 class ChatRecorder:
+    saves = True
+
     def __init__(self, data_dir: Path, store: Store | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.store = store if store is not None else Store.open(self.data_dir)
@@ -99,6 +102,10 @@ class ChatRecorder:
 
     def last_chat_id(self) -> int | None:
         return self.store.last_chat_id()
+
+    def chats(self, search: str = "") -> list:
+        """Stored chats, most recent first; `search` matches titles and message text."""
+        return self.store.chats(search)
 
     def user_message(
         self,
@@ -251,4 +258,70 @@ class ChatRecorder:
         return []
 
 
-__all__ = ["ChatRecorder", "StoreError", "stats_from_dict", "FLUSH_INTERVAL_S"]
+class NoRecorder:
+    """The recorder of a session that saves nothing (`ChatSession(save=False)`): every write goes nowhere, every
+    read is empty, and what needs a store says so. The one place where "nothing is saved" is decided."""
+
+    saves = False
+    chat_id: int | None = None
+    memory_only = False
+
+    @property
+    def store(self) -> Store:
+        raise SpecchatError("this session does not keep a history")
+
+    def user_message(self, text: str, parent_id: int | None, **chat: Any) -> int | None:
+        return None
+
+    def reply_started(self, parent_id: int | None, preset: str, k: int, temperature: float) -> int | None:
+        return None
+
+    def reply_progress(self, message_id: int | None, text: Callable[[], str]) -> None:
+        pass
+
+    def reply_ended(
+        self, message_id: int | None, text: str, stop_reason: str, *args: Any, **kwargs: Any
+    ) -> None:
+        pass
+
+    def log_reply(self, *args: Any) -> None:
+        pass
+
+    def discard(self, *message_ids: int | None) -> None:
+        pass
+
+    def chat_settings_changed(self, **values: str | None) -> None:
+        pass
+
+    def take_notices(self) -> list[str]:
+        return []
+
+    def new_chat(self) -> None:
+        pass
+
+    def open_chat(self, chat_id: int) -> list[MessageRecord]:
+        return self.store.conversation(chat_id)  # says there is no history
+
+    def last_chat_id(self) -> int | None:
+        return None
+
+    def chats(self, search: str = "") -> list:
+        return []
+
+    def others_open(self) -> int:
+        return 0
+
+    def guarded(self, action: Callable[[], Any]) -> Any:
+        return None
+
+    def variants(self, message_id: int) -> list[MessageRecord]:
+        return []
+
+    def newest_path_from(self, message_id: int) -> list[MessageRecord]:
+        return []
+
+    def recent_metrics(self) -> list[dict[str, Any]]:
+        return []
+
+
+__all__ = ["ChatRecorder", "NoRecorder", "StoreError", "stats_from_dict", "FLUSH_INTERVAL_S"]

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     startup_error = " ".join("; ".join(problems).split()) or None
     open_chat = None
     if session is not None and (args.resume or args.chat is not None):
-        assert session.recorder is not None
+        assert session.history.saves
         if args.chat is not None:
             open_chat = session.recorder.store.chat(args.chat).id  # StoreError: one line, exit 2
         else:
