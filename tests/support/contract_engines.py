@@ -3,8 +3,8 @@
 Each builder loads its engine from what the engine's own tests build: the scripted backend; the transformers backend
 on the successor model (`copy_model_dir`, tests/conftest.py: a tiny Llama that continues a cycle of ids with
 <|im_end|> inside it, so a reply copies its prompt and ends at a stop token); llama.cpp on that model written as a
-GGUF (tests/support/tiny_gguf.py); the ExLlamaV2 backend on its stand-in (tests/support/exl2_standin) with a scripted
-reply; the remote backend on the recorded vLLM replies (tests/support/remote_fixture_server.py). Each says what it
+GGUF (tests/support/tiny_gguf.py); the ExLlamaV2 and ExLlamaV3 backends on their stand-ins (tests/support/exl2_standin,
+exl3_standin) with a scripted reply; the remote backend on the recorded vLLM replies (tests/support/remote_fixture_server.py). Each says what it
 replies to its prompts and what it does at the context limit, so the suite's tests read the same for every engine.
 
 A new engine adds one builder here and its name to `ENGINES`.
@@ -38,11 +38,11 @@ AtLimit = Literal["stops", "refused", "unchecked"]
 # "unchecked" as above.
 PastLimit = Literal["done", "refused", "unchecked"]
 
-ENGINES = ("scripted", "transformers", "llamacpp", "exllamav2", "remote")
+ENGINES = ("scripted", "transformers", "llamacpp", "exllamav2", "exllamav3", "remote")
 # Engines that load a real (tiny) model: marked slow, as their own tests are.
 SLOW = frozenset({"transformers", "llamacpp"})
 
-CONTEXT = 64  # max_context of the local engines that take any (the ExLlamaV2 cache is 256 at least)
+CONTEXT = 64  # max_context of the local engines that take any (the ExLlama caches are 256 at least)
 IM_END = 2  # SmolLM2's <|im_end|>: the end of turn of every engine with SmolLM2's tokenizer
 USER = "Repeat after me, twice: the quick brown fox jumps over the lazy dog."
 
@@ -64,8 +64,8 @@ class ContractEngine:
     at_limit: AtLimit
     past_limit: PastLimit
     token_ids: bool = True  # chunks carry token ids (a remote server sends text and counts)
-    # Whether a cancel set before the reply starts gives the Done alone; False: one round runs first (ExLlamaV2
-    # reads the cancel between the generator's iterate() calls, after the first).
+    # Whether a cancel set before the reply starts gives the Done alone; False: one round runs first (the ExLlama
+    # engines read the cancel between the generator's iterate() calls, after the first).
     cancel_before_first_round: bool = True
     messages: tuple[dict[str, str], ...] = ({"role": "user", "content": USER},)
     # The remote engine's fixture server routes: what the client sent, and how a server refuses at its limit.
@@ -189,63 +189,64 @@ def _llamacpp(request: pytest.FixtureRequest) -> ContractEngine:
     return _successor("llamacpp", backend, backend.decode(list(COPY_REPLY)), [backend.close])
 
 
-# --- ExLlamaV2 on its stand-in -----------------------------------------------------------------------------
+# --- ExLlamaV2 and ExLlamaV3 on their stand-ins ----------------------------------------------------------
 
-EXL2_REPLY = "Keys stay warm in pages, prefixes reused again, drafts fly ahead fast."
+EXL_REPLY = "Keys stay warm in pages, prefixes reused again, drafts fly ahead fast."
+EXL_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "vocab_size": 49152,
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 8192,
+    "bos_token_id": 1,
+    "eos_token_id": IM_END,
+    "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
+}
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "special_tokens_map.json",
+)
 
 
-def _forget_exllamav2() -> None:
+def _forget(package: str) -> None:
     for module in list(sys.modules):
-        if module == "exllamav2" or module.startswith("exllamav2."):
+        if module == package or module.startswith(f"{package}."):
             del sys.modules[module]
 
 
-def _exllamav2(request: pytest.FixtureRequest) -> ContractEngine:
-    """The stand-in imported as `exllamav2` while this engine is loaded (as the engine's own tests do), a model
-    folder with SmolLM2's tokenizer that replies EXL2_REPLY then <|im_end|>, n-gram drafts accepted 2, 4, 1, 3."""
-    from engine.backends.exllamav2 import ExLlamaV2Backend
-
+def _exllama(
+    request: pytest.FixtureRequest, name: str, standin: Path, make: Callable[[Path], Backend]
+) -> ContractEngine:
+    """The stand-in imported as the library while the engine is loaded (as the engine's own tests do), a model
+    folder with SmolLM2's tokenizer that replies EXL_REPLY then <|im_end|>, n-gram drafts accepted 2, 4, 1, 3."""
     smol: Path = request.getfixturevalue("smol_dir")
     factory: pytest.TempPathFactory = request.getfixturevalue("tmp_path_factory")
     patch = pytest.MonkeyPatch()
-    _forget_exllamav2()
-    patch.syspath_prepend(str(paths.EXL2_STANDIN))
+    _forget(name)
+    patch.syspath_prepend(str(standin))
 
     def undo() -> None:
-        _forget_exllamav2()
+        _forget(name)
         patch.undo()
 
     from tokenizers import Tokenizer
 
     reply = tuple(
-        Tokenizer.from_file(str(smol / "tokenizer.json")).encode(EXL2_REPLY, add_special_tokens=False).ids
+        Tokenizer.from_file(str(smol / "tokenizer.json")).encode(EXL_REPLY, add_special_tokens=False).ids
     )
-    folder = factory.mktemp("contract-exl2")
-    for file_name in (
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "chat_template.jinja",
-        "special_tokens_map.json",
-    ):
+    folder = factory.mktemp(f"contract-{name}")
+    for file_name in TOKENIZER_FILES:
         if (smol / file_name).is_file():
             shutil.copy(smol / file_name, folder / file_name)
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "vocab_size": 49152,
-        "num_hidden_layers": 2,
-        "hidden_size": 64,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 8192,
-        "bos_token_id": 1,
-        "eos_token_id": IM_END,
-        "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
-    }
-    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    (folder / "config.json").write_text(json.dumps(EXL_CONFIG), encoding="utf-8")
     (folder / "model.safetensors").write_bytes(b"")
     script = {"reply": list(reply), "end": "end_of_turn", "ngram_acceptance": [2, 4, 1, 3]}
     (folder / "standin.json").write_text(json.dumps(script), encoding="utf-8")
-    backend = ExLlamaV2Backend(folder, draft="ngram", max_context=256)
+    backend = make(folder)
     try:
         backend.load()
     except BaseException:
@@ -253,7 +254,7 @@ def _exllamav2(request: pytest.FixtureRequest) -> ContractEngine:
         raise
     prompt = tuple(backend.encode_chat([{"role": "user", "content": USER}]))
     return ContractEngine(
-        name="exllamav2",
+        name=name,
         backend=backend,
         copy_prompt=prompt,
         long_prompt=prompt,
@@ -262,7 +263,7 @@ def _exllamav2(request: pytest.FixtureRequest) -> ContractEngine:
         reply_text=backend.decode(list(reply)),
         stop_id=IM_END,
         stop_text="<|im_end|>",
-        # SmolLM2's EOS is its end of turn (<|im_end|>, 2): ExLlamaV2 names the EOS first
+        # SmolLM2's EOS is its end of turn (<|im_end|>, 2): the ExLlama engines name the EOS first
         # (engine/backends/held_rounds.stop_reason_of), where the round loop says "end_of_turn".
         stop_reason="eos",
         at_limit="stops",  # keeping K positions free for the round's drafts
@@ -270,6 +271,32 @@ def _exllamav2(request: pytest.FixtureRequest) -> ContractEngine:
         cancel_before_first_round=False,
         closers=[undo, backend.close],
     )
+
+
+def _exllamav2(request: pytest.FixtureRequest) -> ContractEngine:
+    from engine.backends.exllamav2 import ExLlamaV2Backend
+
+    return _exllama(
+        request,
+        "exllamav2",
+        paths.EXL2_STANDIN,
+        lambda folder: ExLlamaV2Backend(folder, draft="ngram", max_context=256),
+    )
+
+
+def _exllamav3(request: pytest.FixtureRequest) -> ContractEngine:
+    """As ExLlamaV2, but at the context limit: exllamav3 keeps 1 + max_draft_tokens (16) positions free whatever the
+    reply's K (job.py prepare_for_queue), so a prompt that leaves 8 is refused in one line."""
+    from engine.backends.exllamav3 import ExLlamaV3Backend
+
+    engine = _exllama(
+        request,
+        "exllamav3",
+        paths.EXL3_STANDIN,
+        lambda folder: ExLlamaV3Backend(folder, draft="ngram", max_context=256),
+    )
+    engine.at_limit = "refused"
+    return engine
 
 
 # --- remote: the recorded vLLM server ----------------------------------------------------------------------
@@ -341,5 +368,6 @@ BUILDERS: dict[str, Callable[[pytest.FixtureRequest], ContractEngine]] = {
     "transformers": _transformers,
     "llamacpp": _llamacpp,
     "exllamav2": _exllamav2,
+    "exllamav3": _exllamav3,
     "remote": _remote,
 }

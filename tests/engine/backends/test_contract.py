@@ -1,6 +1,6 @@
 """The backend contract (engine/backends/base.py), one suite run against every engine: the scripted backend,
-transformers and llama.cpp on a tiny model built to copy, the ExLlamaV2 stand-in, the remote backend on a recorded
-vLLM server (tests/support/contract_engines.py builds them; a new engine adds itself to `ENGINES` there).
+transformers and llama.cpp on a tiny model built to copy, the ExLlamaV2 and ExLlamaV3 stand-ins, the remote backend
+on a recorded vLLM server (tests/support/contract_engines.py builds them; a new engine adds itself to `ENGINES` there).
 
 Each engine streams Chunks then exactly one Done; a cancel ends the reply at once with "cancelled"; greedy
 speculation gives plain decoding's reply; a stop token ends the reply and its text is not in it; a request past the
