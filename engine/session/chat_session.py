@@ -37,7 +37,6 @@ from engine.session.context_window import ContextWindow, context_messages, reply
 from engine.session.history import ChatHistory
 from engine.session.loading import check_model_choice, fetch_model_files, load_errors, load_replacement
 from engine.session.preset_choice import PresetChoice
-from engine.session.reply import ReplyHandle
 from engine.session.reply_run import ReplyRun, Undo
 from engine.session.turn import Turn
 from engine.storage.metrics import Regression, Summary
@@ -277,12 +276,6 @@ class ChatSession:
         self.turns.append(Turn("user", text))
         self._record_user()
         return ReplyRun(self, text, on_event, cancel).run()
-
-    def start(self, text: str, on_event: EventCallback) -> ReplyHandle:
-        """`send()` in a thread of its own; events arrive on that thread, through `on_event`."""
-        if not text.strip():
-            raise SpecchatError("empty message: type something to send")
-        return ReplyHandle(lambda cancel: self.send(text, on_event, cancel))
 
     def regenerate(self, on_event: EventCallback, cancel: threading.Event) -> ReplyFinished | ReplyFailed:
         """Generate the last reply again. Stopped (or failed) before its first token, the old reply stays."""

@@ -1,50 +1,18 @@
-"""One reply's parts, apart from the session that runs it (`ChatSession._reply`): what is asked of the backend
+"""One reply's parts, apart from the pass that runs them (`reply_run.ReplyRun`): what is asked of the backend
 (`reply_request`), what has streamed so far (`ReplyText`), how it ended and its stats (`reply_done`,
-`reply_stats`), and a reply run in a thread of its own (`ReplyHandle`)."""
+`reply_stats`), and how it drafts, decided once (`DraftChoice`)."""
 
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Callable, Sequence
 
 from engine.decoding.acceptance import AcceptanceAccounting
-from engine.events import BackendInfo, Chunk, Done, MessageStats, ReplyFailed, ReplyFinished, ReplyStarted
+from engine.events import BackendInfo, Chunk, Done, MessageStats, ReplyStarted
 from engine.origins import OriginRun, merge_runs, split_chunk_by_origin
 from engine.presets import Preset
 from engine.reasoning import thinking_end
 from engine.request import GenerationRequest, HistoryCorpus
-
-
-class ReplyHandle:
-    """A reply generating in its own thread: `cancel()` it, `wait()` for its ReplyFinished / ReplyFailed."""
-
-    def __init__(self, run: Callable[[threading.Event], ReplyFinished | ReplyFailed]) -> None:
-        self.cancel_event = threading.Event()
-        self.result: ReplyFinished | ReplyFailed | None = None
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(run,), name="specchat-reply", daemon=True)
-        self._thread.start()
-
-    def _run(self, run: Callable[[threading.Event], ReplyFinished | ReplyFailed]) -> None:
-        try:
-            self.result = run(self.cancel_event)
-        except BaseException as exc:  # handed to wait(): a thread has no one else to tell
-            self.error = exc
-
-    def cancel(self) -> None:
-        self.cancel_event.set()
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
-
-    def wait(self, timeout: float | None = None) -> ReplyFinished | ReplyFailed | None:
-        """The result (None if still running after `timeout`); re-raises what the thread raised."""
-        self._thread.join(timeout)
-        if self.error is not None:
-            raise self.error
-        return self.result
 
 
 def without_partial_claim(message: str) -> str:

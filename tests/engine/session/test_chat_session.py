@@ -208,25 +208,11 @@ def test_a_titled_error_keeps_its_title_and_a_model_path_from_the_environment_na
     assert caught.value.title == "Model not loaded"
 
 
-def test_start_runs_the_reply_in_a_thread_and_can_cancel_it():
-    gate = threading.Event()
-    backend = ScriptedBackend(" ".join(f"w{i}" for i in range(30)), gate=gate, gate_after_rounds=1)
-    session = make_session(backend, preset="qa")
-    events: list[object] = []
-    handle = session.start("go", events.append)
-    assert handle.wait(timeout=0.2) is None and handle.running  # held by the gate after the first round
-    assert threading.current_thread() is threading.main_thread()
-    handle.cancel()
-    result = handle.wait(timeout=10)
-    assert isinstance(result, ReplyFinished) and result.cancelled
-    assert not handle.running
-    assert any(isinstance(e, Chunk) for e in events)
-
-
-def test_start_refuses_an_empty_message_at_once():
+def test_send_refuses_an_empty_message_at_once():
     session = make_session(ScriptedBackend("x"))
     with pytest.raises(SpecchatError):
-        session.start(" ", lambda e: None)
+        session.send(" ", lambda e: None, threading.Event())
+    assert session.turns == []
 
 
 def test_requests_carry_k_mode_tuning_key_and_the_logged_acceptance(tmp_path):

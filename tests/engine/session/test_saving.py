@@ -43,6 +43,24 @@ def wait_for(predicate, timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+class Background:
+    """`session.send` in a thread of its own, as the chat app runs it: `cancel` it, `wait` for its result."""
+
+    def __init__(self, session: ChatSession, text: str) -> None:
+        self.cancel = threading.Event()
+        self.result: ReplyFinished | ReplyFailed | None = None
+
+        def run() -> None:
+            self.result = session.send(text, lambda e: None, self.cancel)
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def wait(self, timeout: float) -> ReplyFinished | ReplyFailed | None:
+        self.thread.join(timeout)
+        return self.result
+
+
 def test_nothing_is_written_without_save(tmp_path: Path):
     session = make_session(tmp_path, ScriptedBackend("Paris."), save=False)
     assert isinstance(send(session, "Capital of France?"), ReplyFinished)
@@ -53,7 +71,7 @@ def test_user_message_is_stored_before_generation_and_the_reply_while_it_streams
     gate = threading.Event()
     backend = ScriptedBackend("one two three four five six seven eight", gate=gate, gate_after_rounds=1)
     session = make_session(tmp_path, backend)
-    handle = session.start("Count for me", lambda e: None)
+    handle = Background(session, "Count for me")
     wait_for(lambda: session.live.new_tokens > 0)
     # Another reader (another process would see the same) finds the question and the reply row already.
     reader = Store.open(tmp_path)
@@ -74,9 +92,9 @@ def test_user_message_is_stored_before_generation_and_the_reply_while_it_streams
 def test_cancelled_reply_is_kept_with_its_stop_reason(tmp_path: Path):
     gate = threading.Event()
     session = make_session(tmp_path, ScriptedBackend("a b c d e f g h i j", gate=gate, gate_after_rounds=2))
-    handle = session.start("Letters please", lambda e: None)
+    handle = Background(session, "Letters please")
     wait_for(lambda: session.live.rounds >= 2)
-    handle.cancel()
+    handle.cancel.set()
     result = handle.wait(10)
     assert isinstance(result, ReplyFinished) and result.cancelled and result.text
     store = Store.open(tmp_path)
@@ -89,9 +107,9 @@ def test_cancelled_reply_is_kept_with_its_stop_reason(tmp_path: Path):
 def test_cancel_before_any_text_stores_nothing(tmp_path: Path):
     gate = threading.Event()
     session = make_session(tmp_path, ScriptedBackend("never shown", gate=gate))
-    handle = session.start("Hold on", lambda e: None)
+    handle = Background(session, "Hold on")
     wait_for(lambda: session.chat_id is not None and session.active is not None)
-    handle.cancel()
+    handle.cancel.set()
     handle.wait(10)
     store = Store.open(tmp_path)
     # The prompt went back to the user, not into the history: no message, and no empty chat either.
