@@ -2,8 +2,7 @@
 `chat_session`), its history (`history.ChatHistory`, which it holds: the store, the metrics log, stored chats),
 editing and continuing (`editing`), and `Turn` (`turn`); the parts it uses: the preset choice (`preset_choice`),
 the context window (`context_window`), a reply in one pass (`reply_run`) and its parts (`reply`), loading a model
-(`loading`),
-attachments.
+(`loading`), attachments.
 
 `from engine.session import ChatSession` is the front ends' one way in.
 """
