@@ -6,7 +6,9 @@
   corpus is handed in (engine.request.HistoryCorpus), never read from the store there;
 - the config imports no backend: only the registry of engines, a leaf that names each engine's package as a string
   (engine/backends/registry.py), so nothing the config reaches is an engine;
-- the TUI's screens and widgets reach the engine only through the session, its events and the errors;
+- the TUI's screens and widgets reach the engine only through the session, its events and the errors, and the two
+  pure leaves that describe a reply's text as the engine hands it over (engine.reasoning: where its reasoning
+  ends; engine.origins: which runs of it came from which drafter), imported where they are used, not re-exported;
 - storage (engine/storage/) imports nothing of the session;
 - nothing on the chat path (tui.app, engine.session, engine.backends and all they import) imports the tools
   (engine.benchmarks, tui.ui_bench);
@@ -36,6 +38,8 @@ FRONT_DOOR = (
     "engine.session",
     "engine.events",
     "engine.errors",
+    "engine.reasoning",
+    "engine.origins",
 )  # what screens and widgets may import of the engine
 MAX_ENGINE_ROOT_MODULES = 14
 CHAT_PATH = ("tui.app", "engine.session", "engine.backends")

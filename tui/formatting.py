@@ -6,9 +6,6 @@ from collections.abc import Sequence
 
 from engine.events import MessageStats
 
-# Re-exported for the reply widget: screens and widgets reach the engine's text helpers through this module.
-from engine.reasoning import split_reasoning as split_reasoning
-
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 BAR_FULL = "█"
 BAR_EMPTY = "░"

@@ -21,9 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.events import Chunk
-from engine.origins import OriginRun, merge_runs, split_chunk_by_origin
-
-__all__ = ["OriginRun", "ReplyBuffer", "merge_runs", "split_chunk_by_origin"]
+from engine.origins import OriginRun, split_chunk_by_origin
 
 RENDER_INTERVAL_S = 0.1
 MAX_RENDER_INTERVAL_S = 1.0  # a long chat at 160x48 needs nearly this much (docs/performance.md)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from engine.events import Chunk, Done, MessageStats
+from engine.origins import merge_runs, split_chunk_by_origin
 from tests.support.tui import wide_figures
 from tui.formatting import bar, percent, sparkline, stats_line
 from tui.keymap import check_keymap, key_for
-from tui.streaming import RENDER_INTERVAL_S, RenderPace, ReplyBuffer, merge_runs, split_chunk_by_origin
+from tui.streaming import RENDER_INTERVAL_S, RenderPace, ReplyBuffer
 from tui.widgets.message import last_code_block
 from tui.widgets.status_bar import StatusFigures, render_status
 

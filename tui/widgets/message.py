@@ -32,9 +32,10 @@ from textual.widgets import Collapsible, Markdown, Static
 from textual.widgets.markdown import MarkdownBlock
 
 from engine.events import MessageStats
-from tui.formatting import split_reasoning, stats_line
+from engine.origins import OriginRun, merge_runs
+from engine.reasoning import split_reasoning
+from tui.formatting import stats_line
 from tui.keymap import MESSAGE_KEYS, bindings, bound_keys
-from tui.streaming import OriginRun, merge_runs
 
 if TYPE_CHECKING:
     from textual.widgets.markdown import MarkdownStream
