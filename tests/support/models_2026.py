@@ -8,6 +8,8 @@ with the converter of the llama.cpp tree specchat builds (the vendored one in ll
   (4 experts, top 2, a shared expert) with one MTP layer.
 - "qwen3next": Qwen3-Next (the same kind of layers; llama.cpp has no native rollback for it: checkpoints).
 - "qwen3moe": Qwen3-MoE (dense attention, 8 experts, top 2).
+- "gptoss": gpt-oss (attention sinks, sliding-window layers beside full ones, 4 experts top 2, experts in
+  float16 where the released files hold MXFP4: the converter takes either).
 
 SmolLM2's tokenizer (the embedded model's) and vocabulary, so the converter knows the pre-tokenizer and the chat
 template is ChatML. Hidden and expert sizes are multiples of 256, so a Q4_K_M file really holds K-quants. The GGUFs
@@ -31,7 +33,7 @@ from tests.support.tiny_models import TOKENIZER_FILE_NAMES
 LLAMA_CPP_PY_VERSION = os.environ.get("LLAMA_CPP_PY_VERSION", "0.3.36")
 # Bumped when what the builders make changes (the cached GGUFs are then built again).
 BUILDER_VERSION = 1
-KINDS = ("qwen35", "qwen35mtp", "qwen35moemtp", "qwen3next", "qwen3moe")
+KINDS = ("qwen35", "qwen35mtp", "qwen35moemtp", "qwen3next", "qwen3moe", "gptoss")
 # Wide enough logits that greedy decoding has no near-ties (a random model's argmax is then stable).
 INIT_RANGE = 0.2
 # Real models' shapes, for timing (a verify pass costs the same whatever the weights hold): the config fields that
@@ -147,6 +149,19 @@ def _config(kind: str, vocab_size: int, shape: str = "tiny"):
             shared_expert_intermediate_size=256,
             decoder_sparse_step=1,
             architectures=["Qwen3NextForCausalLM"],
+        )
+    if kind == "gptoss":
+        from transformers import GptOssConfig
+
+        fields = {**common, "head_dim": 64, "num_attention_heads": 4, "intermediate_size": 256}
+        return GptOssConfig(
+            **fields,
+            num_hidden_layers=2,
+            layer_types=["sliding_attention", "full_attention"],
+            sliding_window=128,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            architectures=["GptOssForCausalLM"],
         )
     from transformers import Qwen3MoeConfig as Config
 

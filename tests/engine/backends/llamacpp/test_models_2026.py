@@ -44,6 +44,11 @@ def qwen3moe(smol_dir: Path) -> Path:
     return gguf_2026("qwen3moe", smol_dir)
 
 
+@pytest.fixture(scope="module")
+def gptoss(smol_dir: Path) -> Path:
+    return gguf_2026("gptoss", smol_dir)
+
+
 def load(path: Path, rollback: bool | None = None) -> LlamaCppBackend:
     # Two threads as given (no thread measuring at load): the tests check behaviour, not speed.
     backend = LlamaCppBackend(
@@ -219,10 +224,13 @@ def test_a_regenerate_and_an_edited_question_replay_at_most_the_new_turn(qwen3ne
         backend.close()
 
 
-def test_a_mixture_of_experts_model_is_exact_at_every_width(qwen3moe, monkeypatch) -> None:
+@pytest.mark.parametrize("which", ["qwen3moe", "gptoss"])
+def test_a_mixture_of_experts_model_is_exact_at_every_width(which, request, monkeypatch) -> None:
     """Every width up to the widest the loop sends is proven, and wide rounds (many tokens routed to one expert)
-    equal plain decoding."""
-    backend = load(qwen3moe)
+    equal plain decoding. gpt-oss adds attention sinks over a float16 cache (stock llama.cpp's tiled attention
+    takes such passes of 64 rows and more over <= 256 cells; the patch keeps every pass in its fixed chunks) and
+    sliding-window layers."""
+    backend = load(request.getfixturevalue(which))
     try:
         # every width, and one-token plain steps (its float32 router once rounded a 2-row pass otherwise)
         assert backend.probe.widest == backend.probe.checked and not backend.probe.pad

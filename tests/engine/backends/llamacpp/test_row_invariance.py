@@ -81,3 +81,25 @@ def test_a_pass_across_256_cache_cells_equals_plain_steps(cache: str) -> None:
             assert all(same), f"{cache} cache, a pass of {span}: rows {same.index(False)}.. differ"
     finally:
         model.close()
+
+
+def test_attention_sinks_over_a_float16_cache_take_the_chunks_at_every_width() -> None:
+    """gpt-oss's attention sinks over a float16 cache: stock llama.cpp sends a pass of 64 rows and more over a
+    view of <= 256 cells to its tiled attention kernel (ggml-cpu/ops.cpp), which sums otherwise than the one-row
+    path; the patch keeps every row of a pass in its fixed 256-cell chunks, so the rows equal plain steps."""
+    from engine.models import ensure_embedded_model
+    from tests.support.models_2026 import gguf_2026
+
+    model = open_model(gguf_2026("gptoss", ensure_embedded_model()), 256)
+    try:
+        ids = (tokens(model, "The quick brown fox jumps over the lazy dog. 1, 2, 3. ") * 20)[:200]
+        start, width = 8, 64  # specchat_exact_rows(): the widest pass the patch keeps exact
+        model.prefill(ids[:start])
+        singles = [model.decode([ids[start + j]], outputs=1)[0] for j in range(width)]
+        for span in (2, 49, width):
+            model.crop(start)
+            rows = model.decode(ids[start : start + span], outputs=span)
+            same = [np.array_equal(rows[j], singles[j]) for j in range(span)]
+            assert all(same), f"a pass of {span} with attention sinks: rows {same.index(False)}.. differ"
+    finally:
+        model.close()
