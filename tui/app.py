@@ -81,7 +81,7 @@ class SpecchatApp(App[None]):
         self._apply_saved_theme()
         for problem in self.keymap_problems:
             self.notify(problem.message, severity=problem.severity, timeout=12)
-        for problem in self.session.skipped_presets.values():
+        for problem in self.session.preset_choice.skipped.values():
             self.notify(
                 f"{problem} (the file is skipped)", title="Preset skipped", severity="warning", timeout=15
             )

@@ -435,7 +435,7 @@ class ChatFlows:
         if chat_id is None or chat_id == self._told_elsewhere:
             return
         try:
-            others = self.session.open_elsewhere()
+            others = self.session.history.open_elsewhere()
         except (OSError, UserError):
             return
         if others:
@@ -497,7 +497,7 @@ class ChatFlows:
             self.app.push_screen(
                 InspectorScreen(
                     pending=streaming,
-                    recent_for=session.recent_average,
+                    recent_for=session.history.recent_average,
                     context=context_line(session),
                     backend_notes=notes,
                 )
@@ -507,7 +507,7 @@ class ChatFlows:
             self.notify("No finished reply to inspect yet.", severity="warning")
             return
         stats = reply.stats
-        recent = session.recent_average(stats.preset, model=stats.model, backend=stats.backend)
+        recent = session.history.recent_average(stats.preset, model=stats.model, backend=stats.backend)
         replies = self.chat_log.replies()
         self.app.push_screen(
             InspectorScreen(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from engine.decoding.drafters import draft_keywords, is_draft_keyword
 from engine.errors import UserError
 from engine.models.named import NAMED_MODELS
+from engine.session.loading import check_model_choice
 
 if TYPE_CHECKING:
     from engine.session import ChatSession
@@ -55,7 +56,7 @@ class ChatSettings:
 
     @classmethod
     def of(cls, session: ChatSession, typed: dict[str, Any] | None = None) -> ChatSettings:
-        values: dict[str, Any] = dict(session.overrides)
+        values: dict[str, Any] = dict(session.preset_choice.overrides)
         if session.mode != "auto":
             # A preset chosen by hand: show its values (with this chat's overrides) to edit.
             preset = session.effective_preset(session.mode)
@@ -86,21 +87,25 @@ class ChatSettings:
     def check(self, result: dict[str, Any], busy: str | None) -> None:
         """The whole result, as the session would take it (UserError, one line); `busy`: why the model cannot
         change now (a reply streams, a model loads), None where it can."""
-        self.session.check_overrides(**result["overrides"])
+        self.session.preset_choice.check_overrides(**result["overrides"])
         if busy and self.model_changed(result):
             raise UserError(f"{busy}: change the model or draft when it is done")
 
     def check_model(self, text: str) -> None:
-        self.session.check_model_choice(model=text or None)
+        check_model_choice(model=text or None)
 
     def check_draft(self, text: str) -> None:
-        self.session.check_model_choice(draft=text)
+        check_model_choice(draft=text)
 
     def apply(self, result: dict[str, Any]) -> None:
         """The system prompt and the values go to the session (from the next reply); the model is the caller's."""
         session = self.session
         overrides = dict(result["overrides"])
-        if session.mode == "auto" and overrides.get("drafting") and "drafting" not in session.overrides:
+        if (
+            session.mode == "auto"
+            and overrides.get("drafting")
+            and "drafting" not in session.preset_choice.overrides
+        ):
             overrides["drafting"] = None  # left on: each routed preset keeps its own drafting
         session.set_system_prompt(result["system_prompt"])
         session.set_overrides(**overrides)

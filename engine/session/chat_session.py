@@ -35,11 +35,11 @@ from engine.events import (
 from engine.presets import Preset, load_presets
 from engine.session.context_window import ContextWindow, context_messages, reply_room
 from engine.session.history import ChatHistory
-from engine.session.loading import check_model_choice, fetch_model_files, load_errors, load_replacement
+from engine.session.loading import fetch_model_files, load_errors, load_replacement
 from engine.session.preset_choice import PresetChoice
 from engine.session.reply_run import ReplyRun, Undo
 from engine.session.turn import Turn
-from engine.storage.metrics import Regression, Summary
+from engine.storage.metrics import Regression
 from engine.storage.recording import ChatRecorder, NoRecorder
 
 EventCallback = Callable[[object], None]
@@ -105,11 +105,9 @@ class ChatSession:
             self.backend.load(progress)
             self._info = self.backend.info
             self.verdict, self.verdict_changed = self.judge_drafting(), False
-            self.check_regressions()
+            self.history.check_regressions()
             self.recount_context()  # a chat opened before the model was ready (--resume)
         return self._info
-
-    check_model_choice = staticmethod(check_model_choice)
 
     def reload(
         self, model: str | Path | None, draft: str, progress: ProgressCallback | None = None
@@ -166,23 +164,15 @@ class ChatSession:
         self.verdict = new
         return new
 
-    # --- the preset (engine.session.preset_choice) ------------------------------------------------------------
+    # --- the preset: named entry points; the rest is `session.preset_choice`'s (engine.session.preset_choice) --
 
     @property
     def presets(self) -> dict[str, Preset]:
         return self.preset_choice.presets
 
     @property
-    def skipped_presets(self) -> dict[str, str]:
-        return self.preset_choice.skipped
-
-    @property
     def mode(self) -> str:
         return self.preset_choice.mode
-
-    @property
-    def overrides(self) -> dict[str, Any]:
-        return self.preset_choice.overrides
 
     def set_mode(self, name: str) -> None:
         self.preset_choice.set_mode(name)
@@ -190,10 +180,6 @@ class ChatSession:
     def set_overrides(self, **values: Any) -> None:
         """Override preset fields for every following message; None leaves a field to the preset."""
         self.preset_choice.set_overrides(**values)
-
-    def check_overrides(self, **values: Any) -> None:
-        """Raise a UserError (one line) unless `values` make a valid preset of every preset they may apply to."""
-        self.preset_choice.check_overrides(**values)
 
     def effective_preset(self, name: str) -> Preset:
         """Preset `name` as the next reply would use it: with this chat's overrides."""
@@ -206,10 +192,6 @@ class ChatSession:
             return
         self.settings = self.settings.model_copy(update={"system_prompt": text})
         self.history.chat_settings_changed(system_prompt=text)
-
-    def choose_preset(self, text: str) -> tuple[Preset, bool, str]:
-        """The preset for a message: (preset, chosen automatically, why)."""
-        return self.preset_choice.choose(text, self.turns)
 
     # --- conversation ----------------------------------------------------------------------------------------
 
@@ -309,7 +291,7 @@ class ChatSession:
         last, user_text = editing.take_continued(self.turns, self._info)
         return ReplyRun(self, user_text, on_event, cancel, Undo(replaced=[last]), continuing=last).run()
 
-    # --- the history: what is saved and read back (`ChatHistory`'s, which says what each does) -------------------
+    # --- the history: what changes the turns, and named entry points; the rest is `session.history`'s ------------
 
     @property
     def recorder(self) -> ChatRecorder | NoRecorder:
@@ -347,21 +329,9 @@ class ChatSession:
     def chat_id(self) -> int | None:
         return self.history.chat_id
 
-    def last_chat_id(self) -> int | None:
-        return self.history.last_chat_id()
-
-    def chats(self, search: str = "") -> list:
-        return self.history.chats(search)
-
-    def rename_chat(self, chat_id: int, title: str) -> None:
-        self.history.rename_chat(chat_id, title)
-
     def delete_chat(self, chat_id: int) -> None:
         """Delete a stored chat; deleting the open one leaves its turns on screen, unsaved from here on."""
         self.history.delete_chat(chat_id, self.turns)
-
-    def export_chat(self, chat_id: int, fmt: str = "md", stats_line: Callable | None = None) -> bytes:
-        return self.history.export_chat(chat_id, fmt, stats_line)
 
     def variants(self) -> tuple[int, int]:
         return self.history.variants(self.turns)
@@ -392,17 +362,6 @@ class ChatSession:
     @property
     def memory_only(self) -> bool:
         return self.history.memory_only
-
-    def open_elsewhere(self) -> int:
-        return self.history.open_elsewhere()
-
-    def check_regressions(self) -> list[Regression]:
-        return self.history.check_regressions()
-
-    def recent_average(
-        self, preset: str, model: str | None = None, backend: str | None = None
-    ) -> Summary | None:
-        return self.history.recent_average(preset, model=model, backend=backend)
 
     def metrics_rows(self) -> list[dict[str, Any]]:
         return self.history.metrics_rows()

@@ -142,4 +142,6 @@ async def test_the_inspectors_recent_average_is_of_this_model_and_backend(tmp_pa
         await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen))
         recent = app.screen.recent
         assert recent is not None and recent.replies == 1
-        assert app.session.recent_average("code").replies == 2  # by preset alone, the other model counts
+        assert (
+            app.session.history.recent_average("code").replies == 2
+        )  # by preset alone, the other model counts

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         if args.chat is not None:
             open_chat = session.recorder.store.chat(args.chat).id  # StoreError: one line, exit 2
         else:
-            open_chat = session.last_chat_id()
+            open_chat = session.history.last_chat_id()
             if open_chat is None:
                 print("specchat: no saved chat to resume: starting a new one", file=sys.stderr)
     run_app(settings, startup_error=startup_error, session=session, open_chat=open_chat)

@@ -165,7 +165,7 @@ class ChatScreen(ChatFlows, Screen[None]):
     def show_startup_banner(self) -> None:
         """What stays above the chat after loading: a config problem, and each preset file that was skipped."""
         startup_error = self.app.startup_error  # type: ignore[attr-defined]
-        self.chat_log.show_problems(startup_error, self.session.skipped_presets.values())
+        self.chat_log.show_problems(startup_error, self.session.preset_choice.skipped.values())
 
     async def model_loaded(self, info: Any, reloaded: bool = False) -> None:
         self.show_startup_banner()

@@ -1,7 +1,7 @@
 """Saved chats: search as you type, open one to continue it, rename, delete (asks first), export, mark private
 (a private chat is never drafted from by history drafting; the list says "private").
 
-Everything goes through the session (`session.chats()`, `rename_chat`, `delete_chat`, `export_chat`); the
+Everything goes through the session's history (`session.history.chats()`, `rename_chat`, `export_chat`; `session.delete_chat`); the
 screen returns the id of the chat to open, or None.
 """
 
@@ -81,7 +81,7 @@ class HistoryScreen(ModalScreen[int | None]):
         where it is listed, else goes to the first."""
         if keep is None:
             keep = self.selected()
-        self.chats = self.session.chats(query)
+        self.chats = self.session.history.chats(query)
         options = self.options
         options.clear_options()
         options.add_options([Option(chat_option_text(c), id=str(c.id)) for c in self.chats])
@@ -105,7 +105,7 @@ class HistoryScreen(ModalScreen[int | None]):
     def _submitted(self, event: Input.Submitted) -> None:
         if self.mode == "rename" and self._target is not None:
             try:
-                self.session.rename_chat(self._target, event.value)
+                self.session.history.rename_chat(self._target, event.value)
             except UserError as exc:
                 self.say(str(exc))
                 return
@@ -204,7 +204,7 @@ class HistoryScreen(ModalScreen[int | None]):
         recorder = self.session.recorder
         folder = recorder.data_dir / "exports"
         try:
-            data = self.session.export_chat(chat_id, "md", stored_stats_line)
+            data = self.session.history.export_chat(chat_id, "md", stored_stats_line)
             folder.mkdir(parents=True, exist_ok=True)
             target = folder / f"chat-{chat_id}.md"
             target.write_bytes(data)

@@ -152,7 +152,7 @@ session = ChatSession(Settings(data_dir=Path(sys.argv[1])), backend=ScriptedBack
                       presets=load_presets(None), save=True)
 session.load()
 session.open_chat(int(sys.argv[2]))
-print("others", session.open_elsewhere(), flush=True)
+print("others", session.history.open_elsewhere(), flush=True)
 session.send("B asks", lambda e: None, threading.Event())
 print("sent", flush=True)
 sys.stdin.readline()
@@ -163,7 +163,7 @@ def test_two_windows_on_one_chat_both_branches_stay_reachable_and_each_sees_the_
     a = make_session(tmp_path, ScriptedBackend(["first", "from A"]))
     send(a, "hello")
     chat_id = a.chat_id
-    assert a.open_elsewhere() == 0
+    assert a.history.open_elsewhere() == 0
     other = subprocess.Popen(
         [sys.executable, "-c", OTHER_WINDOW, str(tmp_path), str(chat_id)],
         stdin=subprocess.PIPE,
@@ -175,11 +175,11 @@ def test_two_windows_on_one_chat_both_branches_stay_reachable_and_each_sees_the_
     try:
         assert other.stdout.readline().split() == ["others", "1"]  # B sees A
         assert other.stdout.readline().strip() == "sent"
-        assert a.open_elsewhere() == 1  # A sees B
+        assert a.history.open_elsewhere() == 1  # A sees B
         send(a, "A asks")
     finally:
         other.communicate("\n", timeout=30)
-    assert a.open_elsewhere() == 0  # B quit: its lock went with it
+    assert a.history.open_elsewhere() == 0  # B quit: its lock went with it
 
     reopened = make_session(tmp_path, ScriptedBackend(["x"]))
     reopened.open_chat(chat_id)

@@ -181,7 +181,7 @@ def test_new_chat_starts_another_chat_and_keeps_the_old_one(tmp_path: Path):
     send(session, "In the second chat")
     assert session.chat_id != first
     assert [c.title for c in Store.open(tmp_path).chats()] == ["In the second chat", "In the first chat"]
-    assert session.last_chat_id() == session.chat_id
+    assert session.history.last_chat_id() == session.chat_id
 
 
 def test_open_unknown_chat_is_a_clear_error(tmp_path: Path):

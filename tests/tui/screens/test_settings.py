@@ -77,7 +77,7 @@ async def test_a_bad_value_shows_one_line_and_keeps_the_dialog_and_the_edits():
         assert app.screen is screen and "k: must be a whole number" in plain(
             screen.query_one("#settings-error")
         )
-        assert app.session.overrides == {}
+        assert app.session.preset_choice.overrides == {}
 
 
 async def test_the_system_prompt_and_drafting_off_reach_the_next_request():
@@ -253,4 +253,4 @@ async def test_the_dialog_returns_its_values_to_whoever_opened_it_and_applies_no
         assert returned[0]["system_prompt"] == "be brief"
         assert returned[0]["overrides"]["temperature"] == 0.5 and returned[0]["overrides"]["k"] == 3
         assert (returned[0]["model"], returned[0]["draft"]) == ("", "ngram")
-        assert app.session.overrides == {} and app.session.settings.system_prompt != "be brief"
+        assert app.session.preset_choice.overrides == {} and app.session.settings.system_prompt != "be brief"
