@@ -358,6 +358,52 @@ HISTORY_KEYS: tuple[KeySpec, ...] = (
     ),
 )
 
+# The other dialogs' keys (tui/screens/*.py), one table each. Listed by `specchat --help` and docs/usage.md; the help
+# screen lists the chat's keys and the saved chats' (each dialog's footer shows its own).
+ERROR_KEYS: tuple[KeySpec, ...] = (
+    K("error.close", "escape,enter", "dismiss", "close", help="error dialog: close"),
+)
+FIND_KEYS: tuple[KeySpec, ...] = (K("find.close", "escape", "dismiss(None)", "close", help="find: close"),)
+HELP_KEYS: tuple[KeySpec, ...] = (
+    K("help.close", "escape,q,f5,question_mark", "dismiss", "close", help="help: close"),
+)
+INSPECTOR_KEYS: tuple[KeySpec, ...] = (
+    K("inspector.close", "escape,q,i", "dismiss", "close", help="statistics: close"),
+    # The scroller takes End itself when it has the focus; this one is for the moments it does not
+    # (still waiting for the figures, or the focus elsewhere): End is kept for when they arrive.
+    K(
+        "inspector.end",
+        "end",
+        "remember_end",
+        "",
+        help="statistics: to the end (kept while they load)",
+        show=False,
+    ),
+)
+PICKER_KEYS: tuple[KeySpec, ...] = (
+    K("picker.close", "escape", "dismiss(None)", "back", help="file picker: back"),
+    K("picker.pick", "ctrl+s", "pick", "pick", help="file picker: pick the highlighted file", priority=True),
+    K("picker.up", "backspace", "up", "parent folder", help="file picker: the parent folder"),
+)
+PRESETS_KEYS: tuple[KeySpec, ...] = (
+    K("presets.close", "escape", "dismiss(None)", "close", help="preset picker: close"),
+)
+SETTINGS_KEYS: tuple[KeySpec, ...] = (
+    K("settings.close", "escape", "dismiss(None)", "close", help="settings: close without applying"),
+    K("settings.apply", "ctrl+s", "apply", "apply", help="settings: apply", priority=True),
+)
+TREND_KEYS: tuple[KeySpec, ...] = (K("trend.close", "escape,q", "dismiss", "close", help="trend: close"),)
+DIALOG_KEYS: tuple[tuple[KeySpec, ...], ...] = (
+    ERROR_KEYS,
+    FIND_KEYS,
+    HELP_KEYS,
+    INSPECTOR_KEYS,
+    PICKER_KEYS,
+    PRESETS_KEYS,
+    SETTINGS_KEYS,
+    TREND_KEYS,
+)
+
 # Keys that are no binding: what the prompt does with them, first in the help screen and `specchat --help`.
 TEXT_KEYS: tuple[tuple[str, str], ...] = (
     ("enter", "send the message"),
@@ -375,6 +421,8 @@ KEYLESS_COMMANDS: tuple[tuple[str, str, str], ...] = (
 
 # Every key, in the order the help screen and `specchat --help` list them.
 ALL_KEYS: tuple[KeySpec, ...] = CHAT_KEYS + APP_KEYS + MESSAGE_KEYS + HISTORY_KEYS
+# Every binding of the app, the other dialogs' too: what `[keymap]` may name and `specchat --help` lists.
+EVERY_KEY: tuple[KeySpec, ...] = ALL_KEYS + tuple(spec for specs in DIALOG_KEYS for spec in specs)
 
 
 def bindings(specs: tuple[KeySpec, ...]) -> list[Binding]:
@@ -386,7 +434,7 @@ def bindings(specs: tuple[KeySpec, ...]) -> list[Binding]:
     ]
 
 
-KNOWN_IDS: frozenset[str] = frozenset(spec.id for spec in ALL_KEYS)
+KNOWN_IDS: frozenset[str] = frozenset(spec.id for spec in EVERY_KEY)
 MODIFIERS = frozenset({"ctrl", "shift", "alt", "meta", "super", "hyper"})
 # Keys the app has without a KeySpec: the command palette.
 RESERVED_KEYS = {"ctrl+p": "the command palette"}
@@ -441,7 +489,13 @@ def check_keymap(keymap: Mapping[str, str]) -> list[KeymapProblem]:
                 )
             )
     # Two bindings of one scope on the same key: one would silently steal the other.
-    for scope in (CHAT_KEYS + APP_KEYS, MESSAGE_KEYS, HISTORY_KEYS + APP_KEYS):
+    scopes = (
+        CHAT_KEYS + APP_KEYS,
+        MESSAGE_KEYS,
+        HISTORY_KEYS + APP_KEYS,
+        *(k + APP_KEYS for k in DIALOG_KEYS),
+    )
+    for scope in scopes:
         owners: dict[str, list[str]] = {}
         for spec in scope:
             for key in _keys_of(keymap.get(spec.id, spec.key)):
@@ -502,7 +556,7 @@ def key_words(keys: str) -> str:
 def keys_help() -> str:
     """The key list at the end of `specchat --help`: every key of the table, its line and its binding id."""
     rows = [(key, what) for key, what in TEXT_KEYS]
-    rows += [(key_words(spec.key), f"{spec.help} [{spec.id}]") for spec in ALL_KEYS]
+    rows += [(key_words(spec.key), f"{spec.help} [{spec.id}]") for spec in EVERY_KEY]
     rows.append(TYPING_NOTE)
     width = max(len(key) for key, _ in rows)
     head = 'keys in the chat (binding id in brackets; remap under [keymap] in config.toml, e.g. "reply.cancel" = "ctrl+g"):'
@@ -513,7 +567,7 @@ def key_for(binding_id: str, keymap: Mapping[str, str]) -> str:
     """The key a binding is on once the user's keymap is applied."""
     if binding_id in keymap:
         return keymap[binding_id]
-    for spec in ALL_KEYS:
+    for spec in EVERY_KEY:
         if spec.id == binding_id:
             return spec.key
     raise KeyError(binding_id)

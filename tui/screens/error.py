@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from engine.errors import UserError
+from tui.keymap import ERROR_KEYS, bindings
 from tui.widgets.footer import FittingFooter
 
 
@@ -25,7 +25,7 @@ def describe_error(error: BaseException | None) -> tuple[str | None, str]:
 
 
 class ErrorScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,enter", "dismiss", "close", id="error.close")]
+    BINDINGS = bindings(ERROR_KEYS)
 
     def __init__(self, title: str, message: str) -> None:
         super().__init__()

@@ -10,16 +10,16 @@ from collections.abc import Callable
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
+from tui.keymap import FIND_KEYS, bindings
 from tui.widgets.footer import FittingFooter
 
 
 class FindScreen(ModalScreen[str | None]):
-    BINDINGS = [Binding("escape", "dismiss(None)", "close", id="find.close")]
+    BINDINGS = bindings(FIND_KEYS)
 
     def __init__(self, query: str, count: Callable[[str], int]) -> None:
         super().__init__()

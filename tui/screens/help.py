@@ -7,12 +7,11 @@ from collections.abc import Mapping
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tui.keymap import ALL_KEYS, TEXT_KEYS, TYPING_NOTE, key_display, key_for
+from tui.keymap import ALL_KEYS, HELP_KEYS, TEXT_KEYS, TYPING_NOTE, bindings, key_display, key_for
 from tui.widgets.footer import FittingFooter
 
 
@@ -30,7 +29,7 @@ def keys_table(keymap: Mapping[str, str]) -> Table:
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q,f5,question_mark", "dismiss", "close", id="help.close")]
+    BINDINGS = bindings(HELP_KEYS)
 
     def __init__(self, keymap: Mapping[str, str]) -> None:
         super().__init__()

@@ -15,7 +15,6 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
@@ -31,6 +30,7 @@ from tui.formatting import (
     preset_label,
     seconds,
 )
+from tui.keymap import INSPECTOR_KEYS, bindings
 from tui.widgets.footer import FittingFooter
 
 K_RUNS_SHOWN = 16
@@ -232,12 +232,7 @@ SETTLE_POLLS = 30  # a reply that stopped streaming gets 3 s to show its stats b
 
 
 class InspectorScreen(ModalScreen[None]):
-    BINDINGS = [
-        Binding("escape,q,i", "dismiss", "close", id="inspector.close"),
-        # The scroller takes End itself when it has the focus; this one is for the moments it does not
-        # (still waiting for the figures, or the focus elsewhere): End is kept for when they arrive.
-        Binding("end", "remember_end", show=False),
-    ]
+    BINDINGS = bindings(INSPECTOR_KEYS)
 
     def __init__(
         self,

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DirectoryTree, Static
 
+from tui.keymap import PICKER_KEYS, bindings
 from tui.widgets.footer import FittingFooter
 
 
@@ -30,11 +30,7 @@ def start_folder(text: str) -> Path:
 class PathPickerScreen(ModalScreen[str | None]):
     """Dismisses with the picked path, None on escape."""
 
-    BINDINGS = [
-        Binding("escape", "dismiss(None)", "back", id="picker.close"),
-        Binding("ctrl+s", "pick", "pick", id="picker.pick", priority=True),
-        Binding("backspace", "up", "parent folder", id="picker.up"),
-    ]
+    BINDINGS = bindings(PICKER_KEYS)
 
     def __init__(self, title: str, start: Path) -> None:
         super().__init__()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from tui.keymap import PRESETS_KEYS, bindings
 from tui.widgets.footer import FittingFooter
 
 
@@ -24,7 +24,7 @@ def preset_option_text(name: str, preset: object | None) -> Text:
 
 
 class PresetPickerScreen(ModalScreen[str | None]):
-    BINDINGS = [Binding("escape", "dismiss(None)", "close", id="presets.close")]
+    BINDINGS = bindings(PRESETS_KEYS)
 
     def __init__(self, presets: dict, current: str) -> None:
         super().__init__()

@@ -16,7 +16,6 @@ from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
@@ -24,6 +23,7 @@ from textual.validation import ValidationResult, Validator
 from textual.widgets import Button, Input, Label, Static, Switch, TextArea
 
 from engine.errors import UserError
+from tui.keymap import SETTINGS_KEYS, bindings
 from tui.widgets.footer import FittingFooter
 
 # (field, label, type) of the number fields, in dialog order.
@@ -67,10 +67,7 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
     """Dismisses with {"system_prompt": str, "overrides": {...}, "model": str, "draft": str} (and
     "history_drafting": bool where it shows that switch) on apply, None on escape. `check_model` / `check_draft` check one field's text (UserError, one line); `check` the whole."""
 
-    BINDINGS = [
-        Binding("escape", "dismiss(None)", "close", id="settings.close"),
-        Binding("ctrl+s", "apply", "apply", id="settings.apply", priority=True),
-    ]
+    BINDINGS = bindings(SETTINGS_KEYS)
 
     # Rows around the scrolling fields: the dialog's border 2, title 2, error line 1, button row 2, footer 1,
     # and one to spare. In cells, not vh: a vh height inside this auto-height dialog is measured too tall.

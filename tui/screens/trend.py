@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tui.formatting import trend_text
+from tui.keymap import TREND_KEYS, bindings
 
 
 class TrendScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q", "dismiss", "close", id="trend.close")]
+    BINDINGS = bindings(TREND_KEYS)
 
     def __init__(self, rows: list[dict], regressions: list) -> None:
         super().__init__()
