@@ -291,10 +291,10 @@ def run_task_bench(
                         runs[variant].append(_server(remotes[variant], item["messages"], max_new))
             rates = []
             for variant in variants:
-                counted, repeat = counted_run(variant, runs[variant])
+                counted, on_repeat = counted_run(variant, runs[variant])
                 _add(res.figures[variant], counted)
-                if repeat is not None:
-                    _add(again[variant], repeat)
+                if on_repeat is not None:
+                    _add(again[variant], on_repeat)
                 rates.append(
                     f"{variant} {fmt(counted.tokens / counted.decode_s if counted.decode_s else None)}"
                 )

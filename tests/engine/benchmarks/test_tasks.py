@@ -113,6 +113,50 @@ def test_a_draft_model_adds_ours_and_llama_servers_draft_simple(tmp_path: Path) 
     assert servers["server-draft-simple"][:4] == ("-md", str(draft), "--spec-type", "draft-simple")
 
 
+class _StandInBackend:
+    """Just what run_task_bench asks of our backend, with nothing loaded."""
+
+    threads = 2
+    info = type("Info", (), {"notes": ["stand-in"]})()
+    thread_control = type("Control", (), {"thread_choice": None})()
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def load(self) -> None:
+        pass
+
+    def encode_chat(self, messages) -> list[int]:
+        return [1, 2, 3]
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_repeat_family_runs_after_the_other_families(monkeypatch) -> None:
+    # A prompt's counted run and its repeat were once named like the flag that asks for the repeat family, so a run
+    # with other families skipped it.
+    from engine.backends import llamacpp
+    from engine.benchmarks import repeat, tasks
+
+    asked = []
+    monkeypatch.setattr(llamacpp, "LlamaCppBackend", _StandInBackend)
+    monkeypatch.setattr(tasks, "_ours", lambda *args: Run([7, 8], 2, 1.0))
+    monkeypatch.setattr(repeat, "run_repeat_family", lambda *a, **k: asked.append(a[1]) or {"mismatches": []})
+    out = io.StringIO()
+    result = tasks.run_task_bench(
+        Path("t.gguf"),
+        "tune",
+        servers=False,
+        context_rows=(),
+        families=("code_complete", "repeat"),
+        seeded_tokens=0,
+        out=out,
+    )
+    assert asked == ["tune"] and result["repeat"] == {"mismatches": []}
+    assert result["families"]["code_complete"].prompts == 4 and result["mismatches"] == []
+
+
 @pytest.mark.parametrize("amx", [False, True])
 def test_every_server_variant_runs_as_its_users_run_it(tmp_path: Path, monkeypatch, amx: bool) -> None:
     # Default weight repacking (off only where the CPU has AMX: it crashes there), -t as ours, each variant's
