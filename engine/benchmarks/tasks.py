@@ -30,7 +30,7 @@ stored number. Nothing on the chat path imports this.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.benchmarks.runner import timed_reply
@@ -187,6 +187,37 @@ def recurrent_memory(backend):
     return getattr(getattr(backend, "target", None), "memory", None)
 
 
+@dataclass
+class _TaskBench:
+    """What the task bench's steps share: the backends and servers, how each prompt runs, what the families found."""
+
+    ours: object
+    ours_variants: tuple[str, ...]
+    max_new: int
+    repeats: int
+    seeded_tokens: int
+    out: object
+    drafted: object = None
+    variants: tuple[str, ...] = ()
+    started: dict = field(default_factory=dict)
+    remotes: dict = field(default_factory=dict)
+    results: dict[str, FamilyResult] = field(default_factory=dict)
+    mismatches: list[str] = field(default_factory=list)
+    again: dict[str, Figures] = field(default_factory=dict)  # a remembering server's repeats, apart
+    at_load: int = 0  # our thread count when the families began
+    fewer: list[str] = field(
+        default_factory=list
+    )  # our replies on fewer threads than at_load (busy-CPU guard)
+
+    @property
+    def by_variant(self) -> dict:
+        return {"ours-plain": self.ours, "ours-ngram": self.ours, OURS_DRAFT: self.drafted}
+
+    @property
+    def modes(self) -> list[str]:
+        return [v for v in DRAFTING if v in self.variants]
+
+
 def run_task_bench(
     gguf: Path,
     split: str = "heldout",
@@ -206,167 +237,239 @@ def run_task_bench(
     """Run the families of `split` (all, or `families`), then the context rows; print a table each and return the
     figures, with "mismatches": every drafting mode's output that left ours-plain's (empty when all agree)."""
     from engine.backends.llamacpp import LlamaCppBackend
-    from engine.benchmarks.repeat import FAMILY as REPEAT
-    from engine.benchmarks.repeat import repeat_file, run_repeat_family
     from engine.presets import load_presets
 
-    items = load_task_set(split)
-    if families is not None:
-        items = [i for i in items if i["category"] in families]
-    repeat = (families is None or REPEAT in families) and repeat_file(split) is not None
+    items, repeat = _chosen_items(split, families)
     presets = load_presets(None)
     ours_variants, server_args = variant_plan(draft, mtp)
     if not items:  # the repeat family alone: only ngram-mod runs beside it
         server_args = {name: args for name, args in server_args.items() if name == "server-ngram-mod"}
     ours = LlamaCppBackend(gguf, draft="ngram", cache_mode="auto", max_context=context, threads=threads)
     ours.load()
-    drafted = None
+    bench = _TaskBench(ours, ours_variants, max_new, repeats, seeded_tokens, out)
     repeated = None
-    started: dict = {}
-    remotes: dict = {}
     try:
         if draft is not None or mtp:
-            # The draft model's (or MTP head's) backend runs as ours does: the thread count load measured for ours, taken as
-            # measured (the busy-CPU guard armed alike), or the count given (as pair.py does).
-            drafted = LlamaCppBackend(
-                gguf,
-                draft="mtp" if mtp else str(draft),
-                cache_mode="auto",
-                max_context=context,
-                threads=threads,
-                thread_choice=ours.thread_control.thread_choice,
-            )
-            drafted.load()
-        server_note = (
-            _start_servers(gguf, server_args, ours.threads, context, started, remotes) if servers else ""
-        )
-        variants = ours_variants + tuple(name for name in server_args if name in remotes)
-        for backend in (
-            ours,
-            drafted,
-        ):  # a recurrent model: count the replies' rollbacks, not the load probe's
-            memory = recurrent_memory(backend)
-            if memory is not None:
-                memory.counters.clear()
-        print(
-            f"specchat bench --tasks {split}: {len(items)} prompts, temperature 0, max {max_new} new tokens, "
-            f"{repeats} repeat(s), {ours.threads} thread(s) ({'; '.join(ours.info.notes)}), context {context}; "
-            f"{gguf.name}{f', draft {draft.name}' if draft is not None else ', its MTP head' if mtp else ''}",
-            file=out,
-        )
-        if server_note:
-            print(server_note, file=out)
-        by_variant = {"ours-plain": ours, "ours-ngram": ours, OURS_DRAFT: drafted}
-        results: dict[str, FamilyResult] = {}
-        mismatches: list[str] = []
-        again = {v: Figures() for v in variants if v in REMEMBERS_REPLIES}
-        at_load = ours.threads
-        fewer: list[str] = []  # our replies that ran on fewer threads than chosen at load (busy-CPU guard)
-        modes = [v for v in DRAFTING if v in variants]
-        for index, item in enumerate(items):
-            family = item["category"]
-            res = results.setdefault(
-                family,
-                FamilyResult(
-                    family,
-                    figures={v: Figures() for v in variants},
-                    identical=dict.fromkeys(modes, 0),
-                    seeded_identical=dict.fromkeys(modes, 0),
-                ),
-            )
-            label = f"{family} #{res.prompts + 1}"
-            prompt_ids = ours.encode_chat(item["messages"])
-            preset = presets[FAMILY_PRESET.get(family, "qa")]
-            runs: dict[str, list[Run]] = {v: [] for v in variants}
-            for rep in range(repeats):
-                shift = (index + rep) % len(variants)
-                for variant in variants[shift:] + variants[:shift]:
-                    if variant in ours_variants:
-                        k = 0 if variant == "ours-plain" else preset.k
-                        backend = by_variant[variant]
-                        runs[variant].append(_ours(backend, prompt_ids, k, max_new, f"tasks-{family}"))
-                        if backend.threads < at_load:
-                            fewer.append(f"{label} {variant}")
-                    else:
-                        runs[variant].append(_server(remotes[variant], item["messages"], max_new))
-            rates = []
-            for variant in variants:
-                counted, on_repeat = counted_run(variant, runs[variant])
-                _add(res.figures[variant], counted)
-                if on_repeat is not None:
-                    _add(again[variant], on_repeat)
-                rates.append(
-                    f"{variant} {fmt(counted.tokens / counted.decode_s if counted.decode_s else None)}"
-                )
-            # One line per prompt as it finishes (a run on a real pair takes most of an hour).
-            print(f"  {label} ({len(prompt_ids)} prompt tok): {', '.join(rates)} tok/s", file=out, flush=True)
-            res.prompts += 1
-            res.prompt_tokens.append(len(prompt_ids))
-            wrong = greedy_mismatches(label, runs)
-            mismatches += wrong.values()
-            for mode in modes:
-                res.identical[mode] += mode not in wrong
-            if seeded_tokens:
-                wrong = _seeded_mismatches(
-                    label, by_variant, modes, prompt_ids, preset, seeded_tokens, family
-                )
-                mismatches += wrong.values()
-                for mode in modes:
-                    res.seeded_identical[mode] += mode not in wrong
-        if results:
-            print_families(out, results, variants)
-            print_exactness(out, results, mismatches, seeded_tokens)
+            _load_drafted(bench, gguf, "mtp" if mtp else str(draft), context, threads)
+        server_note = _start_peers(bench, gguf, server_args, context, servers)
+        _clear_recurrent_counters(bench)
+        _print_header(bench, split, len(items), context, gguf, draft, mtp, server_note)
+        _run_families(bench, items, presets)
         if repeat:
-            # After the other families: llama-server's ngram-mod pool is warm with them (one server throughout).
-            repeated = run_repeat_family(
-                ours,
-                split,
-                drafted=drafted,
-                server=remotes.get("server-ngram-mod"),
-                max_new=max_new,
-                repeats=repeats,
-                seeded_tokens=seeded_tokens,
-                context=context,
-                out=out,
-            )
-            mismatches += repeated["mismatches"]
-        for name, backend in (("ours", ours), (OURS_DRAFT, drafted)):
-            memory = recurrent_memory(backend)
-            if memory is not None:  # a recurrent model: what its rollbacks, checkpoints and replays cost
-                print(f"{name} recurrent state (the replies): {memory.counters.describe()}", file=out)
-        if fewer:
-            print(
-                f"our replies on fewer than {at_load} threads (the busy-CPU guard dropped them; figures above "
-                f"include them): {len(fewer)}: {', '.join(fewer[:6])}{' ...' if len(fewer) > 6 else ''}",
-                file=out,
-            )
-        for variant, figures in again.items():
-            if figures.decode_s:
-                print(
-                    f"{variant} on a repeat of each prompt (its pool holds the first run's reply; not counted "
-                    f"above): {fmt(figures.tokens_per_s)} tok/s, acceptance {fmt(figures.acceptance, '{:.0%}')}",
-                    file=out,
-                )
-        rows = _context_rows(ours, remotes.get("server-plain"), context_rows, context, max_new, repeats, out)
+            repeated = _run_repeat_family(bench, split, context)
+        _print_notes(bench)
+        rows = _context_rows(
+            ours, bench.remotes.get("server-plain"), context_rows, context, max_new, repeats, out
+        )
     except BackendError as exc:
         print(f"task bench stopped: {exc}", file=out)
         return {}
     finally:
-        for remote in remotes.values():
-            remote.close()
-        for server in started.values():
-            server.close()
-        if drafted is not None:
-            drafted.close()
-        ours.close()
+        _close(bench)
     return {
-        "families": results,
+        "families": bench.results,
         "context_rows": rows,
         "threads": ours.threads,
-        "variants": variants,
-        "mismatches": mismatches,
+        "variants": bench.variants,
+        "mismatches": bench.mismatches,
         "repeat": repeated,
     }
+
+
+def _chosen_items(split: str, families: tuple[str, ...] | None) -> tuple[list[dict], bool]:
+    """The prompts of `split`'s chosen families, and whether the repeat family runs after them."""
+    from engine.benchmarks.repeat import FAMILY as REPEAT
+    from engine.benchmarks.repeat import repeat_file
+
+    items = load_task_set(split)
+    if families is not None:
+        items = [i for i in items if i["category"] in families]
+    return items, (families is None or REPEAT in families) and repeat_file(split) is not None
+
+
+def _clear_recurrent_counters(bench: _TaskBench) -> None:
+    """A recurrent model: count the replies' rollbacks, not the load probe's."""
+    for backend in (bench.ours, bench.drafted):
+        memory = recurrent_memory(backend)
+        if memory is not None:
+            memory.counters.clear()
+
+
+def _load_drafted(bench: _TaskBench, gguf: Path, draft: str, context: int, threads: int | None) -> None:
+    """The draft model's (or MTP head's) backend runs as ours does: the thread count load measured for ours, taken
+    as measured (the busy-CPU guard armed alike), or the count given (as pair.py does)."""
+    from engine.backends.llamacpp import LlamaCppBackend
+
+    bench.drafted = LlamaCppBackend(
+        gguf,
+        draft=draft,
+        cache_mode="auto",
+        max_context=context,
+        threads=threads,
+        thread_choice=bench.ours.thread_control.thread_choice,
+    )
+    bench.drafted.load()
+
+
+def _start_peers(bench: _TaskBench, gguf: Path, server_args: dict, context: int, wanted: bool) -> str:
+    """llama-server once per variant where `wanted`; the variants that run are ours, then the servers that started.
+    Returns the servers' line (empty where none was wanted)."""
+    server_note = (
+        _start_servers(gguf, server_args, bench.ours.threads, context, bench.started, bench.remotes)
+        if wanted
+        else ""
+    )
+    bench.variants = bench.ours_variants + tuple(name for name in server_args if name in bench.remotes)
+    return server_note
+
+
+def _print_header(
+    bench: _TaskBench,
+    split: str,
+    prompts: int,
+    context: int,
+    gguf: Path,
+    draft: Path | None,
+    mtp: bool,
+    server_note: str,
+) -> None:
+    ours = bench.ours
+    print(
+        f"specchat bench --tasks {split}: {prompts} prompts, temperature 0, max {bench.max_new} new tokens, "
+        f"{bench.repeats} repeat(s), {ours.threads} thread(s) ({'; '.join(ours.info.notes)}), context {context}; "
+        f"{gguf.name}{f', draft {draft.name}' if draft is not None else ', its MTP head' if mtp else ''}",
+        file=bench.out,
+    )
+    if server_note:
+        print(server_note, file=bench.out)
+
+
+def _run_families(bench: _TaskBench, items: list[dict], presets: dict) -> None:
+    """Every prompt of the families, a line each as it finishes; then the families' tables."""
+    bench.again = {v: Figures() for v in bench.variants if v in REMEMBERS_REPLIES}
+    bench.at_load = bench.ours.threads
+    for index, item in enumerate(items):
+        _run_prompt(bench, index, item, presets)
+    if bench.results:
+        print_families(bench.out, bench.results, bench.variants)
+        print_exactness(bench.out, bench.results, bench.mismatches, bench.seeded_tokens)
+
+
+def _run_prompt(bench: _TaskBench, index: int, item: dict, presets: dict) -> None:
+    """One prompt: each variant timed, its counted run added to its family's figures, the prompt's line printed,
+    then every drafting mode's output checked against ours-plain's."""
+    family = item["category"]
+    modes = bench.modes
+    res = bench.results.setdefault(
+        family,
+        FamilyResult(
+            family,
+            figures={v: Figures() for v in bench.variants},
+            identical=dict.fromkeys(modes, 0),
+            seeded_identical=dict.fromkeys(modes, 0),
+        ),
+    )
+    label = f"{family} #{res.prompts + 1}"
+    prompt_ids = bench.ours.encode_chat(item["messages"])
+    preset = presets[FAMILY_PRESET.get(family, "qa")]
+    runs = _timed_runs(bench, index, label, item, prompt_ids, preset.k)
+    rates = []
+    for variant in bench.variants:
+        counted, again = counted_run(variant, runs[variant])
+        _add(res.figures[variant], counted)
+        if again is not None:
+            _add(bench.again[variant], again)
+        rates.append(f"{variant} {fmt(counted.tokens / counted.decode_s if counted.decode_s else None)}")
+    # One line per prompt as it finishes (a run on a real pair takes most of an hour).
+    print(f"  {label} ({len(prompt_ids)} prompt tok): {', '.join(rates)} tok/s", file=bench.out, flush=True)
+    res.prompts += 1
+    res.prompt_tokens.append(len(prompt_ids))
+    wrong = greedy_mismatches(label, runs)
+    bench.mismatches += wrong.values()
+    for mode in modes:
+        res.identical[mode] += mode not in wrong
+    if bench.seeded_tokens:
+        wrong = _seeded_mismatches(
+            label, bench.by_variant, modes, prompt_ids, preset, bench.seeded_tokens, family
+        )
+        bench.mismatches += wrong.values()
+        for mode in modes:
+            res.seeded_identical[mode] += mode not in wrong
+
+
+def _timed_runs(
+    bench: _TaskBench, index: int, label: str, item: dict, prompt_ids: list[int], k: int
+) -> dict[str, list[Run]]:
+    """Every variant on one prompt, `repeats` times, in an order that rotates with the prompt and the repeat."""
+    variants = bench.variants
+    runs: dict[str, list[Run]] = {v: [] for v in variants}
+    for rep in range(bench.repeats):
+        shift = (index + rep) % len(variants)
+        for variant in variants[shift:] + variants[:shift]:
+            if variant in bench.ours_variants:
+                backend = bench.by_variant[variant]
+                ask = 0 if variant == "ours-plain" else k
+                runs[variant].append(
+                    _ours(backend, prompt_ids, ask, bench.max_new, f"tasks-{item['category']}")
+                )
+                if backend.threads < bench.at_load:
+                    bench.fewer.append(f"{label} {variant}")
+            else:
+                runs[variant].append(_server(bench.remotes[variant], item["messages"], bench.max_new))
+    return runs
+
+
+def _run_repeat_family(bench: _TaskBench, split: str, context: int) -> dict:
+    """After the other families: llama-server's ngram-mod pool is warm with them (one server throughout)."""
+    from engine.benchmarks.repeat import run_repeat_family
+
+    repeated = run_repeat_family(
+        bench.ours,
+        split,
+        drafted=bench.drafted,
+        server=bench.remotes.get("server-ngram-mod"),
+        max_new=bench.max_new,
+        repeats=bench.repeats,
+        seeded_tokens=bench.seeded_tokens,
+        context=context,
+        out=bench.out,
+    )
+    bench.mismatches += repeated["mismatches"]
+    return repeated
+
+
+def _print_notes(bench: _TaskBench) -> None:
+    """What the tables leave out: a recurrent model's state costs, replies the busy-CPU guard slowed, and a
+    remembering server's figure on repeats."""
+    out = bench.out
+    for name, backend in (("ours", bench.ours), (OURS_DRAFT, bench.drafted)):
+        memory = recurrent_memory(backend)
+        if memory is not None:  # a recurrent model: what its rollbacks, checkpoints and replays cost
+            print(f"{name} recurrent state (the replies): {memory.counters.describe()}", file=out)
+    fewer = bench.fewer
+    if fewer:
+        print(
+            f"our replies on fewer than {bench.at_load} threads (the busy-CPU guard dropped them; figures above "
+            f"include them): {len(fewer)}: {', '.join(fewer[:6])}{' ...' if len(fewer) > 6 else ''}",
+            file=out,
+        )
+    for variant, figures in bench.again.items():
+        if figures.decode_s:
+            print(
+                f"{variant} on a repeat of each prompt (its pool holds the first run's reply; not counted "
+                f"above): {fmt(figures.tokens_per_s)} tok/s, acceptance {fmt(figures.acceptance, '{:.0%}')}",
+                file=out,
+            )
+
+
+def _close(bench: _TaskBench) -> None:
+    for remote in bench.remotes.values():
+        remote.close()
+    for server in bench.started.values():
+        server.close()
+    if bench.drafted is not None:
+        bench.drafted.close()
+    bench.ours.close()
 
 
 def _start_servers(
