@@ -17,9 +17,9 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, create_model, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -27,7 +27,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from engine.backends.registry import CHOICES
+from engine.backends.registry import CHOICES, ENGINE_OPTIONS, EngineOption
+from engine.backends.registry import CacheMode as CacheMode
 from engine.endpoint import normalize_endpoint
 from engine.errors import UserError
 from engine.paths import (  # noqa: F401 (the settings' places, read through engine.config by the front ends)
@@ -47,9 +48,7 @@ from engine.paths import (  # noqa: F401 (the settings' places, read through eng
 
 ENV_PREFIX = "SPECCHAT_"
 
-CacheMode = Literal["auto", "fp16", "q8", "q6", "q4"]
 BACKEND_NAMES: tuple[str, ...] = CHOICES  # "auto" and the registry's engines: the CLI's choices read this
-BackendName = Literal[CHOICES]  # type: ignore[valid-type]
 
 
 def data_dir(settings: Settings | None = None) -> Path:
@@ -192,40 +191,39 @@ def read_toml_file(path: Path, error_type: type[ValueError]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------- settings
 
 
-class Settings(BaseSettings):
-    """Everything a user can configure. See docs/usage.md, "Configuration", for the table of fields."""
+def option_fields(options: tuple[EngineOption, ...]) -> dict[str, Any]:
+    """The settings fields of the engine options (engine/backends/registry.py's ENGINE_OPTIONS): each one's type,
+    default and bounds, as `create_model` takes them."""
+    fields: dict[str, Any] = {}
+    for option in options:
+        described = {"description": option.help} if isinstance(option.help, str) and option.help else {}
+        fields[option.name] = (option.type, Field(option.default, ge=option.ge, **described))
+    return fields
+
+
+# The engine options' fields, declared in the registry's table; Settings adds the app's own and the checks.
+EngineSettings = create_model("EngineSettings", __base__=BaseSettings, **option_fields(ENGINE_OPTIONS))
+
+
+class Settings(EngineSettings):  # type: ignore[valid-type,misc]
+    """Everything a user can configure. See docs/usage.md, "Configuration", for the table of fields.
+
+    The engine options (model, draft, backend, cache modes, context, the remote server, ...) come first, from
+    `ENGINE_OPTIONS`; the fields below are the chat's and the app's own."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True)
 
-    model: Path | None = (
-        None  # None: the embedded SmolLM2-135M-Instruct; a model name (qwen2.5-coder-1.5b) too
-    )
-    draft: str = (
-        "ngram"  # a drafter's name (engine/decoding/drafters/registry.py), a draft model folder or name
-    )
-    backend: BackendName = "auto"
-    cache_mode: CacheMode = "auto"  # auto: each engine's default (engine/backends/registry.py)
-    draft_cache_mode: CacheMode = "auto"
-    max_context: int = Field(4096, ge=256)
     system_prompt: str | None = None
     preset: str = "auto"  # "auto" (the router picks per message) or a preset name; the caller checks the name
     seed: int | None = None
     # Draft from what the chat already wrote (other variants, branches, past chats not marked private) beside the
     # drafter: engine/decoding/drafters/history.py. Off: nothing is indexed.
     history_drafting: bool = True
-    device: str = "auto"
-    threads: int | None = Field(None, ge=1)  # llama.cpp CPU threads; None: the physical cores
     keymap: dict[str, str] = Field(default_factory=dict)  # binding id -> key, read by the TUI
-    gpu_split: list[float] | None = None  # GB per GPU for exllamav2's manual split
     data_dir: Path | None = None  # None: the platform's user data folder
     theme: str | None = (
         None  # the Textual theme; None: textual-dark. The app writes it when the user picks one
     )
-    # The remote backend: an OpenAI-compatible server's base URL, the NAME of the environment variable that
-    # holds its API key (the key itself is never stored), and the model to ask for (default: its first).
-    endpoint: str | None = None
-    api_key_env: str | None = None
-    remote_model: str | None = None
 
     @field_validator("endpoint", mode="after")
     @classmethod

@@ -8,54 +8,43 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import field, make_dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from engine.backends.registry import EngineOption, engine_arg_options
 from engine.events import BackendInfo, Chunk, Done
 from engine.request import GenerationRequest
 
 ProgressCallback = Callable[[str, float | None], None]
 
 
-@dataclass(frozen=True, slots=True)
-class EngineArgs:
-    """What every engine is built from (`registry.build`): the settings an engine reads, one type for all.
+def engine_args_type(options: tuple[EngineOption, ...]) -> type:
+    """A frozen dataclass with one field per option (its setting's default), and `from_settings`."""
 
-    Each engine reads the fields it needs: a local engine the model, draft, cache modes and context; llama.cpp the
-    threads too; transformers the device; the ExLlama engines the GPU split; the remote engine the endpoint, the
-    API key's variable and the model to ask for. Cache modes may be "auto" (the engine's default).
-    """
-
-    model: Path | None = None  # a model file or folder; None: the embedded model
-    draft: str = "ngram"
-    cache_mode: str = "auto"
-    draft_cache_mode: str = "auto"
-    max_context: int | None = None
-    threads: int | None = None
-    device: str = "auto"
-    gpu_split: tuple[float, ...] | None = None
-    endpoint: str | None = None
-    api_key_env: str | None = None
-    remote_model: str | None = None
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> EngineArgs:
+    def from_settings(cls: type, settings: Any) -> Any:
         """The fields of `settings` (a `Settings`, or any object with some of these attributes)."""
-        split = getattr(settings, "gpu_split", None)
-        return cls(
-            model=getattr(settings, "model", None),
-            draft=getattr(settings, "draft", "ngram"),
-            cache_mode=getattr(settings, "cache_mode", "auto"),
-            draft_cache_mode=getattr(settings, "draft_cache_mode", "auto"),
-            max_context=getattr(settings, "max_context", None),
-            threads=getattr(settings, "threads", None),
-            device=getattr(settings, "device", "auto") or "auto",
-            gpu_split=tuple(split) if split is not None else None,
-            endpoint=getattr(settings, "endpoint", None),
-            api_key_env=getattr(settings, "api_key_env", None),
-            remote_model=getattr(settings, "remote_model", None),
-        )
+        values = {}
+        for option in options:
+            value = getattr(settings, option.name, option.default)
+            values[option.name] = option.to_arg(value) if option.to_arg is not None else value
+        return cls(**values)
+
+    fields = [(option.name, Any, field(default=option.default)) for option in options]
+    made = make_dataclass(
+        "EngineArgs", fields, frozen=True, slots=True, namespace={"from_settings": classmethod(from_settings)}
+    )
+    made.__module__ = __name__
+    made.__doc__ = (
+        "What every engine is built from (`registry.build`): the engine options of the registry's table "
+        "(`ENGINE_OPTIONS`, those with `engine_arg`), one type for all; each engine reads the fields it needs "
+        "(the option's `engines` say which). Cache modes may be \"auto\" (the engine's default)."
+    )
+    return made
+
+
+# model, draft, cache_mode, draft_cache_mode, max_context, endpoint, api_key_env, remote_model (the remote engine),
+# threads (llama.cpp), device (transformers), gpu_split (the ExLlama engines): see ENGINE_OPTIONS.
+EngineArgs = engine_args_type(engine_arg_options())
 
 
 @runtime_checkable

@@ -11,10 +11,13 @@ test holds it to that). Adding an engine is one package under engine/backends/ a
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
-from engine.decoding.drafters.registry import loop_drafters
+from engine.decoding.drafters.registry import draft_help, loop_drafters
+from engine.request import CACHE_MODES
 
 if TYPE_CHECKING:
     from engine.backends.base import Backend, EngineArgs, ProgressCallback
@@ -124,6 +127,125 @@ ENGINES: tuple[Engine, ...] = (
 
 NAMES: tuple[str, ...] = tuple(engine.name for engine in ENGINES)
 CHOICES: tuple[str, ...] = ("auto", *NAMES)  # what --backend and the config's `backend` take
+
+
+# ------------------------------------------------------------------------------------------ engine options
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOption:
+    """One setting an engine is built from, declared once; everything else derives from the row: the `Settings`
+    field (engine/config.py: its type, default, bounds, and so the config key `name` and the environment variable
+    SPECCHAT_NAME), the `EngineArgs` field (engine/backends/base.py) and the command line's flag (tui/cli/common.py:
+    --name-with-dashes, its help, its choices and type read from `type`)."""
+
+    name: str  # the Settings field, the config.toml key, the EngineArgs field
+    type: Any  # the setting's type as pydantic checks it (a Literal gives the flag its choices)
+    default: Any
+    help: str | Callable[[], str] = ""  # the flag's help (a function where it is made from another table)
+    flag: bool = True  # the command line takes it as --name-with-dashes; False: config and environment only
+    metavar: str | None = None
+    ge: int | None = None  # the least value the setting takes
+    # The engines that read it (the registry's names); () every engine.
+    engines: tuple[str, ...] = ()
+    # EngineArgs carries it (backend, which picks the engine, is not an argument of one).
+    engine_arg: bool = True
+    # The EngineArgs value of a setting's value, where the two differ (a list setting is a tuple argument).
+    to_arg: Callable[[Any], Any] | None = None
+
+    @property
+    def flag_name(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+CacheMode = Literal[("auto", *CACHE_MODES)]  # type: ignore[valid-type]
+LOCAL = ("exllamav2", "exllamav3", "transformers", "llamacpp")
+
+# In the order of the command line's --help (and of Settings' fields).
+ENGINE_OPTIONS: tuple[EngineOption, ...] = (
+    EngineOption(
+        "model",
+        Path | None,  # None: the embedded SmolLM2-135M-Instruct; a model name (qwen2.5-coder-1.5b) too
+        None,
+        "model folder, .gguf file or name (qwen2.5-coder-1.5b; default: the embedded SmolLM2-135M-Instruct)",
+        engines=LOCAL,
+    ),
+    # a drafter's name (engine/decoding/drafters/registry.py), a draft model folder or name
+    EngineOption("draft", str, "ngram", draft_help, engines=LOCAL),
+    EngineOption(
+        "backend",
+        Literal[CHOICES],  # type: ignore[valid-type]
+        "auto",
+        "inference engine (remote: an OpenAI-compatible server at --endpoint)",
+        engine_arg=False,
+    ),
+    # The remote backend: an OpenAI-compatible server's base URL, the NAME of the environment variable that holds
+    # its API key (the key itself is never stored), and the model to ask for (default: its first).
+    EngineOption(
+        "endpoint",
+        str | None,
+        None,
+        "remote server's base URL (llama-server, vLLM, TabbyAPI), e.g. http://127.0.0.1:8080",
+        engines=("remote",),
+    ),
+    EngineOption(
+        "api_key_env",
+        str | None,
+        None,
+        "environment variable holding the remote server's API key",
+        metavar="VAR",
+        engines=("remote",),
+    ),
+    EngineOption(
+        "remote_model",
+        str | None,
+        None,
+        "model to ask the remote server for",
+        metavar="NAME",
+        engines=("remote",),
+    ),
+    EngineOption(
+        "cache_mode",
+        CacheMode,
+        "auto",  # each engine's default_cache_mode
+        "KV cache precision (default auto: q8 on exllamav2/exllamav3, full precision on transformers)",
+        engines=LOCAL,
+    ),
+    EngineOption("draft_cache_mode", CacheMode, "auto", "draft model's KV cache", engines=LOCAL),
+    EngineOption("max_context", int, 4096, "context length in tokens", ge=256),
+    EngineOption(
+        "threads",
+        int | None,
+        None,
+        "llama.cpp CPU threads (default: the physical cores)",
+        flag=False,
+        ge=1,
+        engines=("llamacpp",),
+    ),
+    EngineOption(
+        "device",
+        str,
+        "auto",
+        "transformers' device",
+        flag=False,
+        engines=("transformers",),
+        to_arg=lambda value: value or "auto",
+    ),
+    EngineOption(
+        "gpu_split",
+        list[float] | None,
+        None,
+        "GB per GPU for exllamav2's manual split",
+        flag=False,
+        engines=("exllamav2", "exllamav3"),
+        to_arg=lambda value: tuple(value) if value is not None else None,
+    ),
+)
+
+
+def engine_arg_options() -> tuple[EngineOption, ...]:
+    """The options `EngineArgs` carries, in the table's order."""
+    return tuple(option for option in ENGINE_OPTIONS if option.engine_arg)
 
 
 class UnknownEngine(KeyError):

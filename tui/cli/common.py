@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, NoReturn
+from types import UnionType
+from typing import Any, Literal, NoReturn, Union, get_args, get_origin
 
 EXIT_USAGE = 2
 
@@ -25,60 +26,60 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
-    from engine.config import BACKEND_NAMES
-    from engine.decoding.drafters import draft_help
+    """The engine options' flags (engine/backends/registry.py's ENGINE_OPTIONS), then the chat's own two."""
+    from engine.backends.registry import ENGINE_OPTIONS
 
-    p.add_argument(
-        "--model",
-        type=Path,
-        help="model folder, .gguf file or name (qwen2.5-coder-1.5b; default: the embedded SmolLM2-135M-Instruct)",
-    )
-    p.add_argument(
-        "--draft",
-        help=draft_help(),
-    )
-    p.add_argument(
-        "--backend",
-        choices=list(BACKEND_NAMES),
-        help="inference engine (remote: an OpenAI-compatible server at --endpoint)",
-    )
-    p.add_argument(
-        "--endpoint",
-        help="remote server's base URL (llama-server, vLLM, TabbyAPI), e.g. http://127.0.0.1:8080",
-    )
-    p.add_argument(
-        "--api-key-env", metavar="VAR", help="environment variable holding the remote server's API key"
-    )
-    p.add_argument("--remote-model", metavar="NAME", help="model to ask the remote server for")
-    p.add_argument(
-        "--cache-mode",
-        choices=["auto", "fp16", "q8", "q6", "q4"],
-        help="KV cache precision (default auto: q8 on exllamav2/exllamav3, full precision on transformers)",
-    )
-    p.add_argument(
-        "--draft-cache-mode", choices=["auto", "fp16", "q8", "q6", "q4"], help="draft model's KV cache"
-    )
-    p.add_argument("--max-context", type=int, help="context length in tokens")
+    add_option_flags(p, ENGINE_OPTIONS)
     p.add_argument("--system-prompt", help="system prompt for the conversation")
     p.add_argument("--seed", type=int, help="sampling seed (reproducible replies)")
 
 
+def add_option_flags(p: argparse.ArgumentParser, options: tuple) -> None:
+    """One flag per option the command line takes: --name-with-dashes, its help, a Literal's choices, the type
+    a path or a number is read as."""
+    for option in options:
+        if not option.flag:
+            continue
+        kind = _flag_type(option.type)
+        extra: dict[str, Any] = {"type": kind} if kind is not None else {}
+        if option.metavar:
+            extra["metavar"] = option.metavar
+        choices = _choices(option.type)
+        if choices:
+            extra["choices"] = list(choices)
+        text = option.help() if callable(option.help) else option.help
+        p.add_argument(option.flag_name, help=text, **extra)
+
+
+def _without_none(kind: Any) -> tuple:
+    return tuple(
+        arg
+        for arg in (get_args(kind) if get_origin(kind) in (Union, UnionType) else (kind,))
+        if arg is not type(None)
+    )
+
+
+def _flag_type(kind: Any) -> type | None:
+    """Path or int where the setting is one (or one or None); None: the flag's text goes to the settings as is."""
+    parts = _without_none(kind)
+    return parts[0] if len(parts) == 1 and parts[0] in (Path, int, float) else None
+
+
+def _choices(kind: Any) -> tuple:
+    parts = _without_none(kind)
+    return get_args(parts[0]) if len(parts) == 1 and get_origin(parts[0]) is Literal else ()
+
+
+# The chat's own settings the command line gives beside the engine options (--preset is the chat's and bench's).
+CHAT_FLAGS = ("system_prompt", "seed", "preset")
+
+
 def cli_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The settings the command line gives (None: not given)."""
-    return {
-        "model": getattr(args, "model", None),
-        "draft": getattr(args, "draft", None),
-        "backend": getattr(args, "backend", None),
-        "cache_mode": getattr(args, "cache_mode", None),
-        "draft_cache_mode": getattr(args, "draft_cache_mode", None),
-        "max_context": getattr(args, "max_context", None),
-        "system_prompt": getattr(args, "system_prompt", None),
-        "seed": getattr(args, "seed", None),
-        "preset": getattr(args, "preset", None),
-        "endpoint": getattr(args, "endpoint", None),
-        "api_key_env": getattr(args, "api_key_env", None),
-        "remote_model": getattr(args, "remote_model", None),
-    }
+    from engine.backends.registry import ENGINE_OPTIONS
+
+    names = [option.name for option in ENGINE_OPTIONS if option.flag] + list(CHAT_FLAGS)
+    return {name: getattr(args, name, None) for name in names}
 
 
 def cli_settings(args: argparse.Namespace, check_paths: bool = True):
