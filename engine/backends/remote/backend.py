@@ -22,6 +22,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -40,21 +41,20 @@ from engine.backends.remote.http import (
     shown_origin,
 )
 from engine.backends.remote.servers import (
-    DRAFT_FIELDS,
-    EXTRA_SAMPLER_FIELDS,
+    Probe,
     ServerProfile,
     SpecCounters,
-    StreamCounters,
-    StreamLimitError,
-    build_profile,
-    chunk_reasoning,
-    chunk_text,
-    count,
-    detect_kind,
-    error_message,
+    detect,
     read_spec_counters,
     spec_counters,
-    token_ids,
+)
+from engine.backends.remote.stream import (
+    DRAFT_FIELDS,
+    StreamCounters,
+    StreamLimitError,
+    chunk_reasoning,
+    chunk_text,
+    error_message,
 )
 from engine.endpoint import insecure_warning, normalize_endpoint
 from engine.errors import BackendError
@@ -246,22 +246,17 @@ class RemoteBackend:
                 f"{self.base} has no OpenAI-compatible API (GET /v1/models failed): "
                 "--endpoint should be the server's base URL, e.g. http://127.0.0.1:8080"
             )
-        serviceinfo = self._get_json("/.well-known/serviceinfo")
-        props = self._get_json("/props")
-        version = self._get_json("/version")
-        kind = detect_kind(serviceinfo, props, version, models)
-        slots = self._get_json("/slots") if kind == "llama-server" else None
-        tabby_model = self._get_json("/v1/model") if kind == "tabbyapi" else None
-        metrics = self._metrics_text() if kind in ("llama-server", "vllm") else None
-        self.profile = profile = build_profile(
-            kind,
+        probe = Probe(
             models=models,
-            props=props,
-            slots=slots,
-            tabby_model=tabby_model,
-            metrics_text=metrics,
+            serviceinfo=self._get_json("/.well-known/serviceinfo"),
+            props=self._get_json("/props"),
+            version=self._get_json("/version"),
             model_override=self.model_override,
         )
+        server = detect(probe)
+        extra = {name: self._get_json(path) for name, path in server.probe_paths.items()}
+        metrics = self._metrics_text() if server.counters else None
+        self.profile = profile = server.profile(replace(probe, extra=extra, metrics_text=metrics))
         notes = [profile.summary(), *profile.notes]
         if self.warning:
             notes.insert(0, self.warning)
@@ -288,20 +283,10 @@ class RemoteBackend:
         """Token ids of the rendered conversation where the server tokenizes (llama-server, vLLM); else a
         length estimate (about 3 characters a token, -1 for each) good enough to fit the context."""
         profile = self.profile
-        kind = profile.tokenize if profile else "estimate"
         try:
-            if kind == "llama-server":
-                prompt = self._post_json("/apply-template", {"messages": messages}).get("prompt")
-                if isinstance(prompt, str):
-                    body = {"content": prompt, "add_special": True, "parse_special": True}
-                    tokens = token_ids(self._post_json("/tokenize", body).get("tokens"))
-                    if tokens is not None:
-                        return tokens
-            elif kind == "vllm":
-                body = {"model": profile.model, "messages": messages, "add_generation_prompt": True}
-                tokens = token_ids(self._post_json("/tokenize", body).get("tokens"))
-                if tokens is not None:
-                    return tokens
+            tokens = profile.server.tokenize(self._post_json, profile, messages) if profile else None
+            if tokens is not None:
+                return tokens
         except BackendError as exc:
             if "cannot reach" in str(exc) or "refused" in str(exc) or "another origin" in str(exc):
                 raise
@@ -342,17 +327,11 @@ class RemoteBackend:
         if request.seed is not None:
             body["seed"] = request.seed
         neutral = {"top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
-        for ours, theirs in EXTRA_SAMPLER_FIELDS[profile.kind]:
+        for ours, theirs in profile.server.sampler_fields:
             value = getattr(sampler, ours)
             if value != neutral[ours]:
                 body[theirs] = value
-        if profile.kind == "llama-server":
-            body["timings_per_token"] = True  # live draft counts in every chunk
-            if profile.k_per_request:
-                body["speculative.n_max"] = request.effective_k
-                body["speculative.n_min"] = 0
-        elif profile.kind == "vllm":
-            body["stream_options"]["continuous_usage_stats"] = True
+        profile.server.request_fields(body, profile, request.effective_k)
         return body
 
     def generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Chunk | Done]:
@@ -364,7 +343,7 @@ class RemoteBackend:
         before, metrics_why = (
             read_spec_counters(profile.kind, self._metrics_text()) if profile.metrics else (None, "")
         )
-        poller = _MetricsPoller(self, before) if profile.kind == "vllm" and before is not None else None
+        poller = _MetricsPoller(self, before) if profile.server.polls_metrics and before is not None else None
         counters = StreamCounters()
         path = "/v1/chat/completions"
         temperature = request.sampler.temperature
@@ -506,56 +485,18 @@ class RemoteBackend:
             delta = after.minus(before) if after is not None else None
             if after is not None and delta is None:
                 metrics_why = "the server's /metrics counters went back or do not add up across this reply"
-        drafted, accepted = counters.drafted, counters.accepted
-        drafting_rounds = None
-        position_drafted = position_accepted = None
-        if profile.kind == "llama-server":
-            if drafted is None and "drafted_tokens" in counters.problems:
-                pass  # the server sent draft counts that are not counts: "—" with the reason, not a 0
-            elif drafted is None and counters.predicted is not None:
-                # Its timings leave draft_n out when nothing was drafted (server_slot_stats::to_json): a real 0.
-                drafted, accepted = 0, 0
-            elif drafted is None:
-                drafted, accepted = 0, 0
-                unavailable.append(("drafted_tokens", "the server sent no timings for this reply"))
-            if delta is not None and drafted is not None and count(delta.draft_tokens) == drafted:
-                drafting_rounds = count(delta.drafts)
-            elif profile.metrics:
-                why = metrics_why or "/metrics counters did not match this reply (another client?)"
-                unavailable.append(("alpha", why))
-            unavailable.append(
-                (
-                    "per_position_acceptance",
-                    "llama-server counts accepted drafts per position, but not drafts per position",
-                )
-            )
-        elif profile.kind == "vllm" and delta is not None:
-            drafted, accepted = count(delta.draft_tokens), count(delta.accepted)
-            drafting_rounds = count(delta.drafts)
-            if delta.per_position and delta.drafts:
-                # vLLM drafts a fixed K every round, so every round's draft reaches every position.
-                position_drafted = tuple(int(delta.drafts) for _ in delta.per_position)
-                position_accepted = tuple(int(a) for a in delta.per_position)
-        elif drafted is None and "drafted_tokens" not in counters.problems:
-            no_metrics = "vLLM's /metrics had no speculation counters (is --speculative-config set?)"
-            why = {
-                "vllm": f"{metrics_why} (vLLM reports drafts only there)" if metrics_why else no_metrics,
-                "tabbyapi": "TabbyAPI logs draft_accept / draft_reject but does not send them to clients",
-                "other": "this server reports no speculation statistics",
-            }[profile.kind]
-            unavailable.append(("drafted_tokens", why))
-            unavailable.append(("acceptance_rate", why))
+        drafts = profile.server.drafts(profile, counters, delta, metrics_why)
         return ServerStats(
             source=profile.kind,
-            drafted=drafted,
-            accepted=accepted,
+            drafted=drafts.drafted,
+            accepted=drafts.accepted,
             new_tokens=new_tokens if new_tokens is not None else seen,
             prompt_tokens=counters.prompt_tokens,
             cached_tokens=counters.cached_tokens,
-            drafting_rounds=drafting_rounds,
-            position_drafted=position_drafted,
-            position_accepted=position_accepted,
-            unavailable=tuple(unavailable),
+            drafting_rounds=drafts.rounds,
+            position_drafted=drafts.position_drafted,
+            position_accepted=drafts.position_accepted,
+            unavailable=(*unavailable, *drafts.unavailable),
         )
 
     def close(self) -> None:

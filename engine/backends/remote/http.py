@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from engine.backends.remote.servers import EventStreamReader, StreamLimitError
+from engine.backends.remote.stream import EventStreamReader, StreamLimitError
 
 # Caps on what a server can make this client hold: one probe/JSON answer or /metrics page, and one reply's
 # whole event stream (a 4096-token reply with per-token timings is ~2 MiB).

@@ -24,14 +24,8 @@ from rich.console import Console
 
 from engine.backends.remote import RemoteBackend
 from engine.backends.remote import http as remote_http
-from engine.backends.remote.servers import (
-    EventStreamReader,
-    StreamCounters,
-    StreamLimitError,
-    build_profile,
-    read_spec_counters,
-    spec_counters,
-)
+from engine.backends.remote.servers import build_profile, read_spec_counters, spec_counters
+from engine.backends.remote.stream import EventStreamReader, StreamCounters, StreamLimitError
 from engine.config import load_settings
 from engine.errors import BackendError
 from engine.events import ReplyFailed, ReplyFinished
