@@ -176,7 +176,7 @@ def test_a_hybrid_drafts_exactly_at_every_depth(which, request, monkeypatch, rol
 def test_padded_plain_steps_on_a_recurrent_memory_never_re_prefill(which, request) -> None:
     """The old hang: a padded one-token step cropped its throw-away position, a recurrent memory re-prefilled,
     whose one-token last slice was padded again... Now the throw-away row is dropped by a rollback or a
-    checkpoint: 560 padded steps (past 513 cached positions) run in seconds, with nothing prefilled again."""
+    checkpoint: 560 padded steps (past 513 cached positions) run with nothing prefilled again."""
     backend = load(request.getfixturevalue(which), rollback=True)  # qwen3next has none: checkpoints
     try:
         target = backend.target
@@ -193,7 +193,9 @@ def test_padded_plain_steps_on_a_recurrent_memory_never_re_prefill(which, reques
         elapsed = time.perf_counter() - start
         assert len(target.ids) == len(ids) + 560 > 513
         assert target.memory.counters.reprefilled == 0
-        assert elapsed < 60, f"560 padded steps took {elapsed:.1f} s"
+        # The re-prefill count is the check; the time only says the loop ended in a sane time, generous enough for
+        # a machine someone else is using (a re-prefill per step took ~0.2 s per 1,000 cached tokens, alone).
+        assert elapsed < 300, f"560 padded steps took {elapsed:.1f} s"
     finally:
         backend.close()
 
