@@ -35,7 +35,7 @@ run: install
 
 test: lint
 	@$(MAKE) --no-print-directory llama-server
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 # llama.cpp's llama-server (CPU), for the remote backend's real-server tests: built once into
 # ~/.cache/specchat/llama-server-<version>/ (about half an hour on 2 busy cores). Not fatal: without it those
