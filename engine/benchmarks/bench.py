@@ -22,6 +22,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.benchmarks.runner import chat_presets, load_prompt_set, timed_reply
 from engine.decoding.acceptance import AcceptanceAccounting
@@ -95,6 +96,19 @@ def _predicted(accounting: AcceptanceAccounting, done: Done | None) -> float | N
     return (live.new_tokens / live.rounds) / done.round_cost
 
 
+@dataclass
+class _BenchRun:
+    """What one `specchat bench` run holds while it times its prompts."""
+
+    backend: Any
+    peer: Any  # transformers' stock copy of the model (None without peers)
+    stop_ids: list[int]
+    variants: tuple[str, ...]
+    max_new: int
+    repeats: int
+    costs: Any  # the verify cost model load measured (None where it measured none)
+
+
 def run_bench(
     settings,
     quick: bool = False,
@@ -110,14 +124,45 @@ def run_bench(
     peers: bool = True,
 ) -> dict:
     """`peers=False` leaves transformers' own generate() out (a shorter run for the adaptive-K comparison)."""
-    from transformers import AutoModelForCausalLM
-
-    from engine.backends.transformers import TransformersBackend
-    from engine.models import ensure_embedded_model, print_progress, progress_printer
+    from engine.models import ensure_embedded_model, print_progress
 
     model_dir = settings.model or ensure_embedded_model(print_progress)
     max_new = max_new_tokens or (96 if quick else 192)
-    repeats = 2 if quick else 3
+    run = _load(settings, model_dir, max_new, 2 if quick else 3, _variants(sampled, k_sweep, peers), peers)
+    prompts = prompts if prompts is not None else load_prompt_set(prompt_set)
+    presets = chat_presets()
+    print(
+        f"specchat bench: {len(prompts)} prompts ({prompt_set or 'given'}), max {max_new} new tokens, "
+        f"{run.repeats} repeat(s), cache {run.backend.info.cache_mode}, model {model_dir}",
+        file=out,
+    )
+    if run.costs is not None:
+        curve = " ".join(f"r({w})={r:.2f}" for w, r in run.costs.as_dict().items())
+        print(f"verify cost at load (plain step = 1): {curve}", file=out)
+    results: list[PromptResult] = []
+    for idx, item in enumerate(prompts):
+        res = _run_prompt(run, idx, item, presets.get(item["category"]) or presets["qa"], sampled, peers)
+        results.append(res)
+        _print_row(out, idx, res, sampled, k_sweep)
+    summary = _summarise(results, sampled, k_sweep, peers)
+    if run.costs is not None:
+        summary["verify_cost"] = run.costs.as_dict()
+    summary["kv_cache_bytes"] = _cache_memory(run.backend, positions=1024 if quick else 2048)
+    if cache_speed:
+        summary["cache_speed"] = _cache_speed(model_dir, run.backend, context=cache_context or 2048)
+    _print_summary(out, summary)
+    return summary
+
+
+def _load(
+    settings, model_dir, max_new: int, repeats: int, variants: tuple[str, ...], peers: bool
+) -> _BenchRun:
+    """Our backend as the settings ask, with n-gram drafting, and (with `peers`) transformers' stock copy."""
+    from transformers import AutoModelForCausalLM
+
+    from engine.backends.transformers import TransformersBackend
+    from engine.models import progress_printer
+
     backend = TransformersBackend(
         model_dir,
         draft="ngram",
@@ -128,76 +173,67 @@ def run_bench(
     # stock kernels
     peer = AutoModelForCausalLM.from_pretrained(model_dir, dtype=backend.dtype).eval() if peers else None
     stop_ids = sorted(backend.stop_token_ids)
-    prompts = prompts if prompts is not None else load_prompt_set(prompt_set)
-    presets = chat_presets()
-    variants = _variants(sampled, k_sweep, peers)
-    print(
-        f"specchat bench: {len(prompts)} prompts ({prompt_set or 'given'}), max {max_new} new tokens, "
-        f"{repeats} repeat(s), cache {backend.info.cache_mode}, model {model_dir}",
-        file=out,
+    return _BenchRun(backend, peer, stop_ids, variants, max_new, repeats, backend.target.costs)
+
+
+def _run_prompt(run: _BenchRun, idx: int, item: dict, preset, sampled: bool, peers: bool) -> PromptResult:
+    """One prompt, every variant `repeats` times in an order that rotates with the prompt and the repeat (the
+    sampled ones once); then whether their outputs agree."""
+    sampler = preset.sampler()
+    prompt_ids = run.backend.encode_chat([{"role": "user", "content": item["prompt"]}])
+    res = PromptResult(item["category"], item["prompt"], preset.k, seconds={v: [] for v in run.variants})
+    timed_reply(run.backend, prompt_ids, 0, 8)  # warm-up: allocator, caches
+    outputs: dict[str, list[int]] = {}
+    variants = run.variants
+    for rep in range(run.repeats):
+        shift = (idx + rep) % len(variants)
+        order = variants[shift:] + variants[:shift]
+        for variant in order:
+            if variant in SAMPLED_VARIANTS and rep > 0:
+                continue  # one sampled run each: they check exactness and give a ratio
+            ids, secs = _run_variant(run, variant, rep, res, preset, sampler, prompt_ids)
+            outputs[variant] = ids
+            res.tokens[variant] = max(len(ids), 1)
+            res.seconds[variant].append(secs)
+    reference = outputs["hf-plain" if peers else "ours-plain"]
+    res.identical = all(outputs[v] == reference for v in variants if v not in SAMPLED_VARIANTS)
+    res.matches_peer = outputs["ours-plain"] == reference
+    if sampled:
+        res.sampled_identical = outputs["plain-sampled"] == outputs["ngram-sampled"]
+    return res
+
+
+def _run_variant(
+    run: _BenchRun, variant: str, rep: int, res: PromptResult, preset, sampler, prompt_ids: list[int]
+) -> tuple[list[int], float]:
+    """One timed reply of `variant`: its tokens and seconds (ours-ngram's first run also fills the drafts)."""
+    k, max_new = preset.k, run.max_new
+    if variant.startswith("hf-"):
+        return _peer(run.peer, run.stop_ids, prompt_ids, k if variant == "hf-lookup" else 0, max_new)
+    if variant in K_VARIANTS:
+        fixed_k = k if variant == "fixed-preset" else int(variant.removeprefix("fixed-"))
+        # Its own estimates: what fixed runs learn must not help the adaptive one.
+        key = f"{variant}:{preset.name}"
+        ids, secs, _, _ = timed_reply(run.backend, prompt_ids, fixed_k, max_new, None, "fixed", key)
+        return ids, secs
+    drafting = variant in ("ours-ngram", "ngram-sampled")
+    ids, secs, acc, done = timed_reply(
+        run.backend,
+        prompt_ids,
+        k if drafting else 0,
+        max_new,
+        sampler if variant in SAMPLED_VARIANTS else None,
+        "adaptive",
+        preset.name,
     )
-    costs = backend.target.costs
-    if costs is not None:
-        curve = " ".join(f"r({w})={r:.2f}" for w, r in costs.as_dict().items())
-        print(f"verify cost at load (plain step = 1): {curve}", file=out)
-    results: list[PromptResult] = []
-    for idx, item in enumerate(prompts):
-        preset = presets.get(item["category"]) or presets["qa"]
-        k = preset.k
-        sampler = preset.sampler()
-        prompt_ids = backend.encode_chat([{"role": "user", "content": item["prompt"]}])
-        res = PromptResult(item["category"], item["prompt"], k, seconds={v: [] for v in variants})
-        timed_reply(backend, prompt_ids, 0, 8)  # warm-up: allocator, caches
-        outputs: dict[str, list[int]] = {}
-        for rep in range(repeats):
-            shift = (idx + rep) % len(variants)
-            order = variants[shift:] + variants[:shift]
-            for variant in order:
-                if variant in SAMPLED_VARIANTS and rep > 0:
-                    continue  # one sampled run each: they check exactness and give a ratio
-                if variant.startswith("hf-"):
-                    ids, secs = _peer(peer, stop_ids, prompt_ids, k if variant == "hf-lookup" else 0, max_new)
-                elif variant in K_VARIANTS:
-                    fixed_k = k if variant == "fixed-preset" else int(variant.removeprefix("fixed-"))
-                    # Its own estimates: what fixed runs learn must not help the adaptive one.
-                    key = f"{variant}:{preset.name}"
-                    ids, secs, _, _ = timed_reply(backend, prompt_ids, fixed_k, max_new, None, "fixed", key)
-                else:
-                    drafting = variant in ("ours-ngram", "ngram-sampled")
-                    ids, secs, acc, done = timed_reply(
-                        backend,
-                        prompt_ids,
-                        k if drafting else 0,
-                        max_new,
-                        sampler if variant in SAMPLED_VARIANTS else None,
-                        "adaptive",
-                        preset.name,
-                    )
-                    if variant == "ours-ngram" and rep == 0:
-                        res.drafted, res.accepted, res.rounds = (
-                            acc.live.drafted,
-                            acc.live.accepted,
-                            acc.live.rounds,
-                        )
-                        res.predicted_speedup = _predicted(acc, done)
-                outputs[variant] = ids
-                res.tokens[variant] = max(len(ids), 1)
-                res.seconds[variant].append(secs)
-        reference = outputs["hf-plain" if peers else "ours-plain"]
-        res.identical = all(outputs[v] == reference for v in variants if v not in SAMPLED_VARIANTS)
-        res.matches_peer = outputs["ours-plain"] == reference
-        if sampled:
-            res.sampled_identical = outputs["plain-sampled"] == outputs["ngram-sampled"]
-        results.append(res)
-        _print_row(out, idx, res, sampled, k_sweep)
-    summary = _summarise(results, sampled, k_sweep, peers)
-    if costs is not None:
-        summary["verify_cost"] = costs.as_dict()
-    summary["kv_cache_bytes"] = _cache_memory(backend, positions=1024 if quick else 2048)
-    if cache_speed:
-        summary["cache_speed"] = _cache_speed(model_dir, backend, context=cache_context or 2048)
-    _print_summary(out, summary)
-    return summary
+    if variant == "ours-ngram" and rep == 0:
+        res.drafted, res.accepted, res.rounds = (
+            acc.live.drafted,
+            acc.live.accepted,
+            acc.live.rounds,
+        )
+        res.predicted_speedup = _predicted(acc, done)
+    return ids, secs
 
 
 def _cache_speed(model_dir, reference, context: int, new_tokens: int = 24) -> dict[str, float]:
@@ -347,6 +383,7 @@ def _summarise(results: list[PromptResult], sampled: bool, k_sweep: bool = False
 
 
 def _print_summary(out, s: dict) -> None:
+    """Totals and acceptance, each ratio against its target, the exactness counts, then the cache's figures."""
     t = s["tokens_per_s"]
     print("\ntotal tok/s: " + "  ".join(f"{v} {tps:.1f}" for v, tps in t.items()), file=out)
     acc = s["acceptance_rate"]
@@ -356,6 +393,29 @@ def _print_summary(out, s: dict) -> None:
         else "acceptance - (nothing drafted)",
         file=out,
     )
+    for label, value, target in _target_checks(s):
+        verdict = "meets" if value >= target else "MISSES"
+        print(f"{label:<40} {value:5.2f}x  (target >= {target:.2f}x: {verdict})", file=out)
+    if "sampled_ngram_vs_plain_total" in s:
+        print(
+            f"{'n-gram vs plain, sampled (presets)':<40} {s['sampled_ngram_vs_plain_total']:5.2f}x", file=out
+        )
+    n = len(s["prompts"])
+    print(
+        f"greedy outputs identical across all four: {s['identical_count']}/{n}; "
+        f"ours == transformers greedy: {s['matches_peer_count']}/{n}"
+        + (
+            f"; sampled identical with and without drafting: {s['sampled_identical_count']}/{n}"
+            if "sampled_identical_count" in s
+            else ""
+        ),
+        file=out,
+    )
+    _print_cache_figures(out, s)
+
+
+def _target_checks(s: dict) -> list[tuple[str, float, float]]:
+    """(label, ratio, target) for each ratio the bench holds to a target."""
     checks = [
         ("n-gram vs plain, whole set", s["ngram_vs_plain_total"], TARGETS["ngram_vs_plain_total"]),
         ("n-gram vs plain, worst prompt", s["ngram_vs_plain_each_min"], TARGETS["ngram_vs_plain_each"]),
@@ -380,24 +440,11 @@ def _print_summary(out, s: dict) -> None:
                 TARGETS["adaptive_vs_preset_fixed_total"],
             ),
         ]
-    for label, value, target in checks:
-        verdict = "meets" if value >= target else "MISSES"
-        print(f"{label:<40} {value:5.2f}x  (target >= {target:.2f}x: {verdict})", file=out)
-    if "sampled_ngram_vs_plain_total" in s:
-        print(
-            f"{'n-gram vs plain, sampled (presets)':<40} {s['sampled_ngram_vs_plain_total']:5.2f}x", file=out
-        )
-    n = len(s["prompts"])
-    print(
-        f"greedy outputs identical across all four: {s['identical_count']}/{n}; "
-        f"ours == transformers greedy: {s['matches_peer_count']}/{n}"
-        + (
-            f"; sampled identical with and without drafting: {s['sampled_identical_count']}/{n}"
-            if "sampled_identical_count" in s
-            else ""
-        ),
-        file=out,
-    )
+    return checks
+
+
+def _print_cache_figures(out, s: dict) -> None:
+    """q8 against full precision: decode speed at a long context, and the KV cache's size."""
     speed = s.get("cache_speed")
     if speed:
         verdict = "meets" if speed["q8_vs_full"] >= 0.9 else "MISSES"
