@@ -23,6 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from engine.decoding.rates import decode_tokens_per_s
 from engine.events import Chunk, Done
@@ -130,6 +131,20 @@ def _server(backend, prompt: str, max_new: int) -> tuple[int, float]:
     return reply.tokens, reply.decode_s
 
 
+@dataclass
+class _PairRun:
+    """What a pair bench holds while it times its prompts: our two backends, the servers, how each prompt runs."""
+
+    plain: Any
+    drafted: Any
+    fixed_k: int
+    k_by_category: dict[str, int]
+    max_new: int
+    repeats: int
+    servers: dict = field(default_factory=dict)
+    variants: tuple[str, ...] = ()
+
+
 def run_pair_bench(
     target_path: Path,
     draft_path: Path,
@@ -142,10 +157,48 @@ def run_pair_bench(
     max_context: int = 4096,
     with_server: bool = True,
 ) -> dict:
-    from engine.backends.llamacpp import LlamaCppBackend, patched_build
-    from engine.benchmarks.runner import chat_presets
+    from engine.backends.llamacpp import patched_build
 
     started = time.perf_counter()
+    run = _load_pair(target_path, draft_path, threads, max_context, max_new, repeats)
+    plain = run.plain
+    run.servers, server_note = _start_servers(
+        target_path, draft_path, plain.threads, max_context, with_server
+    )
+    run.variants = OURS + tuple(name for name in SERVER if name in run.servers)
+    print(
+        f"specchat bench, draft-model pair: target {target_path.name}, draft {draft_path.name}; "
+        f"{len(prompts)} prompts, temperature 0, max {max_new} new tokens, {repeats} repeat(s), "
+        f"{plain.threads} threads, {'patched' if patched_build() else 'stock'} llama.cpp, plain steps "
+        f"{'padded' if plain.pad_plain_steps else 'single-token'}",
+        file=out,
+    )
+    if server_note:
+        print(server_note, file=out)
+    figures = {name: VariantFigures() for name in run.variants}
+    same = {name: 0 for name in OURS[1:]}
+    try:
+        print(
+            f"{'#':>2} {'cat':<8} " + " ".join(f"{name.replace('ours-', ''):>12}" for name in run.variants),
+            file=out,
+        )
+        for index, item in enumerate(prompts):
+            _run_prompt(run, index, item, figures, same, out)
+    finally:
+        costs, one_token_s = _close(run)
+    summary = _summarise(figures, same, len(prompts), costs, one_token_s, plain.threads, run.fixed_k)
+    summary["seconds"] = time.perf_counter() - started
+    _print_summary(out, figures, summary)
+    return summary
+
+
+def _load_pair(
+    target_path: Path, draft_path: Path, threads: int | None, max_context: int, max_new: int, repeats: int
+) -> _PairRun:
+    """Ours plain (n-gram drafting where asked) and ours with the draft model, on the same threads."""
+    from engine.backends.llamacpp import LlamaCppBackend
+    from engine.benchmarks.runner import chat_presets
+
     plain = LlamaCppBackend(target_path, draft="ngram", max_context=max_context, threads=threads)
     plain.load()
     # The same threads as ours-plain, and the same busy-CPU guard: the count its load measured, taken as measured.
@@ -161,76 +214,78 @@ def run_pair_bench(
     # The fixed-K run drafts FIXED_K, or as many as the exact kernels reach (engine/backends/llamacpp/backend.py's probe).
     fixed_k = min(FIXED_K, (drafted.max_verify_width or FIXED_K + 1) - 1)
     k_by_category = {name: presets[name].k for name in ("code", "qa", "creative") if name in presets}
-    servers, server_note = _start_servers(target_path, draft_path, plain.threads, max_context, with_server)
-    variants = OURS + tuple(name for name in SERVER if name in servers)
-    print(
-        f"specchat bench, draft-model pair: target {target_path.name}, draft {draft_path.name}; "
-        f"{len(prompts)} prompts, temperature 0, max {max_new} new tokens, {repeats} repeat(s), "
-        f"{plain.threads} threads, {'patched' if patched_build() else 'stock'} llama.cpp, plain steps "
-        f"{'padded' if plain.pad_plain_steps else 'single-token'}",
-        file=out,
-    )
-    if server_note:
-        print(server_note, file=out)
-    figures = {name: VariantFigures() for name in variants}
-    same = {name: 0 for name in OURS[1:]}
-    try:
-        print(
-            f"{'#':>2} {'cat':<8} " + " ".join(f"{name.replace('ours-', ''):>12}" for name in variants),
-            file=out,
-        )
-        for index, item in enumerate(prompts):
-            k = k_by_category.get(item["category"], 5)
-            prompt_ids = plain.encode_chat([{"role": "user", "content": item["prompt"]}])
-            best: dict[str, tuple[int, float]] = {}
-            outputs: dict[str, list[int]] = {}
-            for rep in range(repeats):
-                shift = (index + rep) % len(variants)
-                for name in variants[shift:] + variants[:shift]:
-                    if name in servers:
-                        tokens, seconds = _server(servers[name][1], item["prompt"], max_new)
-                    else:
-                        backend = drafted if "draft" in name else plain
-                        ask = 0 if name == "ours-plain" else fixed_k if name == "ours-draft-fixed" else k
-                        mode = "fixed" if name == "ours-draft-fixed" else "adaptive"
-                        # Adaptive K learns per preset, as in the chat (one tuner per preset); the fixed-K
-                        # run keeps its own, so its rounds never teach the adaptive one.
-                        key = f"bench-pair-{item['category']}" + ("-fixed" if mode == "fixed" else "")
-                        ids, tokens, seconds, rounds, done = _ours(
-                            backend, prompt_ids, ask, mode, max_new, key
-                        )
-                        outputs[name] = ids
-                        if rep == 0:
-                            fig = figures[name]
-                            fig.rounds.extend(rounds)
-                            fig.round_tokens += len(ids)
-                            fig.drafted += sum(d for d, _ in rounds)
-                            fig.accepted += sum(a for _, a in rounds)
-                            if done is not None:
-                                fig.draft_step_s.append(done.draft_step_s)
-                                fig.target_step_s.append(done.target_step_s)
-                                fig.verify_cost = done.verify_cost or fig.verify_cost
-                    if tokens > 0 and seconds > 0 and (name not in best or seconds < best[name][1]):
-                        best[name] = (tokens, seconds)
-            for name, (tokens, seconds) in best.items():
-                figures[name].tokens += tokens
-                figures[name].seconds += seconds
-            for name in same:
-                same[name] += outputs.get(name) == outputs.get("ours-plain")
-            rates = " ".join(f"{(best[n][0] / best[n][1]) if n in best else 0.0:>12.2f}" for n in variants)
-            print(f"{index + 1:>2} {item['category']:<8} {rates}", file=out, flush=True)
-    finally:
-        for _, (server, backend) in servers.items():
-            backend.close()
-            server.close()
-        costs = drafted.target.costs.as_dict() if drafted.target and drafted.target.costs else {}
-        one_token_s = drafted.target.costs.one_token_s if drafted.target and drafted.target.costs else None
-        drafted.close()
-        plain.close()
-    summary = _summarise(figures, same, len(prompts), costs, one_token_s, plain.threads, fixed_k)
-    summary["seconds"] = time.perf_counter() - started
-    _print_summary(out, figures, summary)
-    return summary
+    return _PairRun(plain, drafted, fixed_k, k_by_category, max_new, repeats)
+
+
+def _run_prompt(run: _PairRun, index: int, item: dict, figures: dict, same: dict, out) -> None:
+    """One prompt: every variant `repeats` times in an order that rotates with the prompt and the repeat; each
+    variant's best repeat added to its figures; whether each drafting mode equals ours-plain; the prompt's line."""
+    variants = run.variants
+    k = run.k_by_category.get(item["category"], 5)
+    prompt_ids = run.plain.encode_chat([{"role": "user", "content": item["prompt"]}])
+    best: dict[str, tuple[int, float]] = {}
+    outputs: dict[str, list[int]] = {}
+    for rep in range(run.repeats):
+        shift = (index + rep) % len(variants)
+        for name in variants[shift:] + variants[:shift]:
+            tokens, seconds = _time_variant(run, name, rep, item, prompt_ids, k, figures, outputs)
+            if tokens > 0 and seconds > 0 and (name not in best or seconds < best[name][1]):
+                best[name] = (tokens, seconds)
+    for name, (tokens, seconds) in best.items():
+        figures[name].tokens += tokens
+        figures[name].seconds += seconds
+    for name in same:
+        same[name] += outputs.get(name) == outputs.get("ours-plain")
+    rates = " ".join(f"{(best[n][0] / best[n][1]) if n in best else 0.0:>12.2f}" for n in variants)
+    print(f"{index + 1:>2} {item['category']:<8} {rates}", file=out, flush=True)
+
+
+def _time_variant(
+    run: _PairRun,
+    name: str,
+    rep: int,
+    item: dict,
+    prompt_ids: list[int],
+    k: int,
+    figures: dict,
+    outputs: dict,
+) -> tuple[int, float]:
+    """One timed reply of variant `name`: its decode tokens and seconds (ours keep their output, and their first
+    repeat's rounds count in their figures)."""
+    if name in run.servers:
+        return _server(run.servers[name][1], item["prompt"], run.max_new)
+    backend = run.drafted if "draft" in name else run.plain
+    ask = 0 if name == "ours-plain" else run.fixed_k if name == "ours-draft-fixed" else k
+    mode = "fixed" if name == "ours-draft-fixed" else "adaptive"
+    # Adaptive K learns per preset, as in the chat (one tuner per preset); the fixed-K
+    # run keeps its own, so its rounds never teach the adaptive one.
+    key = f"bench-pair-{item['category']}" + ("-fixed" if mode == "fixed" else "")
+    ids, tokens, seconds, rounds, done = _ours(backend, prompt_ids, ask, mode, run.max_new, key)
+    outputs[name] = ids
+    if rep == 0:
+        fig = figures[name]
+        fig.rounds.extend(rounds)
+        fig.round_tokens += len(ids)
+        fig.drafted += sum(d for d, _ in rounds)
+        fig.accepted += sum(a for _, a in rounds)
+        if done is not None:
+            fig.draft_step_s.append(done.draft_step_s)
+            fig.target_step_s.append(done.target_step_s)
+            fig.verify_cost = done.verify_cost or fig.verify_cost
+    return tokens, seconds
+
+
+def _close(run: _PairRun) -> tuple[dict, float | None]:
+    """Close the servers and both backends; the draft backend's verify costs and one-token step, read first."""
+    for _, (server, backend) in run.servers.items():
+        backend.close()
+        server.close()
+    drafted = run.drafted
+    costs = drafted.target.costs.as_dict() if drafted.target and drafted.target.costs else {}
+    one_token_s = drafted.target.costs.one_token_s if drafted.target and drafted.target.costs else None
+    drafted.close()
+    run.plain.close()
+    return costs, one_token_s
 
 
 def _start_servers(
@@ -267,19 +322,7 @@ def _start_servers(
 
 
 def _summarise(figures, same, prompts, costs, one_token_s, threads, fixed_k) -> dict:
-    from engine.benchmarks.draft_prediction import (
-        DESKTOP_8_CORE,
-        GPU_24GB,
-        QWEN_0_5B,
-        QWEN_1_5B,
-        QWEN_7B,
-        best_draft_k,
-        draft_speedup,
-        fit_machine,
-        predict,
-        repriced_speedup,
-        with_throughput_of,
-    )
+    """The measured figures and ratios; where c was measured, the predictions beside them."""
 
     def tps(name):
         return figures[name].tokens_per_s if name in figures else None
@@ -290,9 +333,7 @@ def _summarise(figures, same, prompts, costs, one_token_s, threads, fixed_k) -> 
 
     fixed = figures["ours-draft-fixed"]
     per_position = fixed.per_position(fixed_k)
-    curve = [costs.get(1, 1.0)]
-    for width in range(2, 18):
-        curve.append(costs.get(width) or (curve[-1] + (curve[-1] - curve[-2] if len(curve) > 1 else 0.1)))
+    curve = _verify_curve(costs)
     c = fixed.c
     summary: dict = {
         "tokens_per_s": {name: tps(name) for name in figures},
@@ -313,33 +354,62 @@ def _summarise(figures, same, prompts, costs, one_token_s, threads, fixed_k) -> 
         "server_draft_vs_server_plain": ratio("server-draft", "server-plain"),
     }
     if c is not None:
-        best_k, best = best_draft_k(per_position, curve, c)
-        summary["predicted"] = {
+        summary.update(_predictions(figures, per_position, curve, c, one_token_s, threads, fixed_k))
+    return summary
+
+
+def _verify_curve(costs: dict) -> list[float]:
+    """r(1..17): the verify costs measured at load, widths it did not time extended by the last step."""
+    curve = [costs.get(1, 1.0)]
+    for width in range(2, 18):
+        curve.append(costs.get(width) or (curve[-1] + (curve[-1] - curve[-2] if len(curve) > 1 else 0.1)))
+    return curve
+
+
+def _predictions(figures, per_position, curve, c, one_token_s, threads, fixed_k) -> dict:
+    """What the measured acceptance and costs predict: each of our modes here, the best K here, and (where a
+    one-token step was timed) this machine fitted and the machines we do not have."""
+    from engine.benchmarks.draft_prediction import (
+        DESKTOP_8_CORE,
+        GPU_24GB,
+        QWEN_0_5B,
+        QWEN_1_5B,
+        QWEN_7B,
+        best_draft_k,
+        draft_speedup,
+        fit_machine,
+        predict,
+        repriced_speedup,
+        with_throughput_of,
+    )
+
+    best_k, best = best_draft_k(per_position, curve, c)
+    found: dict = {
+        "predicted": {
             "ours-draft-fixed": draft_speedup(per_position, curve, c, fixed_k),
             "ours-draft": best,
             "ours-ngram": repriced_speedup(figures["ours-ngram"].rounds, curve),
-        }
-        summary["best_k_here"] = best_k
-        rows = []
-        if one_token_s:
-            here = fit_machine(
-                f"this machine ({threads} threads)",
-                QWEN_1_5B,
-                one_token_s,
-                dict(enumerate(curve, 1)),
-                threads,
-            )
-            rows.append(
-                predict(here, QWEN_1_5B, QWEN_0_5B, per_position, figures["ours-ngram"].rounds,
-                        measured_curve=curve, measured_c=c)
-            )  # fmt: skip
-            for machine in (with_throughput_of(DESKTOP_8_CORE, here), GPU_24GB):
-                for target in (QWEN_1_5B, QWEN_7B):
-                    rows.append(
-                        predict(machine, target, QWEN_0_5B, per_position, figures["ours-ngram"].rounds)
-                    )
-        summary["prediction_rows"] = rows
-    return summary
+        },
+        "best_k_here": best_k,
+    }
+    rows = []
+    if one_token_s:
+        here = fit_machine(
+            f"this machine ({threads} threads)",
+            QWEN_1_5B,
+            one_token_s,
+            dict(enumerate(curve, 1)),
+            threads,
+        )
+        rows.append(
+            predict(here, QWEN_1_5B, QWEN_0_5B, per_position, figures["ours-ngram"].rounds,
+                    measured_curve=curve, measured_c=c)
+        )  # fmt: skip
+        for machine in (with_throughput_of(DESKTOP_8_CORE, here), GPU_24GB):
+            for target in (QWEN_1_5B, QWEN_7B):
+                rows.append(predict(machine, target, QWEN_0_5B, per_position, figures["ours-ngram"].rounds))
+    found["prediction_rows"] = rows
+    return found
 
 
 def _fmt(value, pattern="{:.2f}") -> str:
