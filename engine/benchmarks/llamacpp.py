@@ -17,6 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from engine.events import Chunk
 from engine.request import GenerationRequest, SamplerSettings
@@ -82,6 +83,20 @@ def _llama_own(llm, prompt_ids: list[int], stop_ids: frozenset[int], max_new: in
     return ids, time.perf_counter() - t0
 
 
+@dataclass
+class _Contenders:
+    """The three engines a llama.cpp bench times on one GGUF: ours exact, ours unprobed, llama.cpp's own."""
+
+    exact: Any
+    fast: Any
+    llm: Any
+
+    def close(self) -> None:
+        self.llm.close()
+        self.fast.close()
+        self.exact.close()
+
+
 def run_llamacpp_bench(
     model_path: Path,
     quick: bool = False,
@@ -97,12 +112,48 @@ def run_llamacpp_bench(
 ) -> dict:
     import llama_cpp
 
-    from engine.backends.llamacpp import LlamaCppBackend, patched_build
-    from engine.backends.llamacpp.native import choose_repack, model_defaults
+    from engine.backends.llamacpp import patched_build
     from engine.benchmarks.runner import chat_presets, load_prompt_set
 
     max_new = max_new_tokens or (96 if quick else 192)
     repeats = 2 if quick else 3
+    engines = _load(model_path, cache_mode, max_context, threads)
+    exact = engines.exact
+    prompts = prompts if prompts is not None else load_prompt_set(prompt_set)
+    presets = chat_presets()
+    k_by_category = {name: presets[name].k for name in ("code", "qa", "creative") if name in presets}
+    print(
+        f"specchat bench (llama.cpp {llama_cpp.__version__}, {'patched' if patched_build() else 'stock'} build, "
+        f"plain steps {'padded to 2 rows' if exact.pad_plain_steps else 'single-token'}): "
+        f"{len(prompts)} prompts ({prompt_set or 'given'}), "
+        "temperature 0, "
+        f"max {max_new} new tokens, {repeats} repeat(s), {exact.threads} threads, cache {cache_mode}, "
+        f"model {model_name or exact.model_path.name}",
+        file=out,
+    )
+    results: list[LlamaPromptResult] = []
+    try:
+        for idx, item in enumerate(prompts):
+            k = k_by_category.get(item["category"], 5)
+            res = _run_prompt(engines, idx, item, k, repeats, max_new)
+            results.append(res)
+            _print_row(out, idx, res)
+    finally:
+        engines.close()
+    summary = _summarise(results)
+    summary["threads"] = exact.threads
+    _print_summary(out, summary)
+    return summary
+
+
+def _load(model_path: Path, cache_mode: str, max_context: int, threads: int | None) -> _Contenders:
+    """Ours exact (probed, n-gram drafting where asked), ours unprobed on the same threads, and llama.cpp's own
+    generate() on the same file, context, threads and cache type."""
+    import llama_cpp
+
+    from engine.backends.llamacpp import LlamaCppBackend
+    from engine.backends.llamacpp.native import choose_repack, model_defaults
+
     exact = LlamaCppBackend(
         model_path, draft="ngram", cache_mode=cache_mode, max_context=max_context, threads=threads
     )
@@ -133,52 +184,34 @@ def run_llamacpp_bench(
             flash_attn=True,  # as ours on the CPU (and needed by a quantized V cache)
             verbose=False,
         )
-    prompts = prompts if prompts is not None else load_prompt_set(prompt_set)
-    presets = chat_presets()
-    k_by_category = {name: presets[name].k for name in ("code", "qa", "creative") if name in presets}
-    print(
-        f"specchat bench (llama.cpp {llama_cpp.__version__}, {'patched' if patched_build() else 'stock'} build, "
-        f"plain steps {'padded to 2 rows' if exact.pad_plain_steps else 'single-token'}): "
-        f"{len(prompts)} prompts ({prompt_set or 'given'}), "
-        "temperature 0, "
-        f"max {max_new} new tokens, {repeats} repeat(s), {exact.threads} threads, cache {cache_mode}, "
-        f"model {model_name or exact.model_path.name}",
-        file=out,
-    )
-    results: list[LlamaPromptResult] = []
-    try:
-        for idx, item in enumerate(prompts):
-            k = k_by_category.get(item["category"], 5)
-            prompt_ids = exact.encode_chat([{"role": "user", "content": item["prompt"]}])
-            res = LlamaPromptResult(item["category"], k, seconds={v: [] for v in VARIANTS})
-            outputs: dict[str, list[int]] = {}
-            for rep in range(repeats):
-                shift = (idx + rep) % len(VARIANTS)
-                for variant in VARIANTS[shift:] + VARIANTS[:shift]:
-                    if variant == "lcpp-plain":
-                        ids, secs = _llama_own(llm, prompt_ids, exact.stop_token_ids, max_new)
-                    else:
-                        backend = fast if variant == "ours-fast" else exact
-                        ids, secs, counts = _ours(
-                            backend, prompt_ids, k if variant == "ours-ngram" else 0, max_new
-                        )
-                        if variant == "ours-ngram" and rep == 0:
-                            res.drafted, res.accepted, res.rounds = counts
-                    outputs[variant] = ids
-                    res.tokens[variant] = max(1, len(ids))
-                    res.seconds[variant].append(secs)
-            res.identical = outputs["ours-plain"] == outputs["ours-ngram"]
-            res.same_as_llama = outputs["ours-plain"] == outputs["lcpp-plain"]
-            results.append(res)
-            _print_row(out, idx, res)
-    finally:
-        llm.close()
-        fast.close()
-        exact.close()
-    summary = _summarise(results)
-    summary["threads"] = exact.threads
-    _print_summary(out, summary)
-    return summary
+    return _Contenders(exact, fast, llm)
+
+
+def _run_prompt(
+    engines: _Contenders, idx: int, item: dict, k: int, repeats: int, max_new: int
+) -> LlamaPromptResult:
+    """One prompt, every variant `repeats` times in an order that rotates with the prompt and the repeat; then
+    whether ours agree with each other and with llama.cpp's own."""
+    exact = engines.exact
+    prompt_ids = exact.encode_chat([{"role": "user", "content": item["prompt"]}])
+    res = LlamaPromptResult(item["category"], k, seconds={v: [] for v in VARIANTS})
+    outputs: dict[str, list[int]] = {}
+    for rep in range(repeats):
+        shift = (idx + rep) % len(VARIANTS)
+        for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+            if variant == "lcpp-plain":
+                ids, secs = _llama_own(engines.llm, prompt_ids, exact.stop_token_ids, max_new)
+            else:
+                backend = engines.fast if variant == "ours-fast" else exact
+                ids, secs, counts = _ours(backend, prompt_ids, k if variant == "ours-ngram" else 0, max_new)
+                if variant == "ours-ngram" and rep == 0:
+                    res.drafted, res.accepted, res.rounds = counts
+            outputs[variant] = ids
+            res.tokens[variant] = max(1, len(ids))
+            res.seconds[variant].append(secs)
+    res.identical = outputs["ours-plain"] == outputs["ours-ngram"]
+    res.same_as_llama = outputs["ours-plain"] == outputs["lcpp-plain"]
+    return res
 
 
 def runs_other_local_models(backend: str) -> bool:
