@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import IO, Any
 
 from engine.backends.registry import resolve_cache_mode
@@ -35,6 +35,21 @@ def load_backend(settings, progress=None, **updates: Any):
     return backend, reason
 
 
+@dataclass
+class _Sweep:
+    """What each task's sweep on the main load shares: the backend, the plan, the progress bar, the result."""
+
+    backend: Any
+    plan: TunePlan
+    progress: ProgressBar
+    drafting: str  # the backend's draft mode, as its rows name it
+    cache_mode: str
+    result: TuneResult
+
+    def row(self, task: str, sweep: str, cell: Cell, plain: Cell):
+        return tune_row(task, sweep, cell, plain, self.drafting, self.cache_mode)
+
+
 def run_tune(
     settings,
     prompts: Sequence[TunePrompt],
@@ -51,16 +66,7 @@ def run_tune(
     presets = presets if presets is not None else load_presets()
     chosen = pick_prompts(prompts, plan)
     result = TuneResult()
-    main_draft = settings.draft
-    if main_draft == "none":
-        main_draft = "ngram"
-        result.notes.append("drafting is off in the settings: the K sweep drafts with n-gram lookup")
-    other_draft = "ngram" if not is_draft_keyword(main_draft) else None  # a draft model: against n-gram
-    if other_draft is None:
-        result.notes.append(
-            "no draft model configured (--draft FOLDER): the drafting sweep is n-gram vs none"
-        )
-
+    main_draft, other_draft = _drafters(settings.draft, result)
     backend, reason = load_backend(settings, load_progress, draft=main_draft)
     result.backend, result.model = backend.name, backend.info.model
     result.notes.append(reason)
@@ -78,36 +84,10 @@ def run_tune(
     }
     samplers = {task: presets[task].sampler() for task in chosen}
     best: dict[str, int] = {}
+    sweep = _Sweep(backend, plan, progress, drafting, cache_mode, result)
     try:
         for task, ids in encoded.items():
-            sampler = samplers[task]
-            cells = [Cell(k, sampler, "fixed", f"tune:{task}:fixed-{k}") for k in plan.k_values if k > 0]
-            plain = Cell(0, sampler)
-            # Adaptive K up to the preset's ceiling and up to the sweep's largest K, in the same rotation.
-            ceilings = sorted({presets[task].k, max(plan.k_values)} - {0})
-            adaptive = [Cell(c, sampler, "adaptive", f"tune:{task}:adaptive-{c}") for c in ceilings]
-            measure(backend, ids, [plain, *cells, *adaptive], plan, progress, task)
-            rows = [tune_row(task, "k", c, plain, drafting, cache_mode) for c in [plain, *cells]]
-            adaptive_rows = [tune_row(task, "adaptive", c, plain, drafting, cache_mode) for c in adaptive]
-            result.rows.extend(rows + adaptive_rows)
-            winner = max(rows, key=lambda r: r.tokens_per_s)
-            best[task] = winner.k
-            result.decisions[task] = decide_k(
-                task, presets[task].k, winner, rows, adaptive_rows, presets[task].k_mode
-            )
-            # Temperatures and the ramp at the winning K. Their speedups divide by the plain row above: plain
-            # decoding's speed per token does not depend on the sampler (only which tokens come out does).
-            k = winner.k or max(plan.k_values)
-            temps = [Cell(k, without_ramp(replace(sampler, temperature=t))) for t in plan.temperatures]
-            measure(backend, ids, temps, plan, progress, f"{task} temperature")
-            result.rows.extend(tune_row(task, "temperature", c, plain, drafting, cache_mode) for c in temps)
-            # The ramp, on (the preset's, or a default one) and off, measured side by side.
-            on, off = Cell(k, with_ramp(sampler)), Cell(k, without_ramp(sampler))
-            measure(backend, ids, [on, off], plan, progress, f"{task} ramp")
-            on_row = tune_row(task, "ramp", on, plain, drafting, cache_mode)
-            off_row = tune_row(task, "ramp", off, plain, drafting, cache_mode)
-            result.rows.extend([on_row, off_row])
-            decide_ramp(result.decisions[task], sampler, on.sampler, on_row, off_row)
+            best[task] = _sweep_task(sweep, task, ids, samplers[task], presets[task])
     finally:
         backend.close()
 
@@ -125,6 +105,65 @@ def run_tune(
     progress.finish()
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _drafters(draft: str, result: TuneResult) -> tuple[str, str | None]:
+    """The drafter the K sweep drafts with, and the one the drafting sweep sets against it (None: n-gram against
+    none); a note for each choice the settings did not make."""
+    main_draft = draft
+    if main_draft == "none":
+        main_draft = "ngram"
+        result.notes.append("drafting is off in the settings: the K sweep drafts with n-gram lookup")
+    other_draft = "ngram" if not is_draft_keyword(main_draft) else None  # a draft model: against n-gram
+    if other_draft is None:
+        result.notes.append(
+            "no draft model configured (--draft FOLDER): the drafting sweep is n-gram vs none"
+        )
+    return main_draft, other_draft
+
+
+def _sweep_task(sweep: _Sweep, task: str, ids: list[list[int]], sampler: SamplerSettings, preset) -> int:
+    """One task on the main load: every K, then the temperatures and the ramp at the winning K. Returns the
+    winning fixed K (0: plain won)."""
+    plain, winner = _sweep_k(sweep, task, ids, sampler, preset)
+    _sweep_sampler(sweep, task, ids, sampler, plain, winner.k or max(sweep.plan.k_values))
+    return winner.k
+
+
+def _sweep_k(sweep: _Sweep, task: str, ids: list[list[int]], sampler: SamplerSettings, preset):
+    """Plain, every fixed K and adaptive K in one rotation; the task's K decision. Returns the plain cell and the
+    winning row."""
+    plan, result = sweep.plan, sweep.result
+    cells = [Cell(k, sampler, "fixed", f"tune:{task}:fixed-{k}") for k in plan.k_values if k > 0]
+    plain = Cell(0, sampler)
+    # Adaptive K up to the preset's ceiling and up to the sweep's largest K, in the same rotation.
+    ceilings = sorted({preset.k, max(plan.k_values)} - {0})
+    adaptive = [Cell(c, sampler, "adaptive", f"tune:{task}:adaptive-{c}") for c in ceilings]
+    measure(sweep.backend, ids, [plain, *cells, *adaptive], plan, sweep.progress, task)
+    rows = [sweep.row(task, "k", c, plain) for c in [plain, *cells]]
+    adaptive_rows = [sweep.row(task, "adaptive", c, plain) for c in adaptive]
+    result.rows.extend(rows + adaptive_rows)
+    winner = max(rows, key=lambda r: r.tokens_per_s)
+    result.decisions[task] = decide_k(task, preset.k, winner, rows, adaptive_rows, preset.k_mode)
+    return plain, winner
+
+
+def _sweep_sampler(
+    sweep: _Sweep, task: str, ids: list[list[int]], sampler: SamplerSettings, plain: Cell, k: int
+) -> None:
+    """The temperatures and the ramp at K; the task's ramp decision. Their speedups divide by the plain row of the
+    K sweep: plain decoding's speed per token does not depend on the sampler (only which tokens come out does)."""
+    plan, result = sweep.plan, sweep.result
+    temps = [Cell(k, without_ramp(replace(sampler, temperature=t))) for t in plan.temperatures]
+    measure(sweep.backend, ids, temps, plan, sweep.progress, f"{task} temperature")
+    result.rows.extend(sweep.row(task, "temperature", c, plain) for c in temps)
+    # The ramp, on (the preset's, or a default one) and off, measured side by side.
+    on, off = Cell(k, with_ramp(sampler)), Cell(k, without_ramp(sampler))
+    measure(sweep.backend, ids, [on, off], plan, sweep.progress, f"{task} ramp")
+    on_row = sweep.row(task, "ramp", on, plain)
+    off_row = sweep.row(task, "ramp", off, plain)
+    result.rows.extend([on_row, off_row])
+    decide_ramp(result.decisions[task], sampler, on.sampler, on_row, off_row)
 
 
 def _second_load(
