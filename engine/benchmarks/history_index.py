@@ -88,93 +88,106 @@ def measure(total: int) -> dict[str, float]:
 REGENERATE_PROMPT = (
     "Write a Python function that checks whether a number is prime, with a docstring and a few tests."
 )
+# The unrelated history's words: common English ones, so that nothing in it follows the coding reply.
+COMMON_WORDS = [
+    "the",
+    "of",
+    "and",
+    "a",
+    "to",
+    "in",
+    "is",
+    "you",
+    "that",
+    "it",
+    "he",
+    "was",
+    "for",
+    "on",
+    "are",
+    "as",
+    "with",
+    "his",
+    "they",
+    "at",
+    "be",
+    "this",
+    "have",
+    "from",
+]
 
 
 def regenerate(reps: int = 3, max_new: int = 160) -> None:
-    import threading
-
     from engine.backends.llamacpp import LlamaCppBackend
-    from engine.events import Chunk
     from engine.models import ensure_embedded_gguf
-    from engine.request import CorpusPart, GenerationRequest, HistoryCorpus, SamplerSettings
+    from engine.request import CorpusPart, HistoryCorpus
 
     backend = LlamaCppBackend(ensure_embedded_gguf(), draft="ngram", max_context=2048)
     backend.load()
     prompt = backend.encode_chat([{"role": "user", "content": REGENERATE_PROMPT}])
-
-    def run(
-        k: int, key: str, history: HistoryCorpus | None = None
-    ) -> tuple[float, list[int], dict[str, int]]:
-        if history is not None:  # the index built first: this measures drafting, not the build
-            backend.history_view(
-                GenerationRequest((1,), SamplerSettings(), 1, 4, k_mode="adaptive", history=history)
-            )
-            assert backend.history_indexes is not None and backend.history_indexes.wait()
-        request = GenerationRequest(
-            tuple(prompt),
-            SamplerSettings(),
-            max_new,
-            k,
-            k > 0,
-            seed=1,
-            k_mode="adaptive",
-            tuning_key=key,
-            history=history,
-        )
-        start = time.perf_counter()
-        chunks = [e for e in backend.generate(request, threading.Event()) if isinstance(e, Chunk)]
-        seconds = time.perf_counter() - start
-        accepted: dict[str, int] = {}
-        for chunk in chunks:
-            if chunk.drafter:
-                accepted[chunk.drafter] = accepted.get(chunk.drafter, 0) + chunk.accepted
-        reply = [t for c in chunks for t in c.token_ids]
-        return len(reply) / seconds, reply, accepted
-
-    _, plain, _ = run(0, "plain")
+    _, plain, _ = _timed_reply(backend, prompt, max_new, 0, "plain")
     earlier = HistoryCorpus((CorpusPart("earlier", lambda: [backend.decode(plain)]),))
-    words = [
-        "the",
-        "of",
-        "and",
-        "a",
-        "to",
-        "in",
-        "is",
-        "you",
-        "that",
-        "it",
-        "he",
-        "was",
-        "for",
-        "on",
-        "are",
-        "as",
-        "with",
-        "his",
-        "they",
-        "at",
-        "be",
-        "this",
-        "have",
-        "from",
-    ]
-    picks = random.Random(0)
-    unrelated = HistoryCorpus(
-        (
-            CorpusPart(
-                "unrelated", lambda: [" ".join(picks.choice(words) for _ in range(700)) for _ in range(1000)]
-            ),
-        )
-    )
-    ways = (("plain", 0, None), ("ngram", 6, None), ("ngram + unrelated history", 6, unrelated))
+    ways = (("plain", 0, None), ("ngram", 6, None), ("ngram + unrelated history", 6, _unrelated_history()))
     for rep in range(reps):
         for name, k, history in (*ways, ("ngram + history (regenerate)", 6, earlier)):
-            speed, reply, accepted = run(k, f"{name}-{rep}", history)
+            speed, reply, accepted = _timed_reply(backend, prompt, max_new, k, f"{name}-{rep}", history)
             print(
                 f"{rep} {name:30s} {speed:6.1f} tok/s  equals plain: {reply == plain}  accepted: {accepted}"
             )
     backend.close()
+
+
+def _unrelated_history():
+    """A history of 1000 documents of 700 common words (about 0.7M tokens) with nothing to offer the reply."""
+    from engine.request import CorpusPart, HistoryCorpus
+
+    picks = random.Random(0)
+    return HistoryCorpus(
+        (
+            CorpusPart(
+                "unrelated",
+                lambda: [" ".join(picks.choice(COMMON_WORDS) for _ in range(700)) for _ in range(1000)],
+            ),
+        )
+    )
+
+
+def _timed_reply(
+    backend, prompt: list[int], max_new: int, k: int, key: str, history=None
+) -> tuple[float, list[int], dict[str, int]]:
+    """One greedy reply (adaptive K up to `k`, its own tuning key): tokens per second, the reply, and the tokens
+    accepted from each drafter. Where a history is given, its index is built first: this measures drafting, not
+    the build."""
+    import threading
+
+    from engine.events import Chunk
+    from engine.request import GenerationRequest, SamplerSettings
+
+    if history is not None:
+        backend.history_view(
+            GenerationRequest((1,), SamplerSettings(), 1, 4, k_mode="adaptive", history=history)
+        )
+        assert backend.history_indexes is not None and backend.history_indexes.wait()
+    request = GenerationRequest(
+        tuple(prompt),
+        SamplerSettings(),
+        max_new,
+        k,
+        k > 0,
+        seed=1,
+        k_mode="adaptive",
+        tuning_key=key,
+        history=history,
+    )
+    start = time.perf_counter()
+    chunks = [e for e in backend.generate(request, threading.Event()) if isinstance(e, Chunk)]
+    seconds = time.perf_counter() - start
+    accepted: dict[str, int] = {}
+    for chunk in chunks:
+        if chunk.drafter:
+            accepted[chunk.drafter] = accepted.get(chunk.drafter, 0) + chunk.accepted
+    reply = [t for c in chunks for t in c.token_ids]
+    return len(reply) / seconds, reply, accepted
 
 
 def main(argv: list[str] | None = None) -> None:
