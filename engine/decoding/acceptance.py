@@ -205,46 +205,11 @@ class AcceptanceAccounting:
         cache_mode: str = "",
         k_mode: str = "fixed",
     ) -> MessageStats:
+        """The reply's stats: the counted figures, the server's own where it reports them, times and settings."""
         live = self.live
-        alpha, k_eff = self.alpha_and_k()
-        # Nothing measured reads "–" (None), never 0: c where no draft step was timed, the speedup where no
-        # round drafted.
-        c = (
-            done.draft_step_s / done.target_step_s
-            if done.target_step_s > 0 and done.draft_step_s > 0
-            else None
-        )
-        if not self.drafting_rounds:
-            speedup = None
-        elif done.round_cost and live.rounds:
-            # Over all rounds (those without a draft count): tokens per round / cost of a round in plain steps.
-            speedup = (live.new_tokens / live.rounds) / done.round_cost
-        else:
-            speedup = (
-                predicted_speedup(alpha, k_eff, c if c is not None else 0.0) if alpha is not None else None
-            )
         ttft = (self.t_first - self.t_start) if self.t_first is not None else t_end - self.t_start
         prefill_s = done.prefill_s if done.prefill_s > 0 else ttft
-        figures = {
-            "prompt_tokens": done.prompt_tokens,
-            "cached_tokens": done.cached_tokens,
-            "new_tokens": live.new_tokens,
-            "drafted_tokens": live.drafted,
-            "accepted_tokens": live.accepted,
-            "rounds": live.rounds,
-            "acceptance_rate": live.acceptance_rate,
-            "mean_accepted_length": live.mean_accepted_length,
-            "per_position_acceptance": self.per_position_acceptance(),
-            "model_per_position_acceptance": self.model_per_position_acceptance(),
-            "acceptance_histogram": list(self.accepted_counts),
-            "alpha": alpha,
-            "predicted_speedup": speedup,
-            "cost_ratio": c,
-            "verify_cost": list(done.verify_cost),
-            "unavailable": {},
-        }
-        if done.server is not None:
-            figures.update(server_figures(done.server, live.new_tokens))
+        figures = self._figures(done)
         fresh_prompt = max(figures["prompt_tokens"] - figures["cached_tokens"], 0)
         return MessageStats(
             **figures,
@@ -269,6 +234,56 @@ class AcceptanceAccounting:
             drafted_by=dict(self.drafted_by),
             accepted_by=dict(self.accepted_by),
         )
+
+    def _cost_and_speedup(
+        self, done: Done, alpha: float | None, k_eff: int
+    ) -> tuple[float | None, float | None]:
+        """The cost ratio c and the predicted speedup. Nothing measured reads "–" (None), never 0: c where no draft
+        step was timed, the speedup where no round drafted."""
+        live = self.live
+        c = (
+            done.draft_step_s / done.target_step_s
+            if done.target_step_s > 0 and done.draft_step_s > 0
+            else None
+        )
+        if not self.drafting_rounds:
+            speedup = None
+        elif done.round_cost and live.rounds:
+            # Over all rounds (those without a draft count): tokens per round / cost of a round in plain steps.
+            speedup = (live.new_tokens / live.rounds) / done.round_cost
+        else:
+            speedup = (
+                predicted_speedup(alpha, k_eff, c if c is not None else 0.0) if alpha is not None else None
+            )
+        return c, speedup
+
+    def _figures(self, done: Done) -> dict:
+        """The MessageStats fields counted over the reply's rounds (a server's own figures over them where it
+        reports them)."""
+        live = self.live
+        alpha, k_eff = self.alpha_and_k()
+        c, speedup = self._cost_and_speedup(done, alpha, k_eff)
+        figures = {
+            "prompt_tokens": done.prompt_tokens,
+            "cached_tokens": done.cached_tokens,
+            "new_tokens": live.new_tokens,
+            "drafted_tokens": live.drafted,
+            "accepted_tokens": live.accepted,
+            "rounds": live.rounds,
+            "acceptance_rate": live.acceptance_rate,
+            "mean_accepted_length": live.mean_accepted_length,
+            "per_position_acceptance": self.per_position_acceptance(),
+            "model_per_position_acceptance": self.model_per_position_acceptance(),
+            "acceptance_histogram": list(self.accepted_counts),
+            "alpha": alpha,
+            "predicted_speedup": speedup,
+            "cost_ratio": c,
+            "verify_cost": list(done.verify_cost),
+            "unavailable": {},
+        }
+        if done.server is not None:
+            figures.update(server_figures(done.server, live.new_tokens))
+        return figures
 
 
 # Reasons shown in the inspector for what no server reports.
