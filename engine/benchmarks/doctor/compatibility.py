@@ -31,15 +31,27 @@ def check_compatibility(report: DoctorReport, model_dir: Path, draft_dir: Path |
             "compatibility", "pass", "GGUF files: checked by the backend at load", draft=str(draft_dir)
         )
         return True
+    from engine.decoding.draft_compat import DraftIncompatibleError, check_draft_compatible
+
+    views, templates, sizes = _read_sides(model_dir, draft_dir)
+    details = _compare(views, templates, sizes, model_dir, draft_dir)
+    differing, shared = details["differing_token_strings"], details["compared_ids"]
+    try:
+        check_draft_compatible(views["target"], views["draft"])
+    except DraftIncompatibleError as exc:
+        report.add(
+            "compatibility", "fail", f"{exc} ({differing} of {shared} token strings differ)", **details
+        )
+        return False
+    return _report_differences(report, details)
+
+
+def _read_sides(model_dir: Path, draft_dir: Path) -> tuple[dict, dict, dict]:
+    """Each side's vocabulary view, chat template, and tokenizer and embedding sizes, by "target" and "draft"."""
     from transformers import AutoTokenizer
 
     from engine.chat_template import ChatTemplate
-    from engine.decoding.draft_compat import (
-        DraftIncompatibleError,
-        VocabView,
-        check_draft_compatible,
-        special_token_ids,
-    )
+    from engine.decoding.draft_compat import VocabView, special_token_ids
 
     views, templates, sizes = {}, {}, {}
     for who, folder in (("target", model_dir), ("draft", draft_dir)):
@@ -51,36 +63,44 @@ def check_compatibility(report: DoctorReport, model_dir: Path, draft_dir: Path |
         )
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         sizes[who] = {"tokenizer": len(tokenizer), "embedding": config.get("vocab_size")}
+    return views, templates, sizes
+
+
+def _compare(views: dict, templates: dict, sizes: dict, model_dir: Path, draft_dir: Path) -> dict:
+    """What the report's details say: the token strings that differ over the shared ids, the special tokens, the
+    tokenizer files' hashes and whether the chat templates are the same."""
     shared = min(views["target"].tokenizer_size, views["draft"].tokenizer_size)
     ids = list(range(shared))
     target_tokens = views["target"].tokenizer.convert_ids_to_tokens(ids)
     draft_tokens = views["draft"].tokenizer.convert_ids_to_tokens(ids)
     differing = sum(a != b for a, b in zip(target_tokens, draft_tokens, strict=True))
     hashes = {"target": file_hashes(model_dir), "draft": file_hashes(draft_dir)}
-    same_files = hashes["target"].get("tokenizer.json") == hashes["draft"].get("tokenizer.json")
-    same_template = templates["target"].source == templates["draft"].source
-    details = {
+    return {
         "vocab_sizes": sizes,
         "differing_token_strings": differing,
         "compared_ids": shared,
         "special_tokens": {"target": views["target"].special_ids, "draft": views["draft"].special_ids},
         "tokenizer_hashes": hashes,
-        "same_tokenizer_file": same_files,
-        "same_chat_template": same_template,
+        "same_tokenizer_file": hashes["target"].get("tokenizer.json")
+        == hashes["draft"].get("tokenizer.json"),
+        "same_chat_template": templates["target"].source == templates["draft"].source,
     }
-    try:
-        check_draft_compatible(views["target"], views["draft"])
-    except DraftIncompatibleError as exc:
-        report.add(
-            "compatibility", "fail", f"{exc} ({differing} of {shared} token strings differ)", **details
-        )
-        return False
+
+
+def _report_differences(report: DoctorReport, details: dict) -> bool:
+    """A pair the rules pass: what still differs (token strings fail; the files or the template warn), or a pass
+    that says what is the same. Returns whether the draft can draft."""
+    differing, shared, sizes = (
+        details["differing_token_strings"],
+        details["compared_ids"],
+        details["vocab_sizes"],
+    )
     notes = []
     if differing:
         notes.append(f"{differing} of {shared} token strings differ outside the sampled ids")
-    if not same_files:
+    if not details["same_tokenizer_file"]:
         notes.append("the tokenizer files differ (another tokenizer version?)")
-    if not same_template:
+    if not details["same_chat_template"]:
         notes.append("the chat templates differ")
     if notes:
         status = "fail" if differing else "warn"
