@@ -258,18 +258,7 @@ def run_repeat_family(
         session = session_for(proxy, Path(folder), context)
         k = session.preset_choice.presets[PRESET].k
         for number, conversation in enumerate(conversations):
-            session.new_chat()
-            steps = conversation.steps
-            last = max(i for i, s in enumerate(steps) if not s.get("new_chat"))
-            for index, step in enumerate(steps):
-                proxy.seed = SEED + 100 * number + index
-                proxy.plain = index == last
-                before = len(proxy.requests)
-                if not take_step(session, step) or len(proxy.requests) == before:
-                    continue
-                if index < last and server is not None:  # the server's user took this step too (untimed)
-                    _server_figures(server, proxy.requests[-1], max_new)
-            request = proxy.requests[-1]
+            request = _play(session, proxy, conversation, number, server, max_new)
             res = measure_step(
                 conversation,
                 request,
@@ -284,20 +273,43 @@ def run_repeat_family(
             )
             results.append(res)
             mismatches += _mismatch_lines(res)
-            rates = ", ".join(f"{v} {fmt(res.figures[v].tokens_per_s)}" for v in variants)
-            print(
-                f"  {conversation.kind} {conversation.name} ({res.prompt_tokens} prompt tok, history "
-                f"{res.history_tokens} tok indexed in {res.index_s * 1000:.0f} ms): {rates} tok/s; history "
-                f"drafted {res.history_drafted}, accepted {res.history_accepted}",
-                file=out,
-                flush=True,
-            )
+            _print_conversation(out, res, variants)
         if session.recorder is not None:
             session.recorder.store.close()
     kinds = print_repeat_table(out, results, variants)
     for line in mismatches:
         print(f"MISMATCH {line}", file=out)
     return {"conversations": results, "kinds": kinds, "variants": variants, "mismatches": mismatches}
+
+
+def _play(session, proxy: SessionBackend, conversation: Conversation, number: int, server, max_new: int):
+    """The conversation's steps through the session, in a new chat (the server's user takes each step before the
+    last too, untimed); returns the request of the last step, the one the family times."""
+    session.new_chat()
+    steps = conversation.steps
+    last = max(i for i, s in enumerate(steps) if not s.get("new_chat"))
+    for index, step in enumerate(steps):
+        proxy.seed = SEED + 100 * number + index
+        proxy.plain = index == last
+        before = len(proxy.requests)
+        if not take_step(session, step) or len(proxy.requests) == before:
+            continue
+        if index < last and server is not None:  # the server's user took this step too (untimed)
+            _server_figures(server, proxy.requests[-1], max_new)
+    return proxy.requests[-1]
+
+
+def _print_conversation(out, res: ConversationResult, variants) -> None:
+    """A conversation's line as it finishes: each variant's speed, the history indexed and drafted from."""
+    conversation = res.conversation
+    rates = ", ".join(f"{v} {fmt(res.figures[v].tokens_per_s)}" for v in variants)
+    print(
+        f"  {conversation.kind} {conversation.name} ({res.prompt_tokens} prompt tok, history "
+        f"{res.history_tokens} tok indexed in {res.index_s * 1000:.0f} ms): {rates} tok/s; history "
+        f"drafted {res.history_drafted}, accepted {res.history_accepted}",
+        file=out,
+        flush=True,
+    )
 
 
 def measure_step(
@@ -380,7 +392,6 @@ def _ratio(a: float | None, b: float | None) -> str:
 def print_repeat_table(out, results: list[ConversationResult], variants) -> dict[str, dict[str, Figures]]:
     """One row per kind, then the target kinds together and the whole family; returns the sums per row."""
     rows: dict[str, dict[str, Figures]] = {}
-    counts: dict[str, list[ConversationResult]] = {}
     groups = [(kind, (kind,)) for kind in KINDS] + [
         ("regenerate+again", TARGET_KINDS),
         ("overall", KINDS),
@@ -406,32 +417,46 @@ def print_repeat_table(out, results: list[ConversationResult], variants) -> dict
         for res in members:
             for v in variants:
                 sums[v].add(res.figures[v])
-        rows[name], counts[name] = sums, members
-        tps = {v: sums[v].tokens_per_s for v in variants}
-        best = max(
-            (v for v in variants if v in ("ours-ngram", "ours-draft") and tps[v]), key=tps.get, default=None
-        )
-        cells = [
-            name,
-            str(len(members)),
-            *(fmt(tps[v]) for v in variants),
-            _ratio(tps[HISTORY], tps["ours-plain"]),
-            f"{_ratio(tps[HISTORY], tps[best] if best else None)}"
-            + (f" ({best.removeprefix('ours-')})" if best else ""),
-            *([_ratio(tps[HISTORY], tps[NGRAM_MOD])] if NGRAM_MOD in variants else []),
-            f"{sum(r.history_accepted for r in members)}/{sum(r.history_drafted for r in members)}",
-            ", ".join(f"{m.removeprefix('ours-')} {sum(r.seeded_same.get(m, False) for r in members)}/{len(members)}"
-                      for m in modes),
-            ", ".join(f"{m.removeprefix('ours-')} {sum(r.greedy_same.get(m, False) for r in members)}/{len(members)}"
-                      for m in modes),
-        ]  # fmt: skip
-        print(" | ".join(cells), file=out)
+        rows[name] = sums
+        print(" | ".join(_row_cells(name, members, sums, variants, modes)), file=out)
     print(
         "tok/s: decode tokens after the first over first-to-last chunk, each variant's best repeat (ngram-mod: its "
         "first run); best-no-hist: our faster of n-gram / draft model without history; history acc/drafted: "
         "ours-history's tokens drafted from the history corpus and accepted (its counted run); seeded same: every timed run == ours-plain; greedy same: a greedy run's first tokens",
         file=out,
     )
+    _print_server_repeats(out, results)
+    return rows
+
+
+def _row_cells(
+    name: str, members: list[ConversationResult], sums: dict[str, Figures], variants, modes
+) -> list[str]:
+    """One row of the repeat table: each variant's speed, history against the others, what history drafted, and
+    how many outputs equal plain's."""
+    tps = {v: sums[v].tokens_per_s for v in variants}
+    best = max(
+        (v for v in variants if v in ("ours-ngram", "ours-draft") and tps[v]), key=tps.get, default=None
+    )
+    cells = [
+        name,
+        str(len(members)),
+        *(fmt(tps[v]) for v in variants),
+        _ratio(tps[HISTORY], tps["ours-plain"]),
+        f"{_ratio(tps[HISTORY], tps[best] if best else None)}"
+        + (f" ({best.removeprefix('ours-')})" if best else ""),
+        *([_ratio(tps[HISTORY], tps[NGRAM_MOD])] if NGRAM_MOD in variants else []),
+        f"{sum(r.history_accepted for r in members)}/{sum(r.history_drafted for r in members)}",
+        ", ".join(f"{m.removeprefix('ours-')} {sum(r.seeded_same.get(m, False) for r in members)}/{len(members)}"
+                  for m in modes),
+        ", ".join(f"{m.removeprefix('ours-')} {sum(r.greedy_same.get(m, False) for r in members)}/{len(members)}"
+                  for m in modes),
+    ]  # fmt: skip
+    return cells
+
+
+def _print_server_repeats(out, results: list[ConversationResult]) -> None:
+    """ngram-mod's figure on the repeats, apart (its pool holds its own first run)."""
     again = [r.again for r in results if r.again is not None and r.again.decode_s]
     if again:
         total = Figures()
@@ -442,4 +467,3 @@ def print_repeat_table(out, results: list[ConversationResult], variants) -> dict
             f"{fmt(total.tokens_per_s)} tok/s, acceptance {fmt(total.acceptance, '{:.0%}')}",
             file=out,
         )
-    return rows
