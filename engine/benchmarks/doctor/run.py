@@ -65,17 +65,13 @@ def run_doctor(
     say("draft compatibility")
     compatible = check_compatibility(report, model_dir, draft_dir)
     if not compatible:
-        for name in MODEL_CHECKS:
-            report.add(
-                name, "skip", "not run: the draft model cannot draft for this model (see compatibility)"
-            )
+        _skip(report, MODEL_CHECKS, "the draft model cannot draft for this model (see compatibility)")
         return report
 
     say("loading the model")
     backend = check_load(report, settings, progress)
     if backend is None:
-        for name in MODEL_CHECKS[1:]:
-            report.add(name, "skip", "not run: the model did not load")
+        _skip(report, MODEL_CHECKS[1:], "the model did not load")
         return report
     info = backend.info
     check_kernel_probe(report, backend, info)
@@ -84,6 +80,30 @@ def run_doctor(
     max_new = options.max_new_tokens
     k = presets["code"].k if info.draft_mode != "none" else 0
     check_draft_pays(report, backend, info, presets, settings.history_drafting)
+    generated = _generation_checks(report, backend, info, presets, k, options, say)
+    backend.close()
+    if generated is None:
+        return report
+    base, first_text = generated
+
+    say("restart")
+    check_restart(report, settings, progress, k, max_new, first_text)
+    say("baseline comparison")
+    check_regression(report, options, data_dir, info, k, max_new, base)
+    return report
+
+
+def _skip(report: DoctorReport, names, why: str) -> None:
+    for name in names:
+        report.add(name, "skip", f"not run: {why}")
+
+
+def _generation_checks(
+    report: DoctorReport, backend, info, presets: dict, k: int, options: DoctorOptions, say
+):
+    """The checks that generate on the loaded model: the baseline, the context ladder, the task types. Returns
+    the baseline's figures and first text, or None where generating failed (reported as the baseline's fail)."""
+    max_new = options.max_new_tokens
     try:
         say("baseline")
         base, first_text = check_baseline(report, backend, k, max_new)
@@ -93,12 +113,5 @@ def run_doctor(
         check_tasks(report, backend, info, presets, max_new)
     except UserError as exc:
         report.add("baseline", "fail", f"generation failed: {' '.join(str(exc).split())}")
-        backend.close()
-        return report
-    backend.close()
-
-    say("restart")
-    check_restart(report, settings, progress, k, max_new, first_text)
-    say("baseline comparison")
-    check_regression(report, options, data_dir, info, k, max_new, base)
-    return report
+        return None
+    return base, first_text
