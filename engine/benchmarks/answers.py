@@ -167,7 +167,12 @@ def run_answer_check(settings, prompts: list[dict[str, str]], out=sys.stdout) ->
         finally:
             backend.close()
     tokenizer_backend.close()
-    held = len(prompts)
+    return _report(out, rows, len(prompts), facts)
+
+
+def _report(out, rows: list[AnswerRow], held: int, facts: int) -> dict:
+    """The table (each backend's held-out and factual replies equal to the reference, its factual answers right)
+    and the same figures by backend."""
     print(f"{'backend':<24} {'held-out = fp32':>16} {'factual = fp32':>15} {'factual right':>14}", file=out)
     for row in rows:
         print(
