@@ -1,5 +1,6 @@
 """specchat's Textual app: it starts up (config problems, keymap, theme), loads the model and hands the chat to its
 screen (`tui.screens.chat.ChatScreen`: the conversation, the prompt, the status bar and the reply lifecycle).
+The screen sees the app as a `tui.chat_host.ChatHost`; the app tells it what happened with the messages there.
 
 The model loads in a thread worker (group "load"; "reload" for another model picked in the settings dialog); it
 posts `LoadProgressed` while it works. Every worker's failure, the chat screen's included, reaches one
@@ -20,6 +21,17 @@ from textual.worker import Worker, WorkerState
 from engine.backends.base import Backend
 from engine.config import ConfigError, Settings, save_setting
 from engine.session import ChatSession
+from tui.chat_host import (
+    LoadStageReached,
+    ModelLoadDeferred,
+    ModelLoaded,
+    ModelLoadFailed,
+    ModelLoadStarted,
+    ModelReloadFailed,
+    ModelStatus,
+    ReplyCrashed,
+    StoredChatChosen,
+)
 from tui.commands import SpecchatCommands
 from tui.keymap import APP_KEYS, bindings, check_keymap
 from tui.messages import LoadProgressed
@@ -51,20 +63,30 @@ class SpecchatApp(App[None]):
             session = ChatSession(settings, backend=backend)
         self.session = session
         self.load_on_mount = load_on_mount
-        self.startup_error = startup_error
-        self.state = "loading"  # the model's: loading / failed / ready
-        self.state_message = "starting"
-        self.load_error: str | None = None
+        # The model's state (loading / failed / ready, the status bar's line, why a load failed): the chat reads it.
+        self.model_status = ModelStatus(startup_error=startup_error)
         self._state_before_reload = "ready"  # what a failed reload of the model returns to
         self.keymap_problems = check_keymap(settings.keymap)
         # A keymap with errors (a stolen key, a key name that is no key) is not applied at all: defaults instead.
         self.keymap = (
             {} if any(p.severity == "error" for p in self.keymap_problems) else dict(settings.keymap)
         )
-        self.chat = ChatScreen()
+        self.chat = ChatScreen(self)
         # The chat as a mode of its own, not the default screen: the app starts once it is mounted (its prompt
         # focused), so a question typed while specchat was starting reaches the prompt.
         self.add_mode("chat", lambda: self.chat)
+
+    @property
+    def state(self) -> str:
+        return self.model_status.state
+
+    @property
+    def load_error(self) -> str | None:
+        return self.model_status.load_error
+
+    def _set_state(self, state: str, message: str = "") -> None:
+        self.model_status.state = state
+        self.model_status.message = message
 
     def get_driver_class(self) -> type[Driver]:
         # A paste with escape sequences in it must arrive whole (tui/terminal.py): our parser on Linux and macOS.
@@ -85,22 +107,22 @@ class SpecchatApp(App[None]):
             self.notify(
                 f"{problem} (the file is skipped)", title="Preset skipped", severity="warning", timeout=15
             )
-        if self.startup_error:
+        startup_error = self.model_status.startup_error
+        if startup_error:
             # A broken config file: say so, and load the model all the same (the bad part left out).
-            self.push_screen(ErrorScreen("The configuration has a problem", self.startup_error))
+            self.push_screen(ErrorScreen("The configuration has a problem", startup_error))
         if self.load_on_mount:
             self.start_loading()
         else:
-            self.chat.show_startup_banner()
+            self.chat.post_message(ModelLoadDeferred())
         if self.open_chat_id is not None:
-            self.call_later(self.chat.show_chat, self.open_chat_id)
+            self.chat.post_message(StoredChatChosen(self.open_chat_id))
 
     # --- loading the model -----------------------------------------------------------------------------------
 
     def start_loading(self) -> None:
-        self.state = "loading"
-        self.state_message = "starting"
-        self.chat.show_loading()
+        self._set_state("loading", "starting")
+        self.chat.post_message(ModelLoadStarted())
         self.load_model()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="load")
@@ -115,9 +137,8 @@ class SpecchatApp(App[None]):
         self._state_before_reload = self.state
         # Loading from now on (the status bar, a second F12, a message sent): a state still "ready" until the
         # worker started let a second apply through the check and a script see the old model as the new one.
-        self.state = "loading"
-        self.state_message = "starting"
-        self.chat.show_loading(model, draft)
+        self._set_state("loading", "starting")
+        self.chat.post_message(ModelLoadStarted(model, draft))
         # The worker after the next refresh, once the dialog is gone from the screen: a load thread busy from the
         # start keeps the app from repainting what the dialog covered (its border and keys stayed until the end).
         self.call_after_refresh(self.reload_model, model, draft)
@@ -134,26 +155,24 @@ class SpecchatApp(App[None]):
         if self.state != "loading":
             return
         share = f" {message.fraction * 100:.0f}%" if message.fraction is not None else ""
-        self.state_message = f"{message.stage}{share}"
-        self.chat.show_load_progress(self.state_message)
+        self.model_status.message = f"{message.stage}{share}"
+        self.chat.post_message(LoadStageReached(self.model_status.message))
 
-    async def model_ready(self, info: Any, reloaded: bool = False) -> None:
-        self.state = "ready"
-        self.state_message = ""
-        await self.chat.model_loaded(info, reloaded)
+    def model_ready(self, info: Any, reloaded: bool = False) -> None:
+        self._set_state("ready")
+        self.chat.post_message(ModelLoaded(info, reloaded))
 
     def _load_failed(self, message: str, title: str = "The model did not load") -> None:
-        self.state = "failed"
-        self.state_message = message
-        self.load_error = message
-        self.chat.model_failed(title, message)
+        self._set_state("failed", message)
+        self.model_status.load_error = message
+        self.chat.post_message(ModelLoadFailed(title, message))
         self.push_screen(ErrorScreen(title, message))
 
     def _reload_failed(self, message: str) -> None:
         """The new model did not load: the old one (if any) stays, and so does everything typed."""
-        self.state = self._state_before_reload
-        self.state_message = (self.load_error or "") if self.state == "failed" else ""
-        self.chat.reload_failed(message)
+        state = self._state_before_reload
+        self._set_state(state, (self.load_error or "") if state == "failed" else "")
+        self.chat.post_message(ModelReloadFailed(message))
 
     # --- the one failure handler -----------------------------------------------------------------------------
 
@@ -170,7 +189,7 @@ class SpecchatApp(App[None]):
             self._reload_failed(message)
             return
         if event.worker.group == "generate":
-            self.chat.reply_crashed(message)
+            self.chat.post_message(ReplyCrashed(message))
         self.push_screen(ErrorScreen(title or "Something went wrong", message))
 
     # --- the remembered theme --------------------------------------------------------------------------------

@@ -1,10 +1,7 @@
 """The chat's flows beyond send and regenerate, mixed into the chat screen (`tui.screens.chat.ChatScreen`):
-editing any earlier message (a new branch; Esc cancels), paging the branches and variants of a selected message,
 continuing a reply cut at its token limit, finding text in the conversation, attaching text files, copying and
-inspecting a reply, and what the chat says about itself (stopping…, open in another window).
-
-Messages on screen follow the session's turns: the k-th UserMessage is the k-th user turn, and a reply right
-after it is the turn after that one (a failed reply without a turn of its own maps to none).
+inspecting a reply, and what the chat says about itself (stopping…, open in another window). Editing and paging
+branches are the screen's `BranchEditor` part (`tui.chat_parts.branches`).
 """
 
 from __future__ import annotations
@@ -20,7 +17,6 @@ from engine.session.attachments import AttachmentError, attachment_block, expand
 from tui.chat_settings import ChatSettings, draft_suggestions, model_suggestions
 from tui.clipboard import copy_text
 from tui.keymap import key_display, key_for
-from tui.reply_header import variant_header
 from tui.screens.inspector import InspectorScreen, context_line
 from tui.screens.settings import SettingsScreen
 from tui.widgets.message import ReplyMessage, UserMessage, code_blocks
@@ -30,6 +26,8 @@ if TYPE_CHECKING:
     from textual.widget import Widget
 
     from engine.session import ChatSession
+    from tui.chat_host import ChatHost
+    from tui.chat_parts.branches import BranchEditor
     from tui.widgets.chat_log import ChatLog
     from tui.widgets.prompt import PromptInput
 
@@ -38,6 +36,7 @@ PRESENCE_CHECK_S = 2.0  # how often the chat looks for another window on it (a g
 
 class ChatFlows:
     # Provided by ChatScreen (and Screen).
+    host: ChatHost
     session: ChatSession
     keymap: dict[str, str]
     highlight_drafts: bool
@@ -48,12 +47,8 @@ class ChatFlows:
     chat_log: ChatLog
     prompt: PromptInput
     generating: bool
+    branches: BranchEditor
 
-    # The user turn being edited (its message marked on screen), and the prompt as it was before (Esc restores).
-    editing: int | None = None
-    _edit_saved_prompt = ""
-    # An edit being sent: (turn index, the old branch's widgets, hidden until the new reply has its first token).
-    _hidden_branch: tuple[int, list[Any]] | None = None
     _find_query = ""
     _presence_checked_at = 0.0
     _told_elsewhere: int | None = None  # the chat whose other window was already mentioned
@@ -69,8 +64,6 @@ class ChatFlows:
 
         def call_after_refresh(self, callback: Any, *args: Any) -> bool: ...
 
-        def _mark_context(self) -> None: ...
-
         async def _say_verdict(self, changed: bool = False) -> None: ...
 
         async def _start_reply(self, text: str | None, flow: Any = None, prefix: Any = None) -> None: ...
@@ -78,198 +71,27 @@ class ChatFlows:
     def _keys(self, binding_id: str) -> str:
         return key_display(key_for(binding_id, self.keymap))
 
-    # --- messages on screen <-> turns ----------------------------------------------------------------------
-
-    def _on_screen(self) -> list[UserMessage | ReplyMessage]:
-        """The messages shown, in order: not a waiting one, nor one hidden while its replacement streams."""
-        return [m for m in self.chat_log.messages() if m.display and not getattr(m, "waiting", False)]
-
-    def turn_index(self, widget: Any) -> int | None:
-        """The session turn a message on screen shows (None: none, e.g. a failed reply that kept nothing)."""
-        messages = self._on_screen()
-        if widget not in messages:
-            return None
-        users_before = sum(1 for m in messages[: messages.index(widget)] if isinstance(m, UserMessage))
-        user_turns = [i for i, t in enumerate(self.session.turns) if t.role == "user"]
-        if isinstance(widget, UserMessage):
-            return user_turns[users_before] if users_before < len(user_turns) else None
-        if not 0 < users_before <= len(user_turns):
-            return None
-        index = user_turns[users_before - 1] + 1
-        turns = self.session.turns
-        return index if index < len(turns) and turns[index].role == "assistant" else None
-
-    def _widget_for(self, index: int) -> UserMessage | ReplyMessage | None:
-        return next((m for m in self._on_screen() if self.turn_index(m) == index), None)
+    # --- editing and paging: the BranchEditor part does the work ----------------------------------------------
 
     def label_branches(self) -> None:
         """Every message with alternatives says which one it is and how to page them."""
-        if not self.session.history.saves:
-            return
-        older, newer = (
-            key_for("reply.older_variant", self.keymap),
-            key_for("reply.newer_variant", self.keymap),
-        )
-        for widget in self._on_screen():
-            index = self.turn_index(widget)
-            if index is None:
-                continue
-            position, count = self.session.branches(index)
-            if isinstance(widget, UserMessage):
-                if widget.has_class("editing"):
-                    continue
-                widget.set_header(f"branch {position}/{count} ({older} / {newer})" if count > 1 else "")
-            elif count > 1:
-                widget.set_header(variant_header(widget.header, position, count, older, newer))
-
-    # --- editing any message: a new branch, the old one kept -----------------------------------------------
-
-    def _edit_target(self) -> int | None:
-        """The selected message (a selected reply: the message it answers), else the last message."""
-        focused = self.focused
-        turns = self.session.turns
-        if isinstance(focused, UserMessage | ReplyMessage):
-            index = self.turn_index(focused)
-            if index is not None and turns[index].role == "assistant":
-                index -= 1
-            if index is not None and index >= 0 and turns[index].role == "user":
-                return index
-        users = [i for i, t in enumerate(turns) if t.role == "user"]
-        return users[-1] if users else None
+        keys = (key_for("reply.older_variant", self.keymap), key_for("reply.newer_variant", self.keymap))
+        self.branches.label(*keys)
 
     async def action_edit_last(self) -> None:
         if self.generating:
             self.notify("Wait for the reply to finish, or press esc.", severity="warning")
-            return
-        if self.state != "ready":
+        elif self.state != "ready":
             self.notify("The model is not ready yet: edit once it has loaded.", severity="warning")
-            return
-        index = self._edit_target()
-        widget = self._widget_for(index) if index is not None else None
-        if index is None or not isinstance(widget, UserMessage):
-            self.notify("No message to edit yet.", severity="warning")
-            return
-        if self.editing is None:
-            self._edit_saved_prompt = self.prompt.text
-        self._end_edit_mark()
-        self.editing = index
-        widget.add_class("editing")
-        widget.set_header(f"editing · enter sends it as a new branch · {self._keys('reply.cancel')} cancels")
-        self.prompt.set_text(self.session.turns[index].content)
-        self.prompt.focus()
-        widget.scroll_visible(animate=False)
-
-    def _end_edit_mark(self) -> None:
-        for widget in self.chat_log.query(UserMessage):
-            if widget.has_class("editing"):
-                widget.remove_class("editing")
-                widget.set_header("")
-        self.editing = None
-
-    def cancel_edit(self) -> bool:
-        """Esc while editing: the message stays as it was and the prompt gets back what it held before (the
-        edited text is one ctrl+z away: nothing typed is lost). False when no edit is under way."""
-        index = self.editing
-        widget = self._widget_for(index) if index is not None else None
-        if not isinstance(widget, UserMessage) or not widget.has_class("editing"):
-            self._end_edit_mark()  # the chat changed under the edit (another chat opened): nothing to undo
-            return False
-        self._end_edit_mark()
-        prompt = self.prompt
-        prompt.replace(self._edit_saved_prompt, (0, 0), prompt.document.end)  # an edit: ctrl+z undoes it
-        prompt.move_cursor(prompt.document.end)
-        self._edit_saved_prompt = ""
-        prompt.focus()
-        self.label_branches()
-        return True
-
-    async def send_edit(self, text: str) -> bool:
-        """Enter while editing: the edited message goes out as a new branch (False: no edit is under way)."""
-        index = self.editing
-        widget = self._widget_for(index) if index is not None else None
-        if index is None or not isinstance(widget, UserMessage) or not widget.has_class("editing"):
-            self._end_edit_mark()
-            return False
-        self._end_edit_mark()
-        messages = self._on_screen()
-        hidden = messages[messages.index(widget) :]
-        for old in hidden:
-            old.display = False
-        self._hidden_branch = (index, hidden)
-        self.prompt.clear()
-        await self.chat_log.mount(UserMessage(text))
-        session = self.session
-        await self._start_reply(
-            text, flow=lambda on_event, cancel: session.edit(index, text, on_event, cancel)
-        )
-        return True
-
-    async def drop_hidden_branch(self) -> None:
-        """The edited message's reply came: the old branch leaves the screen (it stays a branch to page to)."""
-        if self._hidden_branch is not None:
-            _, hidden = self._hidden_branch
-            self._hidden_branch = None
-            await self.chat_log.remove_children(hidden)
-
-    def show_hidden_branch(self) -> None:
-        """The edited message's reply was stopped before it began: the old branch is back, the edit goes on."""
-        if self._hidden_branch is None:
-            return
-        index, hidden = self._hidden_branch
-        self._hidden_branch = None
-        for old in hidden:
-            old.display = True
-        if isinstance(hidden[0], UserMessage) and hidden[0].is_mounted:
-            self.editing = index
-            hidden[0].add_class("editing")
-            hidden[0].set_header(
-                f"editing · enter sends it as a new branch · {self._keys('reply.cancel')} cancels"
-            )
-
-    # --- paging branches (an edited message) and variants (a regenerated reply) ----------------------------
+        else:
+            self.branches.start(self.focused)
 
     async def action_page_variant(self, step: int) -> None:
         if self.generating:
             self.notify("Wait for the reply to finish, or press esc.", severity="warning")
             return
-        focused = self.focused
-        selected = focused if isinstance(focused, UserMessage | ReplyMessage) else None
-        index = self.turn_index(selected) if selected is not None else len(self.session.turns) - 1
-        if index is None or index < 0:
-            self.notify("No other variant of this reply.", severity="warning", timeout=2)
-            return
-        widget = selected or self._widget_for(index)
-        messages = self._on_screen()
-        position = messages.index(widget) if widget in messages else None
-        branch = self.session.show_branch(index, step) if position is not None else None
-        if branch is None:
-            _, count = self.session.branches(index)
-            kind = "branch" if self.session.turns[index].role == "user" else "variant"
-            what = "message" if kind == "branch" else "reply"
-            why = (
-                f"no other {kind} of this {what}"
-                if count < 2
-                else f"no older {kind}"
-                if step < 0
-                else f"no newer {kind}"
-            )
-            self.notify(why.capitalize() + ".", severity="warning", timeout=2)
-            return
-        assert position is not None
-        await self.chat_log.remove_children(messages[position:])
-        for turn in branch:
-            if turn.role == "user":
-                await self.chat_log.mount(UserMessage(turn.content))
-            else:
-                await self.chat_log.mount_stored_reply(turn, self.highlight_drafts)
-        self._mark_context()
-        shown = self._on_screen()
-        if selected is not None and position < len(shown):
-            shown[position].focus()  # the selection stays: the next key pages on
-            shown[position].scroll_visible(animate=False)
-        else:
-            self.chat_log.anchor()
-        self.refresh_status()
+        if await self.branches.page(step, self.focused, self.highlight_drafts, self._mark_context):
+            self.refresh_status()
 
     # --- continuing a reply cut at its token limit ---------------------------------------------------------
 
@@ -308,7 +130,9 @@ class ChatFlows:
 
     def matches(self, query: str) -> list[UserMessage | ReplyMessage]:
         needle = query.casefold().strip()
-        return [m for m in self._on_screen() if needle and needle in m.text.casefold()] if needle else []
+        return (
+            [m for m in self.branches.on_screen() if needle and needle in m.text.casefold()] if needle else []
+        )
 
     def action_find(self) -> None:
         from tui.screens.find import FindScreen
@@ -410,7 +234,7 @@ class ChatFlows:
         if form.model_changed(result):
             # Kept until the load ends: where it fails, the dialog comes back with what was typed.
             self._settings_typed = result
-            self.app.start_reload(result["model"] or None, result["draft"])  # type: ignore[attr-defined]
+            self.host.start_reload(result["model"] or None, result["draft"])
         self.refresh_status()
 
     def _busy(self) -> str | None:

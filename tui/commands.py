@@ -15,6 +15,7 @@ from textual.actions import parse
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from tui.keymap import APP_KEYS, CHAT_KEYS, KEYLESS_COMMANDS
+from tui.screens.chat import ChatScreen
 
 
 def action_call(target: Any, action: str) -> Callable[[], Any]:
@@ -28,7 +29,7 @@ class SpecchatCommands(Provider):
     """'preset: use creative', 'reply: regenerate', ... in the command palette (ctrl+p)."""
 
     def _commands(self) -> list[tuple[str, Any, str]]:
-        chat: Any = self.app.chat  # type: ignore[attr-defined]  # the chat screen (tui/screens/chat.py)
+        chat = next(screen for screen in self.app.screen_stack if isinstance(screen, ChatScreen))
         presets = chat.session.presets
         commands: list[tuple[str, Any, str]] = []
         for specs, target in ((CHAT_KEYS, chat), (APP_KEYS, self.app)):

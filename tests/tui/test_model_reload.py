@@ -103,7 +103,8 @@ async def test_a_reload_keeps_the_conversation_and_the_next_reply_comes_from_the
         gate.set()
         await ready(pilot)
         assert app.session.info.model == tiny_model_dir_other_vocab.name
-        assert any(tiny_model_dir_other_vocab.name in t for t in toasts(app))  # "Model loaded" says which
+        # "Model loaded" says which (as the chat hears of the load from the app).
+        await wait_until(pilot, lambda: any(tiny_model_dir_other_vocab.name in t for t in toasts(app)))
         await wait_until(pilot, lambda: answered(app, 2), timeout=LOAD_S)
         # The conversation is the reply's context, rendered by the new model's own tokenizer.
         second = app.chat.chat_log.replies()[-1]
@@ -127,7 +128,7 @@ async def test_draft_none_and_back_to_ngram_reloads_and_the_store_follows(tiny_m
         await ready(pilot)
         assert app.session.info.draft_mode == "none"
         assert "│ K off │" in status(app)
-        assert any("draft none" in t for t in toasts(app))
+        await wait_until(pilot, lambda: any("draft none" in t for t in toasts(app)))
         assert stored_chat(app).draft == "none"
         await ask(pilot, "again")
         assert app.chat.chat_log.replies()[-1].stats.draft_mode == "none"
@@ -190,8 +191,13 @@ async def test_an_incompatible_draft_is_one_line_and_the_old_model_stays(
         assert app.state == "ready"
         assert app.session.backend is backend and app.session.info == info
         assert app.session.settings.draft == "ngram"
-        # The dialog is back with the typed draft and why it did not load (a toast would vanish with the path).
-        await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        # The dialog is back with the typed draft and why it did not load (a toast would vanish with the path),
+        # once it is mounted (the chat opens it as the app's message about the failed load arrives).
+        await wait_until(
+            pilot,
+            lambda: isinstance(app.screen, SettingsScreen) and bool(app.screen.query("#settings-error")),
+        )
+        await wait_until(pilot, lambda: plain(app.screen.query_one("#settings-error")).strip() != "")
         assert app.screen.query_one("#settings-draft", Input).value == str(tiny_model_dir_other_vocab)
         message = plain(app.screen.query_one("#settings-error"))
         assert "vocabulary size differs" in message and "still on " + tiny_model_dir.name in message

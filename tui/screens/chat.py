@@ -1,12 +1,13 @@
 """The chat screen: the conversation, the prompt, the live status bar and the reply lifecycle (send, stream, stop,
-regenerate), with the flows beyond those in `tui.chat_flows` (edit, branches, continue, find, attach, copy, inspect).
+regenerate); its parts in `tui.chat_parts` (branches: edit, page), the other flows in `tui.chat_flows`.
 
 Threads: every reply runs in `@work(thread=True, exclusive=True, exit_on_error=False, group="generate")`. The
 generation thread only fills a `ReplyBuffer` and posts `ReplyTextArrived` at most every 0.1 s (longer while the UI
 thread is over its budget: `tui.streaming.RenderPace`), plus one message per session event (`ReplyStarted`,
 `ContextTrimmed`, `ReplyFinished`, `ReplyFailed`). The status bar reads the session's plain attributes on a 0.25 s
-timer. The model itself is loaded by the app (`tui.app`), which tells this screen how that went; a worker that
-fails here is handed to the app's one failure handler.
+timer. The model itself is loaded by the app (`tui.app`), which tells this screen how that went with the messages
+of `tui.chat_host`; the screen sees the app only as that module's `ChatHost` (a worker that fails here is handed to
+its one failure handler).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from textual.worker import Worker
 
 from engine.errors import UserError
 from engine.events import Chunk, ContextTrimmed, ReplyFailed, ReplyFinished, ReplyStarted
+from tui import chat_host
 from tui.chat_flows import ChatFlows
+from tui.chat_parts.branches import BranchEditor
 from tui.formatting import verdict_line
 from tui.keymap import CHAT_KEYS, bindings, key_for
 from tui.messages import ReplyEventArrived, ReplyTextArrived
@@ -50,8 +53,9 @@ STATUS_INTERVAL_S = 0.25
 class ChatScreen(ChatFlows, Screen[None]):
     BINDINGS = bindings(CHAT_KEYS)
 
-    def __init__(self) -> None:
+    def __init__(self, host: chat_host.ChatHost) -> None:
         super().__init__(id="chat")
+        self.host = host
         self.highlight_drafts = False
         self._cancel: threading.Event | None = None
         self._buffer: ReplyBuffer | None = None
@@ -70,19 +74,22 @@ class ChatScreen(ChatFlows, Screen[None]):
         self.chat_log = ChatLog(id="chat-log")
         self.prompt = PromptInput(id="prompt")
         self.status_bar = StatusBar(id="status-bar")
+        # Editing a message into a new branch, and paging branches and variants (tui/chat_parts/branches.py).
+        log, prompt = self.chat_log, self.prompt
+        self.branches = BranchEditor(lambda: self.session, log, prompt, self._keys, self.notify)
 
     # What the app holds for every screen: the session, the model's state (loading / failed / ready), the keys.
     @property
     def session(self) -> ChatSession:
-        return self.app.session  # type: ignore[attr-defined]
+        return self.host.session
 
     @property
     def state(self) -> str:
-        return self.app.state  # type: ignore[attr-defined]
+        return self.host.model_status.state
 
     @property
     def keymap(self) -> dict[str, str]:
-        return self.app.keymap  # type: ignore[attr-defined]
+        return self.host.keymap
 
     # --- layout ---------------------------------------------------------------------------------------------
 
@@ -95,7 +102,7 @@ class ChatScreen(ChatFlows, Screen[None]):
         yield FittingFooter()
 
     def on_mount(self) -> None:
-        draft = load_draft(self.app.settings)  # type: ignore[attr-defined]
+        draft = load_draft(self.host.settings)
         if draft is not None:
             self.prompt.insert(draft, (0, 0))
             self.notify("The message you had not sent is back in the prompt.", title="Draft kept", timeout=6)
@@ -115,15 +122,19 @@ class ChatScreen(ChatFlows, Screen[None]):
         # Quitting (ctrl+q) keeps what was typed and not sent, and a message still waiting for the model.
         waiting = self._queued[0] if self._queued else ""
         text = "\n".join(t for t in (waiting, self.prompt.text) if t.strip())
-        save_draft(self.app.settings, text, self.session.chat_id)  # type: ignore[attr-defined]
+        save_draft(self.host.settings, text, self.session.chat_id)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         # The message does not bubble: this screen's workers (a reply, a dialog) go to the app's one handler too.
-        self.app.on_worker_state_changed(event)  # type: ignore[attr-defined]
+        self.host.on_worker_state_changed(event)
 
     @property
     def generating(self) -> bool:
         return self._reply is not None
+
+    @property
+    def editing(self) -> int | None:  # the user turn being edited into a new branch
+        return self.branches.editing
 
     # --- periodic: status bar + draining a quiet buffer ------------------------------------------------------
 
@@ -140,7 +151,7 @@ class ChatScreen(ChatFlows, Screen[None]):
         if not self.is_mounted or not self.app.is_running:
             return
         state = {"loading": "loading", "failed": "failed"}.get(self.state, "ready")
-        self.status_bar.show(collect_status(self.session, state, self.app.state_message))  # type: ignore[attr-defined]
+        self.status_bar.show(collect_status(self.session, state, self.host.model_status.message))
         # What check_action answers for the footer's keys: refresh them only when it changes.
         footer_state = (
             self.generating,
@@ -152,19 +163,37 @@ class ChatScreen(ChatFlows, Screen[None]):
             self._footer_state = footer_state
             self.refresh_bindings()
 
-    # --- the model, as the app loads it ----------------------------------------------------------------------
+    # --- the model, as the app loads it (tui/chat_host.py's messages) ------------------------------------------
 
-    def show_loading(self, model: str | None = None, draft: str | None = None) -> None:
-        self.chat_log.show_loading(model, draft)
+    def on_model_load_started(self, message: chat_host.ModelLoadStarted) -> None:
+        self.chat_log.show_loading(message.model, message.draft)
         self.refresh_status()
 
-    def show_load_progress(self, stage: str) -> None:
-        self.chat_log.show_load_progress(stage)
+    def on_load_stage_reached(self, message: chat_host.LoadStageReached) -> None:
+        self.chat_log.show_load_progress(message.stage)
         self.refresh_status()
+
+    def on_model_load_deferred(self, _: chat_host.ModelLoadDeferred) -> None:
+        self.show_startup_banner()
+
+    async def on_model_loaded(self, message: chat_host.ModelLoaded) -> None:
+        await self.model_loaded(message.info, message.reloaded)
+
+    def on_model_load_failed(self, message: chat_host.ModelLoadFailed) -> None:
+        self.model_failed(message.title, message.message)
+
+    def on_model_reload_failed(self, message: chat_host.ModelReloadFailed) -> None:
+        self.reload_failed(message.message)
+
+    def on_reply_crashed(self, message: chat_host.ReplyCrashed) -> None:
+        self.reply_crashed(message.message)
+
+    async def on_stored_chat_chosen(self, message: chat_host.StoredChatChosen) -> None:
+        await self.show_chat(message.chat_id)
 
     def show_startup_banner(self) -> None:
         """What stays above the chat after loading: a config problem, and each preset file that was skipped."""
-        startup_error = self.app.startup_error  # type: ignore[attr-defined]
+        startup_error = self.host.model_status.startup_error
         self.chat_log.show_problems(startup_error, self.session.preset_choice.skipped.values())
 
     async def model_loaded(self, info: Any, reloaded: bool = False) -> None:
@@ -262,11 +291,14 @@ class ChatScreen(ChatFlows, Screen[None]):
             self._queued = (text, waiting)
             return
         if self.state != "ready":
-            why = self.app.load_error or "it is still loading"  # type: ignore[attr-defined]
+            why = self.host.model_status.load_error or "it is still loading"
             self.notify(f"The model is not ready: {why}", severity="error")
             return
-        if self.editing is not None and await self.send_edit(text):
-            return
+        if self.editing is not None:
+            flow = await self.branches.send(text)
+            if flow is not None:
+                await self._start_reply(text, flow=flow)
+                return
         self.prompt.clear()
         await self.chat_log.mount(UserMessage(text))
         await self._start_reply(text)
@@ -390,13 +422,13 @@ class ChatScreen(ChatFlows, Screen[None]):
         if self._replaced is not None:
             self._replaced.display = True
             self._replaced = None
-        self.show_hidden_branch()
+        self.branches.show_hidden()
         if self._pending_prompt:
             self._give_back(self._pending_prompt)
         self.prompt.focus()
 
     async def _drop_replaced(self) -> None:
-        await self.drop_hidden_branch()
+        await self.branches.drop_hidden()
         if self._replaced is not None:
             replaced, self._replaced = self._replaced, None
             await replaced.remove()
@@ -463,8 +495,8 @@ class ChatScreen(ChatFlows, Screen[None]):
         if self._cancel is not None:
             self._cancel.set()
             self.show_stopping()
-        elif self.cancel_edit():
-            pass
+        elif self.branches.cancel():
+            self.label_branches()
         elif self._queued is not None:  # a message waiting for the model: back to the prompt
             self._unqueue()
 
