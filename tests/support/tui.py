@@ -22,13 +22,16 @@ SIZE = (120, 36)
 
 
 async def wait_until(pilot: Pilot, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Let the app run until `predicate()` holds; fail the test with the predicate's name after `timeout`."""
+    """Let the app run until `predicate()` holds, then until the screen has handled what is already posted to it
+    (the app changes its state and then tells the chat in a message: what the chat does about it is in place when
+    this returns); fail the test with the predicate's name after `timeout`."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {getattr(predicate, '__name__', predicate)}")
         await pilot.pause(0.02)
         await asyncio.sleep(0)
+    await pilot.pause()
 
 
 def make_app(backend: ScriptedBackend | None = None, **settings: object) -> SpecchatApp:
