@@ -72,6 +72,7 @@ CACHE_TYPE_NAMES = {"fp16": "f16", "q8": "q8_0", "q6": "q8_0", "q4": "q4_0"}
 # Verify-pass widths timed at load for the cost model (later passes refine it), those up to the widest pass the
 # loop may send: wide ones too, so that a long-match draft is priced by a measured pass, not by extrapolation.
 CALIBRATION_WIDTHS = (1, 2, 3, 5, 9, 17, 33, 49)
+N_BATCH = 512  # the contexts' batch size (the target's and the draft model's)
 
 
 @contextlib.contextmanager
@@ -129,12 +130,6 @@ class LlamaCppBackend(RoundLoopBackend):
             threads = thread_choice.threads
         self.fast_plain = fast_plain
         self.probe_kernels = probe_kernels
-        # Whether plain steps (and one-token prefill slices) need the throw-away position; set at load.
-        self.pad_plain_steps = not fast_plain
-        # The widest verify pass proven to compute its rows as plain steps do (None: not probed); set at load.
-        self.max_verify_width: int | None = None
-        self.probe: ProbeVerdict | None = None  # the kernel probe's verdict (None: not probed)
-        self.shape: ModelShape | None = None  # the loaded model's memory, experts and MTP layers
         self.draft_mode: DraftMode = draft_mode_of(self.draft)  # type: ignore[assignment]
         # The model's own MTP head drafts (a second context on the target's model, mtp.py).
         self.use_mtp = self.draft.strip().lower() == "mtp"
@@ -143,27 +138,37 @@ class LlamaCppBackend(RoundLoopBackend):
         # it is asked for where most rounds draft (a draft model, the MTP head), as llama-server does
         # (common/common.h need_n_rs_seq); n-gram rounds, which draft only where the context repeats, take checkpoints.
         self.rollback = self.draft_mode == "model" if rollback is None else rollback
+        self.max_context = max_context or 0
+        self.notes: list[str] = []
+        # The thread count over the session (the physical cores until load measures, 1 after a stall).
+        self.thread_control = ThreadControl(threads or physical_cores(), self.notes)
+        self._lock = threading.Lock()
+        # Per tuning key (preset): acceptance by draft position and, for n-gram drafts, by match length;
+        # learnt across replies.
+        self.tuners: dict[str, AdaptiveK] = {}
+        self._init_load_state()
+
+    def _init_load_state(self) -> None:
+        """What `load()` fills in, as it stands before: nothing loaded, nothing probed or chosen."""
+        # Whether plain steps (and one-token prefill slices) need the throw-away position; set at load.
+        self.pad_plain_steps = not self.fast_plain
+        # The widest verify pass proven to compute its rows as plain steps do (None: not probed); set at load.
+        self.max_verify_width: int | None = None
+        self.probe: ProbeVerdict | None = None  # the kernel probe's verdict (None: not probed)
+        self.shape: ModelShape | None = None  # the loaded model's memory, experts and MTP layers
         self.device = "cpu"
         self.target: LlamaCppModel | None = None
         self.draft_state: LlamaCppModel | None = None
         self.template: ChatTemplate | None = None
         self.stop_token_ids: frozenset[int] = frozenset()
         self.end_of_turn_id: int | None = None
-        self.max_context = max_context or 0
-        self.notes: list[str] = []
-        # The thread count over the session (the physical cores until load measures, 1 after a stall).
-        self.thread_control = ThreadControl(threads or physical_cores(), self.notes)
         self._adds_bos = False
         self._lib = None
-        self._lock = threading.Lock()
         # Weight repacking, chosen for this CPU at load (off where llama.cpp's AMX path crashes), per model file.
         self.repack: RepackChoice | None = None
         self.repack_by_file: dict[Path, bool] = {}
         # Seconds this load spent in trial decodes in a child process (0 when the verdicts were remembered).
         self.trial_seconds = 0.0
-        # Per tuning key (preset): acceptance by draft position and, for n-gram drafts, by match length;
-        # learnt across replies.
-        self.tuners: dict[str, AdaptiveK] = {}
 
     @property
     def threads(self) -> int:
@@ -211,6 +216,7 @@ class LlamaCppBackend(RoundLoopBackend):
         }[name]
 
     def load(self, progress: ProgressCallback | None = None) -> None:
+        """Load the model (and the draft model), then prove the kernels, settle the threads and price the passes."""
         report = progress or (lambda stage, fraction: None)
         usable, reason = probe_llamacpp()
         if not usable:
@@ -231,6 +237,20 @@ class LlamaCppBackend(RoundLoopBackend):
         gpu_layers = 0
         if llama_cpp.llama_supports_gpu_offload():  # Metal, CUDA, ROCm, Vulkan builds
             gpu_layers, self.device = -1, "gpu"
+        self._load_target(path, gpu_layers)
+        if draft_path is not None:
+            self._load_draft(path, draft_path, gpu_layers, report)
+        if not self.fast_plain and self.probe_kernels:
+            self._apply_probe(report)
+        guarded = self._settle_threads(report)
+        self._price_passes(report)
+        if guarded and self.threads > 1:
+            self.thread_control.stall_watch = StallWatch(self.thread_control.predicted_cost())
+        report("ready", 1.0)
+
+    def _load_target(self, path: Path, gpu_layers: int) -> None:
+        """The target's context at the context the model allows, its MTP head where it drafts, and its text."""
+        llama_cpp = self._lib
         repack = self.repack_by_file[path]
         probe = LlamaCppModel(
             llama_cpp, path, 256, self.threads, llama_cpp.GGML_TYPE_F16, 8, gpu_layers, repack
@@ -242,14 +262,13 @@ class LlamaCppBackend(RoundLoopBackend):
                 f"max_context {self.requested_max_context} exceeds the model's {limit}; using {limit}"
             )
         self.max_context = min(self.requested_max_context or limit, limit)
-        n_batch = 512
         self.target = LlamaCppModel(
             llama_cpp,
             path,
             self.max_context,
             self.threads,
             self._cache_type(self.requested_cache_mode, "target"),
-            n_batch,
+            N_BATCH,
             gpu_layers,
             repack,
             load_mtp=self.use_mtp,
@@ -264,51 +283,60 @@ class LlamaCppBackend(RoundLoopBackend):
         if self.target.cache_fallback:
             self.notes.append(f"cache: f16 ({self.target.cache_fallback})")
         self._init_text()
-        if draft_path is not None:
-            report("loading draft model", 0.6)
-            self.draft_state = LlamaCppModel(
-                llama_cpp,
-                draft_path,
-                self.max_context,
-                self.threads,
-                self._cache_type(self.requested_draft_cache_mode, "draft"),
-                n_batch,
-                gpu_layers,
-                self.repack_by_file[draft_path],
-                rollback=True,  # a hybrid draft model's steps are cropped every round
+
+    def _load_draft(self, path: Path, draft_path: Path, gpu_layers: int, report) -> None:
+        """The draft model's context beside the target's, refused (and everything closed) where its vocabulary
+        cannot draft for the target."""
+        report("loading draft model", 0.6)
+        self.draft_state = LlamaCppModel(
+            self._lib,
+            draft_path,
+            self.max_context,
+            self.threads,
+            self._cache_type(self.requested_draft_cache_mode, "draft"),
+            N_BATCH,
+            gpu_layers,
+            self.repack_by_file[draft_path],
+            rollback=True,  # a hybrid draft model's steps are cropped every round
+        )
+        if self.draft_state.cache_fallback:
+            self.notes.append(f"draft cache: f16 ({self.draft_state.cache_fallback})")
+        report("checking draft compatibility", 0.8)
+        try:
+            check_draft_compatible(
+                self._vocab_view(self.target, path), self._vocab_view(self.draft_state, draft_path)
             )
-            if self.draft_state.cache_fallback:
-                self.notes.append(f"draft cache: f16 ({self.draft_state.cache_fallback})")
-            report("checking draft compatibility", 0.8)
-            try:
-                check_draft_compatible(
-                    self._vocab_view(self.target, path), self._vocab_view(self.draft_state, draft_path)
-                )
-            except BackendError:
-                self.close()
-                raise
-        if not self.fast_plain and self.probe_kernels:
-            report("probing kernels", 0.9)
-            verdict = self._probe_once()
-            self.probe = verdict
-            # Padding only keeps plain steps alike with verify passes: where no pass is proven (no drafts at
-            # all) plain steps take the one-token path (on a recurrent memory without rollback each padded step
-            # would also cost a checkpoint and a replay).
-            self.pad_plain_steps = verdict.pad and verdict.widest >= 2
-            self.target.pad_single = self.pad_plain_steps
-            # Verify passes stay within the widest width proven exact (1: none proven, so no drafts at all).
-            self.max_verify_width = max(1, verdict.widest)
-            cap = verdict.cap_note()
-            if cap is not None and drafts(self.draft_mode):
-                self.notes.append(cap)
-            if self.pad_plain_steps:
-                hint = "" if patched_build() else " (make install builds a llama.cpp where they agree)"
-                self.notes.append(
-                    "llama.cpp's single-token and batched kernels differ for this model: plain steps decode "
-                    f"two positions so that speculation stays exact{hint}"
-                )
+        except BackendError:
+            self.close()
+            raise
+
+    def _apply_probe(self, report) -> None:
+        """The kernel probe's verdict: whether plain steps pad, and how wide a verify pass may be."""
+        report("probing kernels", 0.9)
+        verdict = self._probe_once()
+        self.probe = verdict
+        # Padding only keeps plain steps alike with verify passes: where no pass is proven (no drafts at
+        # all) plain steps take the one-token path (on a recurrent memory without rollback each padded step
+        # would also cost a checkpoint and a replay).
+        self.pad_plain_steps = verdict.pad and verdict.widest >= 2
+        self.target.pad_single = self.pad_plain_steps
+        # Verify passes stay within the widest width proven exact (1: none proven, so no drafts at all).
+        self.max_verify_width = max(1, verdict.widest)
+        cap = verdict.cap_note()
+        if cap is not None and drafts(self.draft_mode):
+            self.notes.append(cap)
+        if self.pad_plain_steps:
+            hint = "" if patched_build() else " (make install builds a llama.cpp where they agree)"
+            self.notes.append(
+                "llama.cpp's single-token and batched kernels differ for this model: plain steps decode "
+                f"two positions so that speculation stays exact{hint}"
+            )
+
+    def _settle_threads(self, report) -> bool:
+        """The thread count: measured here, adopted from another backend, or as given; its note. True where the
+        count was measured or adopted (the busy-CPU guard then watches it)."""
         control = self.thread_control
-        control.attach(llama_cpp, self.target, self.draft_state, self.max_context)
+        control.attach(self._lib, self.target, self.draft_state, self.max_context)
         adopted = self.adopted_threads
         measure = self.requested_threads is None and adopted is None and self.threads > 1
         measure = measure and self.device == "cpu"
@@ -326,6 +354,12 @@ class LlamaCppBackend(RoundLoopBackend):
             thread_note = threads_label(self.threads) + given
         control.thread_note = len(self.notes)
         self.notes.append(thread_note)
+        return measure or adopted is not None
+
+    def _price_passes(self, report) -> None:
+        """The verify cost model's prior (and the draft's step) where the mode drafts; on the CPU, a pass's cost
+        at this thread count and how it grows with the context."""
+        control = self.thread_control
         if drafts(self.draft_mode):
             report("measuring verify cost", 0.95)
             self.target.costs = self._calibrate()
@@ -337,9 +371,6 @@ class LlamaCppBackend(RoundLoopBackend):
             if self.target.costs is not None and cost.growth:
                 # the verify-cost ratios (calibrated over as many cached tokens) read at each pass's context
                 self.target.costs.set_context_shape(cost.predict, cost.short_context)
-        if (measure or adopted is not None) and self.threads > 1:
-            control.stall_watch = StallWatch(control.predicted_cost())
-        report("ready", 1.0)
 
     def _attach_mtp(self, path: Path) -> None:
         """The model's MTP head as the draft (--draft mtp): one line where the GGUF has no MTP layers."""
