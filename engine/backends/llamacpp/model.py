@@ -44,22 +44,58 @@ class LlamaCppModel:
         from llama_cpp import _internals
 
         self._lib = lib
-        params = lib.llama_model_default_params()
-        params.n_gpu_layers = gpu_layers
-        # Weight repacking into llama.cpp's extra buffer types (AMX, the CPU repack): see native.py.
-        params.use_extra_bufts = repack
-        params.load_mtp = load_mtp  # the MTP (nextn) layers, for --draft mtp (mtp.py)
         self.repack = repack
-        try:
-            self.model = _internals.LlamaModel(path_model=str(path), params=params, verbose=False)
-        except (ValueError, OSError) as exc:
-            raise BackendError(f"llama.cpp could not load {path}: {first_line(exc)}") from exc
+        self.model = self._load_model(path, gpu_layers, repack, load_mtp)
         self.n_ctx_train = int(self.model.n_ctx_train())
         self.n_vocab = int(self.model.n_vocab())
         # A recurrent or hybrid model's memory drops tails by rollback or checkpoints (memory.py).
         self.recurrent = bool(
             lib.llama_model_is_recurrent(self.model.model) or lib.llama_model_is_hybrid(self.model.model)
         )
+        ctx_params = self._context_params(n_ctx, threads, cache_type, n_batch, gpu_layers, rollback)
+        self._create_context(path, n_ctx, cache_type, ctx_params)
+        self.memory = (
+            RecurrentMemory(lib, self.ctx, int(lib.llama_n_rs_seq(self.ctx.ctx)), int(ctx_params.n_rs_seq))
+            if self.recurrent
+            else None
+        )
+        self.n_batch = n_batch
+        self.batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
+        # ggml's workers kept between decodes (engine/backends/llamacpp/pool.py); None: llama.cpp's own default.
+        self.pool = ThreadPool.attach(raw_bindings(), self.ctx.ctx, threads) if gpu_layers == 0 else None
+        self.ids: list[int] = []
+        self.step_times: list[float] = []
+        # Cached tokens under the latest timed pass (what its attention read besides its own rows).
+        self.pass_context = 0
+        # Round cost by width (1 + drafts), in seconds, for the n-gram drafter; None: not measured.
+        self.costs: VerifyCostModel | None = None
+        # One-token decodes go through the batched kernels (a throw-away second position): set by the backend
+        # where llama.cpp's single-token and batched kernels round differently.
+        self.pad_single = False
+        # False once the memory refused to drop a tail (crop then re-prefills).
+        self.can_crop = True
+        # The model's MTP head (mtp.MtpHead), which follows every decode and crop; None: no MTP drafting.
+        self.mtp = None
+
+    def _load_model(self, path: Path, gpu_layers: int, repack: bool, load_mtp: bool):
+        """The GGUF's weights in llama.cpp (a one-line BackendError where it cannot read them)."""
+        from llama_cpp import _internals
+
+        params = self._lib.llama_model_default_params()
+        params.n_gpu_layers = gpu_layers
+        # Weight repacking into llama.cpp's extra buffer types (AMX, the CPU repack): see native.py.
+        params.use_extra_bufts = repack
+        params.load_mtp = load_mtp  # the MTP (nextn) layers, for --draft mtp (mtp.py)
+        try:
+            return _internals.LlamaModel(path_model=str(path), params=params, verbose=False)
+        except (ValueError, OSError) as exc:
+            raise BackendError(f"llama.cpp could not load {path}: {first_line(exc)}") from exc
+
+    def _context_params(
+        self, n_ctx: int, threads: int, cache_type: int, n_batch: int, gpu_layers: int, rollback: bool
+    ):
+        """The context's parameters: its size, batch, threads, cache type, flash attention and state snapshots."""
+        lib = self._lib
         ctx_params = lib.llama_context_default_params()
         if self.recurrent and rollback:
             # Per-token state snapshots (memory.py): silently 0 where the architecture has no native rollback.
@@ -76,6 +112,14 @@ class LlamaCppModel:
         # alike in a batch of one and of many (the plain matrix-product attention does not).
         if cache_type != lib.GGML_TYPE_F16 or gpu_layers == 0:
             ctx_params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        return ctx_params
+
+    def _create_context(self, path: Path, n_ctx: int, cache_type: int, ctx_params) -> None:
+        """The context (KV cache) as asked, or an f16 one where llama.cpp cannot make the quantized cache (noted in
+        cache_fallback); a one-line BackendError, the model closed, where neither can be made."""
+        from llama_cpp import _internals
+
+        lib = self._lib
         # Set where llama.cpp could not make the quantized cache asked for (a head size that is not a multiple
         # of its block, 32) and an f16 cache was taken instead; the backend says so in a note.
         self.cache_fallback: str | None = None
@@ -99,28 +143,6 @@ class LlamaCppModel:
             self.cache_fallback = "llama.cpp could not make a quantized cache for this model" + (
                 f" (head size {head}; its blocks are 32 wide)" if head else ""
             )
-        self.memory = (
-            RecurrentMemory(lib, self.ctx, int(lib.llama_n_rs_seq(self.ctx.ctx)), int(ctx_params.n_rs_seq))
-            if self.recurrent
-            else None
-        )
-        self.n_batch = n_batch
-        self.batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
-        # ggml's workers kept between decodes (engine/backends/llamacpp/pool.py); None: llama.cpp's own default.
-        self.pool = ThreadPool.attach(raw_bindings(), self.ctx.ctx, threads) if gpu_layers == 0 else None
-        self.ids: list[int] = []
-        self.step_times: list[float] = []
-        # Cached tokens under the latest timed pass (what its attention read besides its own rows).
-        self.pass_context = 0
-        # Round cost by width (1 + drafts), in seconds, for the n-gram drafter; None: not measured.
-        self.costs: VerifyCostModel | None = None
-        # One-token decodes go through the batched kernels (a throw-away second position): set by the backend
-        # where llama.cpp's single-token and batched kernels round differently.
-        self.pad_single = False
-        # False once the memory refused to drop a tail (crop then re-prefills).
-        self.can_crop = True
-        # The model's MTP head (mtp.MtpHead), which follows every decode and crop; None: no MTP drafting.
-        self.mtp = None
 
     def clear(self) -> None:
         self.ctx.kv_cache_clear()
