@@ -48,6 +48,17 @@ def tokens(model: LlamaCppModel, text: str) -> list[int]:
     return list(model.model.tokenize(text.encode(), add_bos=False, special=False))
 
 
+def assert_passes_equal_steps(model: LlamaCppModel, ids: list[int], start: int, spans, what: str) -> None:
+    """After `start` cached tokens, a pass of each span in `spans` gives the rows one-token steps give."""
+    model.prefill(ids[:start])
+    singles = [model.decode([ids[start + j]], outputs=1)[0] for j in range(max(spans))]
+    for span in spans:
+        model.crop(start)
+        rows = model.decode(ids[start : start + span], outputs=span)
+        same = [np.array_equal(rows[j], singles[j]) for j in range(span)]
+        assert all(same), f"{what}, a pass of {span}: rows {same.index(False)}.. differ"
+
+
 @pytest.mark.parametrize("kind", ["F32", "BF16", "IQ4_NL"])
 def test_every_width_is_proven_without_padded_steps(weights: dict[str, Path], kind: str) -> None:
     from engine.backends.llamacpp.native import gguf_tensor_types
@@ -71,14 +82,8 @@ def test_a_pass_across_256_cache_cells_equals_plain_steps(cache: str) -> None:
     model = open_model(ensure_embedded_gguf(precision="q4_1"), 512, getattr(llama_cpp, f"GGML_TYPE_{cache}"))
     try:
         ids = (tokens(model, "The quick brown fox jumps over the lazy dog. 1, 2, 3. ") * 40)[:300]
-        start, width = 236, 40  # rows at 236..275: views of <= 256 cells and above
-        model.prefill(ids[:start])
-        singles = [model.decode([ids[start + j]], outputs=1)[0] for j in range(width)]
-        for span in (2, 20, 21, 30, width):
-            model.crop(start)
-            rows = model.decode(ids[start : start + span], outputs=span)
-            same = [np.array_equal(rows[j], singles[j]) for j in range(span)]
-            assert all(same), f"{cache} cache, a pass of {span}: rows {same.index(False)}.. differ"
+        # rows at 236..275: views of <= 256 cells and above
+        assert_passes_equal_steps(model, ids, 236, (2, 20, 21, 30, 40), f"{cache} cache")
     finally:
         model.close()
 
@@ -93,13 +98,7 @@ def test_attention_sinks_over_a_float16_cache_take_the_chunks_at_every_width() -
     model = open_model(gguf_2026("gptoss", ensure_embedded_model()), 256)
     try:
         ids = (tokens(model, "The quick brown fox jumps over the lazy dog. 1, 2, 3. ") * 20)[:200]
-        start, width = 8, 64  # specchat_exact_rows(): the widest pass the patch keeps exact
-        model.prefill(ids[:start])
-        singles = [model.decode([ids[start + j]], outputs=1)[0] for j in range(width)]
-        for span in (2, 49, width):
-            model.crop(start)
-            rows = model.decode(ids[start : start + span], outputs=span)
-            same = [np.array_equal(rows[j], singles[j]) for j in range(span)]
-            assert all(same), f"a pass of {span} with attention sinks: rows {same.index(False)}.. differ"
+        # up to 64 rows: specchat_exact_rows(), the widest pass the patch keeps exact
+        assert_passes_equal_steps(model, ids, 8, (2, 49, 64), "attention sinks")
     finally:
         model.close()
