@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 # "server": a remote server drafts by its own settings (its kind is not known to the client).
 DraftMode = Literal["none", "ngram", "model", "server"]
-# "repetition": the reply kept repeating one span and was stopped (engine/round_loop.RepetitionGuard).
+# "repetition": the reply kept repeating one span and was stopped (engine/decoding/stop_rules.RepetitionGuard).
 StopReason = Literal[
     "eos", "end_of_turn", "max_new_tokens", "cancelled", "stop_string", "context", "repetition"
 ]
