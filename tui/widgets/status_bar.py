@@ -60,48 +60,59 @@ def collect_status(session: Any, state: str, message: str = "") -> StatusFigures
         "device": info.device if info else "",
         "draft_model": draft_label(info.draft_model) if info and info.draft_mode == "model" else "",
     }
-    live = session.live
-    active = session.active
     by_server = bool(getattr(info, "k_by_server", False))
     verdict = getattr(session, "verdict", None)
     off_text = verdict.status_text() if verdict is not None else ""
     if by_server:
         base["k_by_server"] = True
-    if active is not None:
-        drafting_now = active.drafting and (active.num_draft_tokens > 0 or by_server)
-        return StatusFigures(
-            state="streaming",
-            preset=preset_label(active.preset, active.auto),
-            k=active.num_draft_tokens,
-            k_now=live.k_now if active.k_mode == "adaptive" else None,
-            drafting=drafting_now,
-            temperature=live.temperature if live.new_tokens else active.temperature,
-            acceptance=live.acceptance_rate,
-            measured_drafting=drafting_now,
-            spark=tuple(live.recent_round_acceptance),
-            tau=live.mean_accepted_length,
-            tokens_per_s=live.tokens_per_s,
-            ttft_s=live.ttft_s,
-            # Only adaptive K leaves drafting off where it does not pay; a fixed K drafts anyway.
-            verdict=off_text if drafting_now and not live.drafted and active.k_mode == "adaptive" else "",
-            **base,
-        )
-    # Between replies: the settings the next reply will use, the figures of the last one.
-    last = session.last_stats
+    if session.active is not None:
+        return _streaming_status(session, base, off_text, by_server)
+    return _idle_status(session, base, off_text, by_server)
+
+
+def _streaming_status(session: Any, base: dict[str, Any], off_text: str, by_server: bool) -> StatusFigures:
+    """While a reply runs: its preset and K, and the live figures."""
+    live, active = session.live, session.active
+    drafting_now = active.drafting and (active.num_draft_tokens > 0 or by_server)
+    return StatusFigures(
+        state="streaming",
+        preset=preset_label(active.preset, active.auto),
+        k=active.num_draft_tokens,
+        k_now=live.k_now if active.k_mode == "adaptive" else None,
+        drafting=drafting_now,
+        temperature=live.temperature if live.new_tokens else active.temperature,
+        acceptance=live.acceptance_rate,
+        measured_drafting=drafting_now,
+        spark=tuple(live.recent_round_acceptance),
+        tau=live.mean_accepted_length,
+        tokens_per_s=live.tokens_per_s,
+        ttft_s=live.ttft_s,
+        # Only adaptive K leaves drafting off where it does not pay; a fixed K drafts anyway.
+        verdict=off_text if drafting_now and not live.drafted and active.k_mode == "adaptive" else "",
+        **base,
+    )
+
+
+def _next_reply_settings(session: Any) -> tuple[str, int | None, float | None, bool, bool]:
+    """Between replies: the preset, K, temperature, drafting and adaptive K the next reply will use."""
     mode = session.mode
     if mode == "auto":
         # The router picks per message: nothing is chosen until one is sent (the last reply's choice is history).
         # This chat's settings (F12) still show: they apply to whichever preset the router picks.
         overrides = getattr(session, "overrides", {})
-        preset, k, temperature = "auto", overrides.get("k"), overrides.get("temperature")
         drafting = bool(overrides.get("drafting", True)) and overrides.get("k") != 0
-    else:
-        chosen = session.effective_preset(mode) if mode in session.presets else None
-        preset = mode
-        k = chosen.k if chosen is not None else None
-        temperature = chosen.temperature if chosen is not None else None
-        drafting = bool(chosen.drafting and chosen.k > 0) if chosen is not None else True
-    adaptive = mode == "auto" or chosen is None or getattr(chosen, "k_mode", "adaptive") == "adaptive"
+        return "auto", overrides.get("k"), overrides.get("temperature"), drafting, True
+    chosen = session.effective_preset(mode) if mode in session.presets else None
+    if chosen is None:
+        return mode, None, None, True, True
+    adaptive = getattr(chosen, "k_mode", "adaptive") == "adaptive"
+    return mode, chosen.k, chosen.temperature, bool(chosen.drafting and chosen.k > 0), adaptive
+
+
+def _idle_status(session: Any, base: dict[str, Any], off_text: str, by_server: bool) -> StatusFigures:
+    """Between replies: the settings the next reply will use, the figures of the last one."""
+    info, last, live = session.info, session.last_stats, session.live
+    preset, k, temperature, drafting, adaptive = _next_reply_settings(session)
     if info is not None and info.draft_mode == "none":
         drafting = False  # the loaded model runs without a drafter (draft "none"): no preset's K applies
     measured = None
