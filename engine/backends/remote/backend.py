@@ -21,7 +21,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -344,13 +344,8 @@ class RemoteBackend:
             read_spec_counters(profile.kind, self._metrics_text()) if profile.metrics else (None, "")
         )
         poller = _MetricsPoller(self, before) if profile.server.polls_metrics and before is not None else None
-        counters = StreamCounters()
+        reader = _ReplyReader(self.base, StreamCounters(), poller, request.sampler.temperature)
         path = "/v1/chat/completions"
-        temperature = request.sampler.temperature
-        seen_tokens = seen_drafted = seen_accepted = 0
-        content_events = 0
-        thinking = False
-        stop: StopReason = "eos"
         try:
             with self.client.stream(
                 "POST",
@@ -359,91 +354,70 @@ class RemoteBackend:
                 headers=self._headers(),
                 timeout=STREAM_TIMEOUT,
             ) as response:
-                if response.status_code != 200:
-                    raise self._status_error(Answer.capped(response, self.base + path), path)
-                content_type = response.headers.get("content-type", "")
-                if "text/event-stream" not in content_type:
-                    raise BackendError(
-                        f"the server at {self.base}{path} answered without streaming "
-                        f"(Content-Type {' '.join(content_type.split())[:60] or 'none'}, not text/event-stream): "
-                        "is --endpoint an OpenAI-compatible server?"
-                    )
-                for payload in event_data(response):
-                    if cancel.is_set():
-                        stop = "cancelled"
-                        break
-                    if payload.strip() == "[DONE]":
-                        break
-                    try:
-                        data = json.loads(payload)
-                    except (ValueError, RecursionError):
-                        continue
-                    if not isinstance(data, dict):
-                        continue
-                    if "error" in data and not data.get("choices"):
-                        raise BackendError(
-                            f"the server at {self.base} stopped the reply: {error_message(data) or 'error'}"
-                        )
-                    counters.read(data)
-                    reasoning, text = chunk_reasoning(data), chunk_text(data)
-                    piece = ""
-                    if reasoning and not thinking:
-                        piece, thinking = "<think>", True
-                    piece += reasoning
-                    if text and thinking:
-                        piece, thinking = piece + "</think>", False
-                    piece += text
-                    if text or reasoning:
-                        content_events += 1
-                    tokens = counters.tokens
-                    n = (tokens - seen_tokens) if tokens is not None else (1 if piece else 0)
-                    if poller is not None:
-                        live = poller.latest
-                        drafted, accepted = (
-                            (int(live.draft_tokens), int(live.accepted))
-                            if live
-                            else (seen_drafted, seen_accepted)
-                        )
-                    else:
-                        drafted = counters.drafted if counters.drafted is not None else seen_drafted
-                        accepted = counters.accepted if counters.accepted is not None else seen_accepted
-                    if not piece and n <= 0 and drafted == seen_drafted:
-                        continue
-                    yield Chunk(
-                        text=piece,
-                        token_ids=(),
-                        drafted=max(drafted - seen_drafted, 0),
-                        accepted=max(accepted - seen_accepted, 0),
-                        origins=(),
-                        t=time.perf_counter(),
-                        temperature=temperature,
-                        count=max(n, 0),
-                        is_round=False,
-                    )
-                    seen_tokens += max(n, 0)
-                    seen_drafted, seen_accepted = max(drafted, seen_drafted), max(accepted, seen_accepted)
+                self._check_stream(response, path)
+                stop = yield from self._stream_chunks(response, reader, cancel)
         except httpx.HTTPError as exc:
-            raise self._fail(exc, path, " mid-reply" if content_events else "") from None
+            raise self._fail(exc, path, " mid-reply" if reader.content_events else "") from None
         except StreamLimitError as exc:
-            kept = "the partial reply is kept; " if content_events else ""
+            kept = "the partial reply is kept; " if reader.content_events else ""
             raise BackendError(
                 f"the server at {self.base} sent {exc} in its reply: not read further ({kept}see the server's log)"
             ) from None
         finally:
             if poller is not None:
                 poller.stop()
+        yield self._done(profile, request, reader, stop, before, metrics_why)
+
+    def _check_stream(self, response: httpx.Response, path: str) -> None:
+        """The reply's answer is a 200 and an event stream, or a BackendError that says what it is instead."""
+        if response.status_code != 200:
+            raise self._status_error(Answer.capped(response, self.base + path), path)
+        content_type = response.headers.get("content-type", "")
+        if "text/event-stream" not in content_type:
+            raise BackendError(
+                f"the server at {self.base}{path} answered without streaming "
+                f"(Content-Type {' '.join(content_type.split())[:60] or 'none'}, not text/event-stream): "
+                "is --endpoint an OpenAI-compatible server?"
+            )
+
+    @staticmethod
+    def _stream_chunks(
+        response: httpx.Response, reader: _ReplyReader, cancel: threading.Event
+    ) -> Generator[Chunk, None, StopReason]:
+        """The stream's payloads as Chunks until [DONE], the stream's end ("eos", for now) or a cancel ("cancelled")."""
+        for payload in event_data(response):
+            if cancel.is_set():
+                return "cancelled"
+            if payload.strip() == "[DONE]":
+                break
+            chunk = reader.read(payload)
+            if chunk is not None:
+                yield chunk
+        return "eos"
+
+    def _done(
+        self,
+        profile: ServerProfile,
+        request: GenerationRequest,
+        reader: _ReplyReader,
+        stop: StopReason,
+        before: SpecCounters | None,
+        metrics_why: str,
+    ) -> Done:
+        """The reply's Done: the server's finish reason unless cancelled, a BackendError for a stream cut short."""
+        counters = reader.counters
         if stop != "cancelled":
             stop = FINISH_REASONS.get(counters.finish_reason or "", "eos")
-            if counters.finish_reason is None and content_events:
+            if counters.finish_reason is None and reader.content_events:
                 raise BackendError(
                     f"the server at {self.base} ended the stream without finishing the reply: "
                     "the partial reply is kept; ask again"
                 )
-        yield Done(
+        return Done(
             stop_reason=stop,
             prompt_tokens=counters.prompt_tokens or len(request.prompt_ids),
             cached_tokens=counters.cached_tokens or 0,
-            server=self._server_stats(profile, counters, before, seen_tokens, metrics_why),
+            server=self._server_stats(profile, counters, before, reader.seen_tokens, metrics_why),
         )
 
     def _server_stats(
@@ -503,6 +477,87 @@ class RemoteBackend:
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+class _ReplyReader:
+    """One reply's event-stream payloads read into Chunks: what the stream has shown so far (tokens, drafted and
+    accepted tokens, whether a thinking block is open, how many payloads carried text)."""
+
+    def __init__(
+        self, base: str, counters: StreamCounters, poller: _MetricsPoller | None, temperature: float
+    ) -> None:
+        self.base = base
+        self.counters = counters
+        self.poller = poller
+        self.temperature = temperature
+        self.seen_tokens = self.seen_drafted = self.seen_accepted = 0
+        self.content_events = 0
+        self.thinking = False
+
+    def read(self, payload: str) -> Chunk | None:
+        """The payload's Chunk, or None for one that is not a JSON object or adds nothing."""
+        try:
+            data = json.loads(payload)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(data, dict):
+            return None
+        if "error" in data and not data.get("choices"):
+            raise BackendError(
+                f"the server at {self.base} stopped the reply: {error_message(data) or 'error'}"
+            )
+        self.counters.read(data)
+        piece = self._piece(data)
+        tokens = self.counters.tokens
+        n = (tokens - self.seen_tokens) if tokens is not None else (1 if piece else 0)
+        drafted, accepted = self._drafts()
+        if not piece and n <= 0 and drafted == self.seen_drafted:
+            return None
+        chunk = Chunk(
+            text=piece,
+            token_ids=(),
+            drafted=max(drafted - self.seen_drafted, 0),
+            accepted=max(accepted - self.seen_accepted, 0),
+            origins=(),
+            t=time.perf_counter(),
+            temperature=self.temperature,
+            count=max(n, 0),
+            is_round=False,
+        )
+        self.seen_tokens += max(n, 0)
+        self.seen_drafted, self.seen_accepted = (
+            max(drafted, self.seen_drafted),
+            max(accepted, self.seen_accepted),
+        )
+        return chunk
+
+    def _piece(self, data: dict) -> str:
+        """The payload's text, reasoning wrapped in <think>...</think> across payloads."""
+        reasoning, text = chunk_reasoning(data), chunk_text(data)
+        piece = ""
+        if reasoning and not self.thinking:
+            piece, self.thinking = "<think>", True
+        piece += reasoning
+        if text and self.thinking:
+            piece, self.thinking = piece + "</think>", False
+        piece += text
+        if text or reasoning:
+            self.content_events += 1
+        return piece
+
+    def _drafts(self) -> tuple[int, int]:
+        """Drafted and accepted tokens so far: the poller's /metrics difference, else the stream's own counts."""
+        if self.poller is not None:
+            live = self.poller.latest
+            return (
+                (int(live.draft_tokens), int(live.accepted))
+                if live
+                else (self.seen_drafted, self.seen_accepted)
+            )
+        counters = self.counters
+        drafted = counters.drafted if counters.drafted is not None else self.seen_drafted
+        accepted = counters.accepted if counters.accepted is not None else self.seen_accepted
+        return drafted, accepted
 
 
 class _MetricsPoller:
