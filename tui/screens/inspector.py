@@ -97,6 +97,18 @@ def stats_table(stats: MessageStats, cancelled: bool = False, backend_notes: Seq
     table = Table.grid(padding=(0, 2))
     table.add_column(style="dim", justify="right")
     table.add_column()
+    rows = _figure_rows(stats, cancelled)
+    _add_drafting_rows(rows, stats, backend_notes)
+    _add_thinking_rows(rows, stats)
+    # What the backend did differently in this reply and why (threads dropped, a loop stopped, drafting off).
+    rows.extend(("note", note) for note in stats.notes)
+    for label, value in rows:
+        table.add_row(label, value)
+    return table
+
+
+def _figure_rows(stats: MessageStats, cancelled: bool) -> list[tuple[str, str]]:
+    """The reply's figures, in the order shown, the verify costs beside c."""
     missing = stats.unavailable
 
     def shown(field: str, value: str) -> str:
@@ -137,6 +149,13 @@ def stats_table(stats: MessageStats, cancelled: bool = False, backend_notes: Seq
         at = rows.index((COST_RATIO_LABEL, shown("cost_ratio", number(stats.cost_ratio, 3)))) + 1
         costs = "  ".join(f"{ratio:.2f}" for ratio in stats.verify_cost)
         rows.insert(at, ("verify cost r(1+k)", f"{costs}  (k = 1..{len(stats.verify_cost)})"))
+    return rows
+
+
+def _add_drafting_rows(
+    rows: list[tuple[str, str]], stats: MessageStats, backend_notes: Sequence[str]
+) -> None:
+    """Under "drafting": the draft verdict, history drafting's absence, the drafts' cap and K per round."""
     at = rows.index(("drafting", drafting_line(stats))) + 1
     if stats.draft_verdict:
         # Whether drafting can pay on this machine at all, as the reply ended (the doctor's verdict).
@@ -152,6 +171,10 @@ def stats_table(stats: MessageStats, cancelled: bool = False, backend_notes: Seq
         at += 1
     if stats.k_per_round:
         rows.insert(at, ("K per round", k_runs(stats.k_per_round)))
+
+
+def _add_thinking_rows(rows: list[tuple[str, str]], stats: MessageStats) -> None:
+    """Under "new tokens", where the reply reasoned: its thinking tokens and the acceptance of each part."""
     if stats.thinking_tokens:
         at = rows.index(("new tokens", str(stats.new_tokens))) + 1
         rows[at:at] = [
@@ -159,11 +182,6 @@ def stats_table(stats: MessageStats, cancelled: bool = False, backend_notes: Seq
             ("acceptance thinking / answer", f"{percent(stats.thinking_acceptance_rate)} / "
              f"{percent(stats.answer_acceptance_rate)}"),
         ]  # fmt: skip
-    # What the backend did differently in this reply and why (threads dropped, a loop stopped, drafting off).
-    rows.extend(("note", note) for note in stats.notes)
-    for label, value in rows:
-        table.add_row(label, value)
-    return table
 
 
 def position_bars(stats: MessageStats) -> Text:
