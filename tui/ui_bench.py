@@ -210,6 +210,55 @@ async def _chat_once(settings: Any, backend: Any, prompt: str, preset: str, size
     }
 
 
+def _alternating_runs(
+    settings: Any, backend: Any, prompt: str, preset: str, size: tuple[int, int], repeats: int, threads: Any
+) -> tuple[list[dict], list[dict]]:
+    """`repeats` runs of generate and of the chat, alternating; the backend's threads put back if it dropped some."""
+    gen: list[dict] = []
+    chat: list[dict] = []
+    for _ in range(repeats):
+        gen.append(_generate_once(settings, backend, prompt, preset))
+        chat.append(asyncio.run(_chat_once(settings, backend, prompt, preset, size)))
+        if threads and getattr(backend, "threads", threads) != threads:
+            print(f"  note: the backend dropped to {backend.threads} thread(s) during the run")
+            backend.set_threads(threads)
+    return gen, chat
+
+
+def _comparison_row(label: str, size: tuple[int, int], gen: list[dict], chat: list[dict]) -> dict:
+    """One prompt and size's figures: the medians of each side, the ratio, whether the texts agree."""
+    gen_tps = statistics.median(r["tok_s"] or 0.0 for r in gen)
+    chat_tps = statistics.median(r["tok_s"] or 0.0 for r in chat)
+    return {
+        "label": label,
+        "size": f"{size[0]}x{size[1]}",
+        "tokens": chat[-1]["tokens"],
+        "same_text": all(r["text"] == gen[0]["text"] for r in gen + chat),
+        "generate_tok_s": gen_tps,
+        "chat_tok_s": chat_tps,
+        "ratio": chat_tps / gen_tps if gen_tps else 0.0,
+        "chat_main_thread": statistics.median(r["main"] for r in chat),
+        "generate_main_thread": statistics.median(r["main"] for r in gen),
+        # The chat generates on a worker thread: every thread but the UI's is the model's. `generate` runs
+        # the model on the main thread (with one llama.cpp thread, all of it): its whole process counts.
+        "chat_model_threads": statistics.median(r["others"] for r in chat),
+        "generate_process": statistics.median(r["main"] + r["others"] for r in gen),
+    }
+
+
+def _print_row(row: dict) -> None:
+    print(
+        f"  {row['label']:<10} {row['size']:>6} {row['tokens']:>4} tok  generate {row['generate_tok_s']:5.1f} tok/s  "
+        f"chat {row['chat_tok_s']:5.1f} tok/s  ratio {row['ratio']:.2f} (target >= 0.9)  "
+        f"same text: {row['same_text']}"
+    )
+    print(
+        f"  {'':<10} {'':>6}           UI thread {row['chat_main_thread']:.2f} of a core (target < 0.25)"
+        f" · the model {row['chat_model_threads']:.2f} cores in the chat, "
+        f"{row['generate_process']:.2f} in generate"
+    )
+
+
 def run_chat_vs_generate(settings: Any = None, repeats: int = 2, quick: bool = False) -> list[dict]:
     """The chat's tok/s against the session alone, same prompt, preset and seed, alternating; prints a table."""
     from engine.backends.select import create_backend
@@ -232,42 +281,10 @@ def run_chat_vs_generate(settings: Any = None, repeats: int = 2, quick: bool = F
     rows: list[dict] = []
     for label, prompt, preset in prompts:
         for size in SIZES:
-            gen: list[dict] = []
-            chat: list[dict] = []
-            for _ in range(repeats):
-                gen.append(_generate_once(settings, backend, prompt, preset))
-                chat.append(asyncio.run(_chat_once(settings, backend, prompt, preset, size)))
-                if threads and getattr(backend, "threads", threads) != threads:
-                    print(f"  note: the backend dropped to {backend.threads} thread(s) during the run")
-                    backend.set_threads(threads)
-            gen_tps = statistics.median(r["tok_s"] or 0.0 for r in gen)
-            chat_tps = statistics.median(r["tok_s"] or 0.0 for r in chat)
-            row = {
-                "label": label,
-                "size": f"{size[0]}x{size[1]}",
-                "tokens": chat[-1]["tokens"],
-                "same_text": all(r["text"] == gen[0]["text"] for r in gen + chat),
-                "generate_tok_s": gen_tps,
-                "chat_tok_s": chat_tps,
-                "ratio": chat_tps / gen_tps if gen_tps else 0.0,
-                "chat_main_thread": statistics.median(r["main"] for r in chat),
-                "generate_main_thread": statistics.median(r["main"] for r in gen),
-                # The chat generates on a worker thread: every thread but the UI's is the model's. `generate` runs
-                # the model on the main thread (with one llama.cpp thread, all of it): its whole process counts.
-                "chat_model_threads": statistics.median(r["others"] for r in chat),
-                "generate_process": statistics.median(r["main"] + r["others"] for r in gen),
-            }
+            gen, chat = _alternating_runs(settings, backend, prompt, preset, size, repeats, threads)
+            row = _comparison_row(label, size, gen, chat)
             rows.append(row)
-            print(
-                f"  {label:<10} {row['size']:>6} {row['tokens']:>4} tok  generate {gen_tps:5.1f} tok/s  "
-                f"chat {chat_tps:5.1f} tok/s  ratio {row['ratio']:.2f} (target >= 0.9)  "
-                f"same text: {row['same_text']}"
-            )
-            print(
-                f"  {'':<10} {'':>6}           UI thread {row['chat_main_thread']:.2f} of a core (target < 0.25)"
-                f" · the model {row['chat_model_threads']:.2f} cores in the chat, "
-                f"{row['generate_process']:.2f} in generate"
-            )
+            _print_row(row)
     close = getattr(backend, "close", None)
     if close is not None:
         close()
