@@ -109,67 +109,71 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
         with Vertical(id="settings", classes="dialog"):
             yield Static(Text(self.title_text, style="bold"), classes="title")
             with VerticalScroll():
-                with Horizontal(classes="settings-row"):
-                    yield Label("model")
-                    yield Input(
-                        self.model,
-                        placeholder="a model folder or .gguf file (empty: the embedded model)",
-                        id="settings-model",
-                        validators=[ChoiceValidator(self.check_model)],
-                        # Model names (qwen2.5-coder-1.5b) complete as they are typed; loading fetches them.
-                        suggester=SuggestFromList(self.model_names, case_sensitive=False),
-                        valid_empty=True,
-                        compact=True,
-                    )
-                    yield Button(
-                        "…", id="settings-model-browse", compact=True, tooltip="pick a folder or file"
-                    )
-                with Horizontal(classes="settings-row"):
-                    yield Label("draft")
-                    yield Input(
-                        self.draft,
-                        # The drafters' names (what it completes that is not a model name), or a folder.
-                        placeholder=", ".join(n for n in self.draft_names if n not in self.model_names)
-                        + ", or a draft model folder",
-                        id="settings-draft",
-                        validators=[ChoiceValidator(self.check_draft)],
-                        suggester=SuggestFromList(self.draft_names, case_sensitive=False),
-                        compact=True,
-                    )
-                    yield Button(
-                        "…", id="settings-draft-browse", compact=True, tooltip="pick a folder or file"
-                    )
-                yield Static(
-                    Text("another model or draft is loaded on apply; the chat stays", style="dim"),
-                    classes="settings-note",
-                )
+                yield from self._model_rows()
                 yield Label("system prompt")
                 yield TextArea(self.system_prompt, id="settings-system-prompt")
-                for field, label, _ in NUMBER_FIELDS:
-                    value = self.values.get(field)
-                    with Horizontal(classes="settings-row"):
-                        yield Label(label)
-                        yield Input(
-                            "" if value is None else str(value),
-                            placeholder="preset's value",
-                            id=f"settings-{field}",
-                            compact=True,
-                        )
-                with Horizontal(classes="settings-row switch-row"):
-                    yield Label("drafting")
-                    yield Switch(bool(self.values.get("drafting", True)), id="settings-drafting")
-                if self.history_drafting is not None:
-                    with Horizontal(classes="settings-row switch-row"):
-                        # Drafts copied from what the chat already wrote (other variants, branches, past chats
-                        # not marked private): the `history_drafting` setting, for this session.
-                        yield Label("history drafting")
-                        yield Switch(self.history_drafting, id="settings-history-drafting")
+                yield from self._reply_rows()
             yield Static("", id="settings-error")
             # One row for the button and the hint: the dialog fits 80x24 with the hint on screen.
             with Horizontal(id="settings-actions"):
                 yield Button("Apply", id="settings-apply", variant="primary", compact=True)
                 yield Static("ctrl+s apply · esc close", classes="hint")
         yield FittingFooter()
+
+    def _model_rows(self) -> ComposeResult:
+        """The model and the draft, each an input with a browse button, and what applying them does."""
+        with Horizontal(classes="settings-row"):
+            yield Label("model")
+            yield Input(
+                self.model,
+                placeholder="a model folder or .gguf file (empty: the embedded model)",
+                id="settings-model",
+                validators=[ChoiceValidator(self.check_model)],
+                # Model names (qwen2.5-coder-1.5b) complete as they are typed; loading fetches them.
+                suggester=SuggestFromList(self.model_names, case_sensitive=False),
+                valid_empty=True,
+                compact=True,
+            )
+            yield Button("…", id="settings-model-browse", compact=True, tooltip="pick a folder or file")
+        with Horizontal(classes="settings-row"):
+            yield Label("draft")
+            yield Input(
+                self.draft,
+                # The drafters' names (what it completes that is not a model name), or a folder.
+                placeholder=", ".join(n for n in self.draft_names if n not in self.model_names)
+                + ", or a draft model folder",
+                id="settings-draft",
+                validators=[ChoiceValidator(self.check_draft)],
+                suggester=SuggestFromList(self.draft_names, case_sensitive=False),
+                compact=True,
+            )
+            yield Button("…", id="settings-draft-browse", compact=True, tooltip="pick a folder or file")
+        yield Static(
+            Text("another model or draft is loaded on apply; the chat stays", style="dim"),
+            classes="settings-note",
+        )
+
+    def _reply_rows(self) -> ComposeResult:
+        """This chat's reply settings: the number fields (empty: the preset's value) and the drafting switches."""
+        for field, label, _ in NUMBER_FIELDS:
+            value = self.values.get(field)
+            with Horizontal(classes="settings-row"):
+                yield Label(label)
+                yield Input(
+                    "" if value is None else str(value),
+                    placeholder="preset's value",
+                    id=f"settings-{field}",
+                    compact=True,
+                )
+        with Horizontal(classes="settings-row switch-row"):
+            yield Label("drafting")
+            yield Switch(bool(self.values.get("drafting", True)), id="settings-drafting")
+        if self.history_drafting is not None:
+            with Horizontal(classes="settings-row switch-row"):
+                # Drafts copied from what the chat already wrote (other variants, branches, past chats
+                # not marked private): the `history_drafting` setting, for this session.
+                yield Label("history drafting")
+                yield Switch(self.history_drafting, id="settings-history-drafting")
 
     def on_mount(self) -> None:
         self._fit_height()
