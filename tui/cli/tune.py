@@ -42,24 +42,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import shutil
-
-    import orjson
-
     from engine.benchmarks.tune import (
-        TASKS,
-        TunePlan,
         builtin_prompts,
-        format_tables,
-        plot,
         prompts_from_history,
         prompts_from_jsonl,
         run_tune,
         write_outputs,
     )
-    from engine.benchmarks.tune.apply import apply_results
-    from engine.config import data_dir, presets_dir
+    from engine.config import data_dir
     from engine.models import progress_printer
+
+    plan = _plan(args)
+    settings = cli_settings(args)
+    if args.prompts is not None:
+        prompts = prompts_from_jsonl(args.prompts)
+    elif args.from_history:
+        prompts = prompts_from_history(data_dir(settings))
+    else:
+        prompts = builtin_prompts()
+    result = run_tune(settings, prompts, plan, load_progress=progress_printer(settings.model))
+    for note in result.notes:
+        print(f"specchat: {note}", file=sys.stderr)
+    csv_path, json_path = write_outputs(result, args.output or data_dir(settings) / "tune")
+    _print_result(args, result)
+    print(f"specchat: tune took {result.seconds:.0f} s; wrote {csv_path} and {json_path}", file=sys.stderr)
+    if args.apply:
+        _apply(args, result, json_path)
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> Any:
+    """The sweep the flags ask for (a TunePlan), or a CliError for a flag out of range."""
+    from engine.benchmarks.tune import TASKS, TunePlan
 
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
     unknown = [t for t in tasks if t not in TASKS]
@@ -82,18 +96,17 @@ def run(args: argparse.Namespace) -> int:
         changes["prompts_per_task"] = args.prompts_per_task
     if args.no_cache_sweep:
         changes["sweep_cache"] = False
-    plan = TunePlan.quick(**changes) if args.quick else TunePlan(**changes)
-    settings = cli_settings(args)
-    if args.prompts is not None:
-        prompts = prompts_from_jsonl(args.prompts)
-    elif args.from_history:
-        prompts = prompts_from_history(data_dir(settings))
-    else:
-        prompts = builtin_prompts()
-    result = run_tune(settings, prompts, plan, load_progress=progress_printer(settings.model))
-    for note in result.notes:
-        print(f"specchat: {note}", file=sys.stderr)
-    csv_path, json_path = write_outputs(result, args.output or data_dir(settings) / "tune")
+    return TunePlan.quick(**changes) if args.quick else TunePlan(**changes)
+
+
+def _print_result(args: argparse.Namespace, result: Any) -> None:
+    """The rows as JSON Lines (--json), or the tables and the plot."""
+    import shutil
+
+    import orjson
+
+    from engine.benchmarks.tune import format_tables, plot
+
     if args.json:
         for row in result.rows:
             sys.stdout.buffer.write(orjson.dumps(row.to_dict()) + b"\n")
@@ -103,17 +116,21 @@ def run(args: argparse.Namespace) -> int:
         width = max(40, min(shutil.get_terminal_size((100, 24)).columns, 120))
         print()
         print(plot(result, width=width, color=sys.stdout.isatty()))
-    print(f"specchat: tune took {result.seconds:.0f} s; wrote {csv_path} and {json_path}", file=sys.stderr)
-    if args.apply:
-        import time
 
-        comment = time.strftime("%Y-%m-%d %H:%M") + f" ({result.backend}, {result.model}; {json_path.name})"
-        applied = apply_results(result.decisions, presets_dir(), comment)
-        out = sys.stderr if args.json else sys.stdout
-        for item in applied:
-            print(item.diff, end="", file=out)
-            kept = f"; the previous file is kept as {item.backup}" if item.backup else ""
-            print(f"specchat: wrote {item.path}{kept}", file=sys.stderr)
-        if not applied:
-            print("specchat: the presets already hold the winning values; nothing written", file=sys.stderr)
-    return 0
+
+def _apply(args: argparse.Namespace, result: Any, json_path: Path) -> None:
+    """--apply: the winning values written into the preset files, each change's diff shown."""
+    import time
+
+    from engine.benchmarks.tune.apply import apply_results
+    from engine.config import presets_dir
+
+    comment = time.strftime("%Y-%m-%d %H:%M") + f" ({result.backend}, {result.model}; {json_path.name})"
+    applied = apply_results(result.decisions, presets_dir(), comment)
+    out = sys.stderr if args.json else sys.stdout
+    for item in applied:
+        print(item.diff, end="", file=out)
+        kept = f"; the previous file is kept as {item.backup}" if item.backup else ""
+        print(f"specchat: wrote {item.path}{kept}", file=sys.stderr)
+    if not applied:
+        print("specchat: the presets already hold the winning values; nothing written", file=sys.stderr)
