@@ -14,6 +14,7 @@
   (engine.benchmarks, tui.ui_bench);
 - importing tui.app or tui.cli loads no torch;
 - engine/'s root holds at most 14 modules, and no file in engine/ or tui/ runs over 600 lines;
+- no function in engine/ or tui/ runs over 60 lines, unless its docstring says why ("Kept whole: ...");
 - every folder of Python files is a package (pyproject.toml finds packages by their __init__.py).
 
 Imports under `if TYPE_CHECKING:` are left out: they never run.
@@ -34,6 +35,8 @@ from tests.support import paths
 ROOT = paths.ROOT
 PACKAGES = ("engine", "tui", "presets")
 MAX_LINES = 600
+MAX_FUNCTION_LINES = 60
+KEPT_WHOLE = "Kept whole:"  # a long function's docstring says why it reads best as one
 FRONT_DOOR = (
     "engine.session",
     "engine.events",
@@ -297,3 +300,33 @@ def test_no_file_in_engine_or_tui_runs_over_600_lines():
     }
     long = {path: n for path, n in lengths.items() if n > MAX_LINES}
     assert long == {}, f"over {MAX_LINES} lines (split it by concept): {long}"
+
+
+def long_functions(source: str, path: str) -> dict[str, int]:
+    """The functions of `source` over MAX_FUNCTION_LINES lines whose docstring gives no reason ("Kept whole: ...")."""
+    found = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            length = node.end_lineno - node.lineno + 1
+            if length > MAX_FUNCTION_LINES and KEPT_WHOLE not in (ast.get_docstring(node) or ""):
+                found[f"{path}:{node.lineno} {node.name}"] = length
+    return found
+
+
+def test_the_function_check_sees_a_long_function_and_its_reason():
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    assert list(long_functions(f"def f():\n{body}\n", "m.py")) == ["m.py:1 f"]
+    reasoned = f'def f():\n    """{KEPT_WHOLE} one table, read top to bottom."""\n{body}\n'
+    assert long_functions(reasoned, "m.py") == {}
+    assert long_functions(f"def f():\n{body[: body.rindex(chr(10))]}\n", "m.py") == {}
+
+
+def test_no_function_in_engine_or_tui_runs_over_60_lines_without_a_reason():
+    long = {}
+    for package in ("engine", "tui"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            long |= long_functions(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
+    assert long == {}, (
+        f"over {MAX_FUNCTION_LINES} lines (split it into named steps, or say why not in its docstring, "
+        f'"{KEPT_WHOLE} ..."): {long}'
+    )
