@@ -1,7 +1,8 @@
 """The chat's flows beyond send and regenerate, mixed into the chat screen (`tui.screens.chat.ChatScreen`):
 continuing a reply cut at its token limit, finding text in the conversation, attaching text files, copying and
-inspecting a reply, and what the chat says about itself (stopping…, open in another window). Editing and paging
-branches are the screen's `BranchEditor` part (`tui.chat_parts.branches`).
+inspecting a reply, and what the chat says about itself (open in another window). Editing and paging branches are
+the screen's `BranchEditor` part (`tui.chat_parts.branches`), a reply's life its `ReplyLifecycle`
+(`tui.chat_parts.reply`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from engine.session import ChatSession
     from tui.chat_host import ChatHost
     from tui.chat_parts.branches import BranchEditor
+    from tui.chat_parts.reply import ReplyLifecycle
     from tui.widgets.chat_log import ChatLog
     from tui.widgets.prompt import PromptInput
 
@@ -41,13 +43,12 @@ class ChatFlows:
     keymap: dict[str, str]
     highlight_drafts: bool
     state: str
-    _reply: ReplyMessage | None
-    _replaced: ReplyMessage | None
     focused: Widget | None
     chat_log: ChatLog
     prompt: PromptInput
     generating: bool
     branches: BranchEditor
+    lifecycle: ReplyLifecycle
 
     _find_query = ""
     _presence_checked_at = 0.0
@@ -64,9 +65,9 @@ class ChatFlows:
 
         def call_after_refresh(self, callback: Any, *args: Any) -> bool: ...
 
-        async def _say_verdict(self, changed: bool = False) -> None: ...
+        async def say_verdict(self, changed: bool = False) -> None: ...
 
-        async def _start_reply(self, text: str | None, flow: Any = None, prefix: Any = None) -> None: ...
+        def mark_context(self) -> None: ...
 
     def _keys(self, binding_id: str) -> str:
         return key_display(key_for(binding_id, self.keymap))
@@ -90,7 +91,7 @@ class ChatFlows:
         if self.generating:
             self.notify("Wait for the reply to finish, or press esc.", severity="warning")
             return
-        if await self.branches.page(step, self.focused, self.highlight_drafts, self._mark_context):
+        if await self.branches.page(step, self.focused, self.highlight_drafts, self.mark_context):
             self.refresh_status()
 
     # --- continuing a reply cut at its token limit ---------------------------------------------------------
@@ -111,13 +112,12 @@ class ChatFlows:
         replies = self.chat_log.replies()
         last = replies[-1] if replies else None
         if last is not None:
-            self._replaced = last  # hidden while it goes on in a new widget; back if nothing new comes
-            last.display = False
+            self.lifecycle.replace(last)  # hidden while it goes on in a new widget; back if nothing new comes
             prefix = list(last.runs) or [(last.text, False)]
         else:
             turn = self.session.turns[-1]
             prefix = list(turn.runs or ((turn.content, False),))
-        await self._start_reply(None, flow=self.session.continue_reply, prefix=prefix)
+        await self.lifecycle.start(None, flow=self.session.continue_reply, prefix=prefix)
 
     def offer_continue(self) -> None:
         """A reply that ran into its token limit says how to go on."""
@@ -228,7 +228,7 @@ class ChatFlows:
         form.apply(result)
         # History drafting turned on or off: the free drafts the verdict counts changed, and the chat says so.
         if self.session.verdict_changed:
-            await self._say_verdict(changed=True)
+            await self.say_verdict(changed=True)
         if self.generating:
             self.notify("The settings apply from the next reply.", timeout=2)
         if form.model_changed(result):
@@ -244,10 +244,6 @@ class ChatFlows:
         return "a model is loading" if self.state == "loading" else None
 
     # --- what the chat says about itself --------------------------------------------------------------------
-
-    def show_stopping(self) -> None:
-        if self._reply is not None:
-            self._reply.set_stopping()
 
     def check_open_elsewhere(self) -> None:
         """Say once per chat that another specchat window has it open (each window's messages become branches)."""
@@ -315,7 +311,7 @@ class ChatFlows:
     def _inspect(self, reply: ReplyMessage | None) -> None:
         session = self.session
         notes = session.info.notes if session.info is not None else ()
-        streaming = self._reply
+        streaming = self.lifecycle.streaming
         if streaming is not None and reply in (None, streaming) and getattr(reply, "stats", None) is None:
             # Asked before the reply's last token (a short reply looks done early): open now, fill in at the end.
             self.app.push_screen(

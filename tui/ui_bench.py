@@ -76,12 +76,12 @@ async def _measure(tokens: int, tokens_per_s: float, paragraphs: bool) -> dict:
                 await asyncio.sleep(0.0005)
             key_delays.append(time.perf_counter() - sent)
             await asyncio.sleep(KEY_INTERVAL_S)
-        while app.chat.last_reply_rendered_at is None:
+        while app.chat.lifecycle.rendered_at is None:
             await asyncio.sleep(0.001)
         reply_widget = app.chat.chat_log.replies()[-1]
         shown_all = reply_widget.markdown.source == reply
-        lag = app.chat.last_reply_rendered_at - (
-            app.chat.last_reply_last_chunk_t or app.chat.last_reply_rendered_at
+        lag = app.chat.lifecycle.rendered_at - (
+            app.chat.lifecycle.last_chunk_t or app.chat.lifecycle.rendered_at
         )
         stats = reply_widget.stats
     return {

@@ -42,7 +42,7 @@ def test_main_screen_mid_reply(snap_compare):
         await send(pilot, "Write a python function that greets someone", wait=False)
         await wait_until(pilot, lambda: app.session.live.rounds == 4)
         reply = app.chat.chat_log.replies()[-1]
-        await wait_until(pilot, lambda: not app.chat._buffer.has_pending and len(reply.text) > 20)
+        await wait_until(pilot, lambda: not app.chat.lifecycle.buffer.has_pending and len(reply.text) > 20)
         app.session.live.tokens_per_s = 250.0  # the wall-clock figures on screen
         app.session.live.ttft_s = 0.125
         await settle(pilot)

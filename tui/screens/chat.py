@@ -1,7 +1,8 @@
-"""The chat screen: the conversation, the prompt, the live status bar and the reply lifecycle (send, stream, stop,
-regenerate); its parts in `tui.chat_parts` (branches: edit, page), the other flows in `tui.chat_flows`.
+"""The chat screen: the conversation, the prompt, the live status bar and the keys that send, stop and regenerate;
+its parts in `tui.chat_parts` (reply: the reply lifecycle; branches: edit, page), the other flows in
+`tui.chat_flows`.
 
-Threads: every reply runs in `@work(thread=True, exclusive=True, exit_on_error=False, group="generate")`. The
+Threads: every reply runs in a thread worker of this screen (group "generate", `tui.chat_parts.reply`). The
 generation thread only fills a `ReplyBuffer` and posts `ReplyTextArrived` at most every 0.1 s (longer while the UI
 thread is over its budget: `tui.streaming.RenderPace`), plus one message per session event (`ReplyStarted`,
 `ContextTrimmed`, `ReplyFinished`, `ReplyFailed`). The status bar reads the session's plain attributes on a 0.25 s
@@ -12,32 +13,29 @@ its one failure handler).
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import TYPE_CHECKING, Any
 
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.worker import Worker
 
 from engine.errors import UserError
-from engine.events import Chunk, ContextTrimmed, ReplyFailed, ReplyFinished, ReplyStarted
 from tui import chat_host
 from tui.chat_flows import ChatFlows
 from tui.chat_parts.branches import BranchEditor
+from tui.chat_parts.reply import ReplyLifecycle
 from tui.formatting import verdict_line
 from tui.keymap import CHAT_KEYS, bindings, key_for
 from tui.messages import ReplyEventArrived, ReplyTextArrived
 from tui.prompt_draft import load_draft, save_draft
-from tui.reply_header import started_header, variant_header
+from tui.reply_header import variant_header
 from tui.screens.error import describe_error
 from tui.screens.help import HelpScreen
 from tui.screens.presets import PresetPickerScreen
-from tui.streaming import RenderPace, ReplyBuffer
 from tui.widgets.chat_log import ChatLog
 from tui.widgets.footer import FittingFooter
-from tui.widgets.message import ReplyMessage, UserMessage
+from tui.widgets.message import ReplyMessage
 from tui.widgets.prompt import PromptInput
 from tui.widgets.status_bar import StatusBar, collect_status
 
@@ -57,19 +55,7 @@ class ChatScreen(ChatFlows, Screen[None]):
         super().__init__(id="chat")
         self.host = host
         self.highlight_drafts = False
-        self._cancel: threading.Event | None = None
-        self._buffer: ReplyBuffer | None = None
-        self._pace = RenderPace()
-        self._reply: ReplyMessage | None = None
-        self._pending_prompt = ""
-        # A message sent while the model loads: shown as waiting and sent once the model is ready.
-        self._queued: tuple[str, UserMessage] | None = None
-        # The reply a regenerate is replacing: hidden while the new one streams, shown again if that one ends empty.
-        self._replaced: ReplyMessage | None = None
         self._footer_state: tuple[bool, bool, bool] | None = None
-        # Timestamps for the UI benchmark: when the final text of the last reply was on screen.
-        self.last_reply_rendered_at: float | None = None
-        self.last_reply_last_chunk_t: float | None = None
         # The screen's parts, made once (a query from the app would search the dialog on top instead).
         self.chat_log = ChatLog(id="chat-log")
         self.prompt = PromptInput(id="prompt")
@@ -77,6 +63,8 @@ class ChatScreen(ChatFlows, Screen[None]):
         # Editing a message into a new branch, and paging branches and variants (tui/chat_parts/branches.py).
         log, prompt = self.chat_log, self.prompt
         self.branches = BranchEditor(lambda: self.session, log, prompt, self._keys, self.notify)
+        # Sending, streaming, stopping and ending a reply, and the message waiting for the model (chat_parts/reply.py).
+        self.lifecycle = ReplyLifecycle(self)
 
     # What the app holds for every screen: the session, the model's state (loading / failed / ready), the keys.
     @property
@@ -117,10 +105,8 @@ class ChatScreen(ChatFlows, Screen[None]):
 
     def on_unmount(self) -> None:
         # Quitting mid-reply: stop the generation thread, or the process would wait for the whole reply.
-        if self._cancel is not None:
-            self._cancel.set()
         # Quitting (ctrl+q) keeps what was typed and not sent, and a message still waiting for the model.
-        waiting = self._queued[0] if self._queued else ""
+        waiting = self.lifecycle.close()
         text = "\n".join(t for t in (waiting, self.prompt.text) if t.strip())
         save_draft(self.host.settings, text, self.session.chat_id)
 
@@ -130,7 +116,7 @@ class ChatScreen(ChatFlows, Screen[None]):
 
     @property
     def generating(self) -> bool:
-        return self._reply is not None
+        return self.lifecycle.generating
 
     @property
     def editing(self) -> int | None:  # the user turn being edited into a new branch
@@ -139,9 +125,7 @@ class ChatScreen(ChatFlows, Screen[None]):
     # --- periodic: status bar + draining a quiet buffer ------------------------------------------------------
 
     async def _tick(self) -> None:
-        # A reply that stalls right after a chunk that was not posted (the 50 ms rule) still shows up here.
-        if self._buffer is not None and self._reply is not None and self._buffer.overdue:
-            await self._drain(self._buffer)
+        await self.lifecycle.drain_overdue()
         for notice in self.session.take_notices():  # storage trouble (damaged db, full disk): told once
             self.notify(notice, title="History", severity="warning", timeout=12)
         self.check_open_elsewhere()
@@ -155,7 +139,7 @@ class ChatScreen(ChatFlows, Screen[None]):
         # What check_action answers for the footer's keys: refresh them only when it changes.
         footer_state = (
             self.generating,
-            self._queued is not None,
+            self.lifecycle.queued is not None,
             self.editing is not None,
             any(t.role == "assistant" for t in self.session.turns),
         )
@@ -186,7 +170,7 @@ class ChatScreen(ChatFlows, Screen[None]):
         self.reload_failed(message.message)
 
     def on_reply_crashed(self, message: chat_host.ReplyCrashed) -> None:
-        self.reply_crashed(message.message)
+        self.lifecycle.crashed(message.message)
 
     async def on_stored_chat_chosen(self, message: chat_host.StoredChatChosen) -> None:
         await self.show_chat(message.chat_id)
@@ -212,15 +196,11 @@ class ChatScreen(ChatFlows, Screen[None]):
                 else ""
             )
             self.notify(f"{info.model} on {info.backend}·{info.device}{reason}{notes}", title="Model loaded")
-        await self._say_verdict()
+        await self.say_verdict()
         self.refresh_status()
-        if self._queued is not None:
-            text, message = self._queued
-            self._queued = None
-            message.set_waiting(False)
-            await self._start_reply(text)
+        await self.lifecycle.send_queued()
 
-    async def _say_verdict(self, changed: bool = False) -> None:
+    async def say_verdict(self, changed: bool = False) -> None:
         """Whether drafting pays on this machine, as a line in the chat: at load, and when a reply's
         measurements turn the verdict (the doctor's words: engine.decoding.verdict)."""
         self.session.verdict_changed = False
@@ -232,7 +212,7 @@ class ChatScreen(ChatFlows, Screen[None]):
         """The model did not load: the banner says why, and a waiting message goes back to the prompt."""
         self.chat_log.show_load_failure(message, title)
         self.refresh_status()
-        self._unqueue()
+        self.lifecycle.unqueue()
 
     def reload_failed(self, message: str) -> None:
         """Another model for this chat did not load: the old one (if any) stays, and so does everything typed."""
@@ -250,20 +230,7 @@ class ChatScreen(ChatFlows, Screen[None]):
         else:
             self.notify(f"{message}{still}", title="The model was not changed", severity="error", timeout=15)
         self.refresh_status()
-        self._unqueue()
-
-    def _unqueue(self) -> None:
-        if self._queued is not None:  # the waiting message goes back to the prompt: nothing typed is lost
-            text, waiting = self._queued
-            self._queued = None
-            waiting.remove()
-            self._give_back(text)
-
-    def _give_back(self, text: str) -> None:
-        """Put a message that was not answered back in the prompt, before anything typed since."""
-        typed = self.prompt.text.strip()
-        self.prompt.set_text(text if not typed else f"{text}\n{typed}")
-        self.prompt.focus()
+        self.lifecycle.unqueue()
 
     # --- sending ---------------------------------------------------------------------------------------------
 
@@ -281,173 +248,33 @@ class ChatScreen(ChatFlows, Screen[None]):
         if not text:
             return
         if self.state == "loading":
-            if self._queued is not None:
-                self.notify("A message is already waiting for the model.", severity="warning")
-                return
-            self.prompt.clear()
-            waiting = UserMessage(text, waiting=True)
-            await self.chat_log.mount(waiting)
-            self.chat_log.anchor()
-            self._queued = (text, waiting)
+            await self.lifecycle.queue(text)
             return
         if self.state != "ready":
             why = self.host.model_status.load_error or "it is still loading"
             self.notify(f"The model is not ready: {why}", severity="error")
             return
-        if self.editing is not None:
-            flow = await self.branches.send(text)
-            if flow is not None:
-                await self._start_reply(text, flow=flow)
-                return
-        self.prompt.clear()
-        await self.chat_log.mount(UserMessage(text))
-        await self._start_reply(text)
+        flow = await self.branches.send(text) if self.editing is not None else None
+        await self.lifecycle.send(text, flow)
 
-    async def _start_reply(self, text: str | None, flow: Any = None, prefix: Any = None) -> None:
-        """Mount an empty reply and run the session in a thread. `text` None regenerates the last reply; `flow`
-        (a session call taking on_event and cancel: an edit, a continue) runs instead; `prefix` is the text
-        (origin runs) a continued reply starts with."""
-        reply = ReplyMessage(highlight=self.highlight_drafts)
-        await self.chat_log.mount(reply)
-        if prefix:
-            await reply.append_runs(prefix)
-        self.chat_log.anchor()
-        backend = self.session.backend
-        self._buffer = ReplyBuffer(decode=backend.decode if backend is not None else None)
-        self._pace = RenderPace()
-        self._reply = reply
-        self._cancel = threading.Event()
-        self._pending_prompt = text or ""
-        # A blinking cursor repaints the prompt twice a second: while a reply streams it stays lit instead.
-        self.prompt.cursor_blink = False
-        self.generate(text, self._buffer, self._cancel, flow)
-        self.refresh_status()
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="generate")
-    def generate(
-        self, text: str | None, buffer: ReplyBuffer, cancel: threading.Event, flow: Any = None
-    ) -> None:
-        def on_event(event: object) -> None:
-            if isinstance(event, Chunk):
-                if buffer.add(event):
-                    self.post_message(ReplyTextArrived(buffer))
-            else:
-                if isinstance(event, ReplyFinished | ReplyFailed):
-                    buffer.finished = True
-                self.post_message(ReplyEventArrived(event, buffer))
-
-        if flow is not None:
-            result = flow(on_event, cancel)
-        elif text is None:
-            result = self.session.regenerate(on_event, cancel)
-        else:
-            result = self.session.send(text, on_event, cancel)
-        if not buffer.finished:  # a session that returned without emitting its last event
-            on_event(result)
-
-    async def _drain(self, buffer: ReplyBuffer) -> None:
-        runs = buffer.take()
-        if runs and self._reply is not None and buffer is self._buffer:
-            # The next redraw waits longer while the UI thread is over its share of a core (tui/streaming.py).
-            buffer.interval_s = self._pace.observe()
-            await self._reply.append_runs(runs)
-
+    # The generation thread's messages (tui/messages.py): the reply lifecycle takes them.
     async def on_reply_text_arrived(self, message: ReplyTextArrived) -> None:
-        await self._drain(message.buffer)
+        await self.lifecycle.drain(message.buffer)
 
     async def on_reply_event_arrived(self, message: ReplyEventArrived) -> None:
-        if message.buffer is not self._buffer or self._reply is None:
-            return
-        event = message.event
-        reply = self._reply
-        if isinstance(event, ReplyStarted):
-            by_server = bool(self.session.info and self.session.info.k_by_server)
-            reply.set_header(started_header(event, by_server))
-            self.refresh_status()
-        elif isinstance(event, ContextTrimmed):
-            self._mark_context()
-            self.notify(
-                f"The {event.dropped_turns} oldest turns no longer fit the context: the model does not see them "
-                f"(dimmed, above the rule). Next prompt {event.prompt_tokens}/{event.max_context} tokens.",
-                title="Context trimmed",
-                severity="warning",
-            )
-        elif isinstance(event, ReplyFinished):
-            await self._drain(message.buffer)
-            self.last_reply_last_chunk_t = message.buffer.last_chunk_t
-            if event.cancelled and not event.text:
-                await self._restore_prompt(reply)
-            else:
-                await reply.finish(event.text, event.stats, cancelled=event.cancelled)
-                await self._drop_replaced()
-                self.call_after_refresh(self._mark_rendered)
-                self._label_variant(reply)
-                self.offer_continue()
-            self._end_reply()
-            if self.session.verdict_changed:
-                await self._say_verdict(changed=True)
-        elif isinstance(event, ReplyFailed):
-            await self._drain(message.buffer)
-            if event.undone:
-                await self._restore_prompt(reply)
-            else:
-                await reply.finish(event.partial_text, None, error=event.message)
-                await self._drop_replaced()
-            self._end_reply()
-            self.notify(event.message, title="Reply failed", severity="error", timeout=10)
+        await self.lifecycle.event_arrived(message.event, message.buffer)
 
-    def reply_crashed(self, message: str) -> None:
-        """The generation thread raised what the session did not catch: the reply ends, marked failed."""
-        reply = self._reply
-        if reply is None:
-            return
-        self.run_worker(self._drop_replaced(), exclusive=False)
-        self._end_reply()
-        self.run_worker(reply.finish(reply.text, None, error=message), exclusive=False)
+    # --- around a reply (what tui/chat_parts/reply.py asks of the screen) ------------------------------------
 
-    def _mark_rendered(self) -> None:
-        self.last_reply_rendered_at = time.perf_counter()
-
-    async def _restore_prompt(self, reply: ReplyMessage) -> None:
-        """Nothing came (stopped before the first token): undo on screen what the session undid.
-
-        A new message leaves the log and goes back to the prompt; a regenerate shows the old reply again.
-        """
-        messages = self.chat_log.messages()
-        to_remove: list[Any] = [reply]
-        index = messages.index(reply) if reply in messages else -1
-        if index > 0 and isinstance(messages[index - 1], UserMessage) and self._pending_prompt:
-            to_remove.append(messages[index - 1])
-        await self.chat_log.remove_children(to_remove)
-        if self._replaced is not None:
-            self._replaced.display = True
-            self._replaced = None
-        self.branches.show_hidden()
-        if self._pending_prompt:
-            self._give_back(self._pending_prompt)
-        self.prompt.focus()
-
-    async def _drop_replaced(self) -> None:
-        await self.branches.drop_hidden()
-        if self._replaced is not None:
-            replaced, self._replaced = self._replaced, None
-            await replaced.remove()
-
-    def _end_reply(self) -> None:
-        self._reply = None
-        self._cancel = None
-        self.prompt.cursor_blink = True
-        self._mark_context()
-        self.refresh_status()
-
-    def _mark_context(self) -> None:
+    def mark_context(self) -> None:
         """Dim the turns the model no longer sees (trimmed to fit the context), under one rule that says so."""
         session = self.session
         self.chat_log.mark_context(sum(1 for t in session.turns[: session.context_start] if t.role == "user"))
         self.label_branches()
 
-    def _label_variant(self, reply: ReplyMessage) -> None:
-        """A regenerated reply says which variant it is, and how to page."""
+    def reply_shown(self, reply: ReplyMessage) -> None:
+        """A reply that ended with text: a regenerated one says which variant it is and how to page, one cut at
+        its token limit how to go on."""
         position, count = self.session.variants()
         if count > 1:
             older, newer = (
@@ -455,6 +282,7 @@ class ChatScreen(ChatFlows, Screen[None]):
                 key_for("reply.newer_variant", self.keymap),
             )
             reply.set_header(variant_header(reply.header, position, count, older, newer))
+        self.offer_continue()
 
     # --- actions ---------------------------------------------------------------------------------------------
 
@@ -462,7 +290,7 @@ class ChatScreen(ChatFlows, Screen[None]):
         # The footer shows what a key does now: stop while a reply streams (or a message waits), regenerate
         # once there is a reply and none is streaming.
         if action == "cancel_reply":
-            return self.generating or self._queued is not None or self.editing is not None
+            return self.generating or self.lifecycle.queued is not None or self.editing is not None
         if action == "regenerate":
             return not self.generating and any(t.role == "assistant" for t in self.session.turns)
         # On a selected reply its own ^b takes the key, and shows in the footer where it has a code block (this
@@ -492,13 +320,12 @@ class ChatScreen(ChatFlows, Screen[None]):
         self.app.push_screen(HelpScreen(dict(self.keymap)))
 
     def action_cancel_reply(self) -> None:
-        if self._cancel is not None:
-            self._cancel.set()
-            self.show_stopping()
-        elif self.branches.cancel():
+        if self.lifecycle.stop():
+            return
+        if self.branches.cancel():
             self.label_branches()
-        elif self._queued is not None:  # a message waiting for the model: back to the prompt
-            self._unqueue()
+        else:  # a message waiting for the model (if any): back to the prompt
+            self.lifecycle.unqueue()
 
     async def action_regenerate(self) -> None:
         if self.generating:
@@ -509,12 +336,7 @@ class ChatScreen(ChatFlows, Screen[None]):
         if not self.session.turns:
             self.notify("Nothing to regenerate yet.", severity="warning")
             return
-        messages = self.chat_log.messages()
-        if messages and isinstance(messages[-1], ReplyMessage):
-            # Hidden, not removed: if the new reply is stopped before its first token, this one comes back.
-            self._replaced = messages[-1]
-            self._replaced.display = False
-        await self._start_reply(None)
+        await self.lifecycle.regenerate()
 
     def action_select_reply(self, step: int) -> None:
         self.chat_log.select_reply(step, self.focused)
@@ -577,7 +399,7 @@ class ChatScreen(ChatFlows, Screen[None]):
             self.notify(message, title=title or "", severity="error")
             return
         await self.chat_log.show_turns(turns, self.highlight_drafts)
-        self._mark_context()
+        self.mark_context()
         self.prompt.focus()
         self.refresh_status()
 
