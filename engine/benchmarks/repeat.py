@@ -274,7 +274,7 @@ def run_repeat_family(
             results.append(res)
             mismatches += _mismatch_lines(res)
             _print_conversation(out, res, variants)
-        if session.recorder is not None:
+        if session.recorder.saves:
             session.recorder.store.close()
     kinds = print_repeat_table(out, results, variants)
     for line in mismatches:
