@@ -37,10 +37,17 @@ def save_draft(settings: Settings, text: str, chat_id: int | None) -> None:
 
 
 def load_draft(settings: Settings) -> str | None:
-    """The draft kept at the last quit, or None (none, or a file that is not one: left alone)."""
+    """The draft kept at the last quit, or None (none, or a file that is not one: left alone). A draft read is
+    taken out of the file: it is in the prompt now, and the next quit keeps it again if it is still unsent (a
+    window that ends without a quit, killed or crashed, no longer brings back a draft already sent)."""
+    path = draft_path(settings)
     try:
-        record = json.loads(draft_path(settings).read_text(encoding="utf-8"))
+        record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     text = record.get("text") if isinstance(record, dict) else None
-    return text if isinstance(text, str) and text.strip() else None
+    if not (isinstance(text, str) and text.strip()):
+        return None
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return text
