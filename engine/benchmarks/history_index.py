@@ -3,11 +3,17 @@
 
     .venv/bin/python -m engine.benchmarks.history_index 1000000 10000000
     .venv/bin/python -m engine.benchmarks.history_index --regenerate
+    .venv/bin/python -m engine.benchmarks.history_index --idle prompts_code_heldout [--prompts 16]
 
 `--regenerate`: the embedded model on llama.cpp (measured costs, greedy, code preset's K 6 adaptive), one coding
 prompt answered plainly, with n-gram drafting, with n-gram and an unrelated 0.7M-token history (nothing to offer),
 and with n-gram and a history holding the earlier reply (a regenerate), interleaved, three times; tokens per second
 and whether each equals plain decoding.
+
+`--idle FAMILY`: where history has little or nothing to offer: a held-out prompt family (prompts_heldout,
+prompts_code_heldout), the embedded model with n-gram drafting (adaptive K 8, greedy, 160 tokens), history drafting
+off and on (its corpus this checkout's docs and sources, ~0.44M tokens), off/on/on/off per prompt so a busy machine
+slows both alike; whether each reply with history equals the one without, and the ratio of tokens per second.
 
 The corpus is synthetic but shaped like a chat history: documents of 200-900 tokens drawn from a Zipf law over a
 49k vocabulary (SmolLM2's size), a third of them near-copies of an earlier one (regenerations, the same task asked
@@ -17,9 +23,11 @@ again), so the suffix sort runs all its doubling steps, as it does on real repli
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import time
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 
@@ -152,6 +160,49 @@ def _unrelated_history():
     )
 
 
+def idle(family: str, count: int, max_new: int = 160) -> None:
+    from engine.backends.llamacpp import LlamaCppBackend
+    from engine.models import ensure_embedded_gguf
+
+    rows = (Path(__file__).parent / f"{family}.jsonl").read_text(encoding="utf-8").splitlines()
+    prompts = [json.loads(row)["prompt"] for row in rows][:count]
+    backend = LlamaCppBackend(ensure_embedded_gguf(), draft="ngram", max_context=4096)
+    backend.load()
+    history = _checkout_history()
+    seconds = {False: 0.0, True: 0.0}
+    tokens = {False: 0, True: 0}
+    for number, text in enumerate(prompts, 1):
+        prompt = backend.encode_chat([{"role": "user", "content": text}])
+        replies: dict[bool, list[int]] = {}
+        for on in (False, True, True, False):
+            speed, reply, _ = _timed_reply(backend, prompt, max_new, 8, "idle", history if on else None)
+            seconds[on] += len(reply) / speed
+            tokens[on] += len(reply)
+            replies.setdefault(on, reply)
+        print(
+            f"{number:3d}  off {seconds[False]:6.1f} s  on {seconds[True]:6.1f} s  "
+            f"equal={replies[False] == replies[True]}"
+        )
+    ratio = (tokens[True] / seconds[True]) / (tokens[False] / seconds[False])
+    print(f"{family}: history on / off {ratio:.3f}x tokens per second ({len(prompts)} prompts)")
+    backend.close()
+
+
+def _checkout_history():
+    """This checkout's docs and sources (~0.44M SmolLM2 tokens) as one part of past chats: unrelated to the
+    held-out prompts, though its Python idioms may be accepted in code replies."""
+    from engine.request import CorpusPart, HistoryCorpus
+
+    root = Path(__file__).resolve().parents[2]
+    paths = [
+        *sorted(root.glob("docs/*.md")),
+        *sorted(root.glob("engine/**/*.py")),
+        *sorted(root.glob("tui/**/*.py")),
+    ]
+    texts = [path.read_text(encoding="utf-8") for path in paths]
+    return HistoryCorpus((CorpusPart("checkout", lambda: list(texts)),))
+
+
 def _timed_reply(
     backend, prompt: list[int], max_new: int, k: int, key: str, history=None
 ) -> tuple[float, list[int], dict[str, int]]:
@@ -196,9 +247,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--regenerate", action="store_true", help="a regenerate on the embedded model instead"
     )
+    parser.add_argument("--idle", metavar="FAMILY", help="history on/off on a held-out family instead")
+    parser.add_argument("--prompts", type=int, default=16, help="with --idle: the first N prompts")
     args = parser.parse_args(argv)
     if args.regenerate:
         regenerate()
+        return
+    if args.idle:
+        idle(args.idle, args.prompts)
         return
     for total in args.sizes:
         figures = measure(total)
