@@ -93,26 +93,38 @@ def _streaming_status(session: Any, base: dict[str, Any], off_text: str, by_serv
     )
 
 
-def _next_reply_settings(session: Any) -> tuple[str, int | None, float | None, bool, bool]:
-    """Between replies: the preset, K, temperature, drafting and adaptive K the next reply will use."""
+@dataclass(frozen=True, slots=True)
+class NextReply:
+    """Between replies: the settings the next reply will use (None: the preset's own, not known yet)."""
+
+    preset: str
+    k: int | None = None
+    temperature: float | None = None
+    drafting: bool = True
+    adaptive: bool = True
+
+
+def _next_reply_settings(session: Any) -> NextReply:
+    """The preset, K, temperature, drafting and adaptive K of the next reply."""
     mode = session.mode
     if mode == "auto":
         # The router picks per message: nothing is chosen until one is sent (the last reply's choice is history).
         # This chat's settings (F12) still show: they apply to whichever preset the router picks.
         overrides = getattr(session, "overrides", {})
         drafting = bool(overrides.get("drafting", True)) and overrides.get("k") != 0
-        return "auto", overrides.get("k"), overrides.get("temperature"), drafting, True
+        return NextReply("auto", overrides.get("k"), overrides.get("temperature"), drafting)
     chosen = session.effective_preset(mode) if mode in session.presets else None
     if chosen is None:
-        return mode, None, None, True, True
+        return NextReply(mode)
     adaptive = getattr(chosen, "k_mode", "adaptive") == "adaptive"
-    return mode, chosen.k, chosen.temperature, bool(chosen.drafting and chosen.k > 0), adaptive
+    return NextReply(mode, chosen.k, chosen.temperature, bool(chosen.drafting and chosen.k > 0), adaptive)
 
 
 def _idle_status(session: Any, base: dict[str, Any], off_text: str, by_server: bool) -> StatusFigures:
     """Between replies: the settings the next reply will use, the figures of the last one."""
     info, last, live = session.info, session.last_stats, session.live
-    preset, k, temperature, drafting, adaptive = _next_reply_settings(session)
+    following = _next_reply_settings(session)
+    drafting = following.drafting
     if info is not None and info.draft_mode == "none":
         drafting = False  # the loaded model runs without a drafter (draft "none"): no preset's K applies
     measured = None
@@ -123,10 +135,10 @@ def _idle_status(session: Any, base: dict[str, Any], off_text: str, by_server: b
         drafting = info.draft_mode != "none"
     return StatusFigures(
         state="idle",
-        preset=preset,
-        k=k,  # the next reply's ceiling: adaptive K's moves show while a reply runs
+        preset=following.preset,
+        k=following.k,  # the next reply's ceiling: adaptive K's moves show while a reply runs
         drafting=drafting,
-        temperature=temperature,
+        temperature=following.temperature,
         acceptance=last.acceptance_rate if last is not None else None,
         measured_drafting=measured,
         spark=tuple(live.recent_round_acceptance) if last is not None else (),
@@ -134,7 +146,9 @@ def _idle_status(session: Any, base: dict[str, Any], off_text: str, by_server: b
         tokens_per_s=last.decode_tokens_per_s if last is not None else None,
         ttft_s=last.ttft_s if last is not None else None,
         # Said until a reply drafts after all (n-gram lookup beside the draft model, a probe).
-        verdict=off_text if drafting and adaptive and (last is None or not last.drafted_tokens) else "",
+        verdict=off_text
+        if drafting and following.adaptive and (last is None or not last.drafted_tokens)
+        else "",
         **base,
     )
 
