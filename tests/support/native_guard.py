@@ -5,7 +5,9 @@ process and every test after it. Test modules that load quantized GGUFs call `su
 fixture first: a child process loads the model with the llama.cpp backend as the tests will (the same repack
 choice and trial, `engine.backends.llamacpp.native`) and generates a few tokens plainly and with n-gram
 drafting. A child killed by a signal fails that fixture with one line naming the signal, so its tests fail and
-the rest of the suite goes on. Verdicts are kept per process, so each file is tried once per run.
+the rest of the suite goes on. Verdicts are kept per process, and a pass is remembered on disk (beside the
+backend's own trial verdicts) under the key the backend's trials use (files, llama.cpp build, CPU flags) and the
+repack setting: a known (file, build, CPU) is not tried again in the next run.
 """
 
 from __future__ import annotations
@@ -21,6 +23,25 @@ from engine.backends.llamacpp.native import signal_name
 from tests.support.paths import ROOT
 
 _verdicts: dict[tuple, str | None] = {}
+PASSES_FILE = "tests-native-guard.json"
+PASSED = {"crashed": None}
+
+
+def _disk_key(path: Path, draft: Path | None) -> str | None:
+    """The backend's trial key of each file with the repack override; None where a file is not there."""
+    from engine.backends.llamacpp import native
+
+    try:
+        keys = [native.trial_key(Path(file), repack=False) for file in (path, draft) if file is not None]
+    except OSError:
+        return None
+    return "|".join([*keys, os.environ.get(native.REPACK_ENV, "")])
+
+
+def _passes_path() -> Path:
+    from engine.paths import cache_dir
+
+    return cache_dir() / PASSES_FILE
 
 
 def child_command(path: Path, draft: Path | None = None) -> list[str]:
@@ -30,7 +51,12 @@ def child_command(path: Path, draft: Path | None = None) -> list[str]:
 
 def survives(path: Path, draft: Path | None = None, command: list[str] | None = None) -> None:
     """pytest.fail (one line, naming the signal) when loading and decoding `path` kills a child process."""
+    from engine.backends.llamacpp.native import load_verdicts, remember_verdict
+
     key = (str(path), str(draft), tuple(command or ()))
+    disk = _disk_key(path, draft) if command is None else None
+    if key not in _verdicts and disk is not None and load_verdicts(_passes_path()).get(disk) == PASSED:
+        _verdicts[key] = None
     if key not in _verdicts:
         env = {
             **os.environ,
@@ -43,6 +69,8 @@ def survives(path: Path, draft: Path | None = None, command: list[str] | None = 
         _verdicts[key] = (
             None if crashed is None else f"{crashed}: {(done.stderr.strip().splitlines() or [''])[-1]}"
         )
+        if crashed is None and disk is not None:
+            remember_verdict(_passes_path(), disk, PASSED)
     verdict = _verdicts[key]
     if verdict is not None:
         pytest.fail(

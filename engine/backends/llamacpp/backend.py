@@ -28,7 +28,6 @@ import contextlib
 import ctypes
 import logging
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,6 +40,7 @@ from engine.backends.llamacpp.library import patched_build, physical_cores, prob
 from engine.backends.llamacpp.model import LlamaCppModel
 from engine.backends.llamacpp.mtp import MtpHead, mtp_layers
 from engine.backends.llamacpp.native import RepackChoice, choose_repack, plan_load
+from engine.backends.llamacpp.pass_timings import PassTimings
 from engine.backends.llamacpp.probe import ProbeVerdict, probe_widths
 from engine.backends.llamacpp.text import ByteDetokenizer, GgufTokenizer, resolve_gguf
 from engine.backends.llamacpp.threads import (
@@ -366,7 +366,9 @@ class LlamaCppBackend(RoundLoopBackend):
             if self.draft_state is not None:
                 self._calibrate_draft(self.target.costs)
         if self.device == "cpu":
-            cost = control.pass_cost = control.measure_pass_cost(self._loop_options()["max_draft"])
+            cost = control.pass_cost = control.measure_pass_cost(
+                self._loop_options()["max_draft"], self._timings()
+            )
             control.pass_cost_threads = self.threads
             if self.target.costs is not None and cost.growth:
                 # the verify-cost ratios (calibrated over as many cached tokens) read at each pass's context
@@ -406,45 +408,46 @@ class LlamaCppBackend(RoundLoopBackend):
             self.notes.extend(plan.notes)
 
     def _calibrate(self) -> VerifyCostModel:
-        """Time rounds of CALIBRATION_WIDTHS tokens (those the loop may send) on a short context: the prior of
-        the cost model."""
-        target = self.target
+        """Best-of timings of CALIBRATION_WIDTHS passes (those the loop may send) over 64 cached tokens: the prior
+        of the cost model."""
         widest = self._loop_options()["max_draft"] + 1
         widths = [w for w in CALIBRATION_WIDTHS if w <= widest]
-        filler = [(7 + 13 * i) % max(target.n_vocab - 1, 1) + 1 for i in range(64 + max(widths))]
-        best: dict[int, float] = {}
-        try:
-            target.clear()
-            target.prefill(filler[:64])
-            for _ in range(3):
-                for width in widths:
-                    tokens = filler[64 : 64 + width]  # one token: padded where plain steps are
-                    start = time.perf_counter()
-                    target.decode(tokens, outputs=len(tokens))
-                    best[width] = min(best.get(width, float("inf")), time.perf_counter() - start)
-                    target.crop(64)
-        finally:
-            target.clear()
-        return VerifyCostModel.from_samples(best)
+        return VerifyCostModel.from_samples(self._timings().passes(self.target, widths, 64))
 
     def _calibrate_draft(self, costs: VerifyCostModel) -> None:
-        """Time the draft model's one-token step on a short context (best of a few) into `costs`."""
-        draft = self.draft_state
-        filler = [(7 + 13 * i) % max(draft.n_vocab - 1, 1) + 1 for i in range(65)]
+        """Time the draft's one-token step on a short context (best of a few) into `costs`."""
         # An MTP head follows the target's decodes: its cache is filled by the target's prefill.
-        feeder = self.target if self.use_mtp else draft
-        best = float("inf")
-        try:
-            feeder.clear()
-            feeder.prefill(filler[:64])
-            for _ in range(4):
-                start = time.perf_counter()
-                draft.next_logits(filler[64:65])
-                best = min(best, time.perf_counter() - start)
-                draft.crop(64)
-        finally:
-            feeder.clear()
-        costs.observe_draft(best)
+        feeder = self.target if self.use_mtp else self.draft_state
+        draft = self.draft_state
+        who = "mtp" if self.use_mtp else f"{self.draft}|{self.requested_draft_cache_mode}|{draft.repack}"
+        costs.observe_draft(self._timings().draft_step(who, draft, feeder))
+
+    def _timings(self) -> PassTimings:
+        """This model's pass timings as loaded, kept for the process (pass_timings.py); unshared where the
+        target's decode is not llama.cpp's own (a test's planted kernel)."""
+        target = self.target
+        planted = (type(target).decode, type(target)._decode) != _REAL_DECODES
+        if planted or {"decode", "_decode"} & vars(target).keys():
+            return PassTimings.kept(None)
+        from engine.backends.llamacpp.native import trial_key
+
+        memory = target.memory
+        key = "|".join(
+            map(
+                str,
+                (
+                    trial_key(self.model_path, target.repack),
+                    self.device,
+                    "f16" if target.cache_fallback else CACHE_TYPE_NAMES[self.requested_cache_mode],
+                    self.threads,
+                    self.max_context,
+                    target.pad_single,
+                    memory.depth if memory is not None else "-",
+                    target.mtp is not None,
+                ),
+            )
+        )
+        return PassTimings.kept(key)
 
     def _kernels_agree(self) -> bool:
         """Do one-token decodes equal the rows of every pass width the loop sends, bit for bit?"""

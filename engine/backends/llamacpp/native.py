@@ -34,6 +34,7 @@ trials with repacking on.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -273,7 +274,8 @@ class Trial:
 
 
 def _library_identity() -> str:
-    """The llama.cpp build: the bindings' version and their shared libraries' sizes and times."""
+    """The llama.cpp build: the bindings' version and their shared libraries' names and contents (a digest, so a
+    reinstall of the same wheel, e.g. a fresh clone's venv, keeps the verdicts; a rebuild does not)."""
     try:
         import llama_cpp
     except Exception as exc:  # no bindings: the backend's own import reports it
@@ -283,8 +285,18 @@ def _library_identity() -> str:
     with contextlib.suppress(OSError):
         for lib in sorted(folder.iterdir()):
             stat = lib.stat()
-            parts.append(f"{lib.name}:{stat.st_size}:{stat.st_mtime_ns}")
+            parts.append(f"{lib.name}:{_file_digest(str(lib), stat.st_size, stat.st_mtime_ns)}")
     return "|".join(parts)
+
+
+@functools.lru_cache(maxsize=64)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    """sha256 of a file's bytes, once per process for each (path, size, time) (~25 MB of libraries: ~50 ms)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return f"{size}:{digest.hexdigest()[:16]}"
 
 
 def trial_key(path: Path, repack: bool, flags: Iterable[str] | None = None) -> str:

@@ -28,6 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.backends.llamacpp.pass_timings import PassTimings
+
 # More threads must beat fewer by this fraction of the time (median against median) to be chosen.
 THREAD_MARGIN = 0.10
 # A verify pass slower than STALL_FACTOR x its measured cost counts as stalled; STALL_ROUNDS in a row drop to 1.
@@ -359,37 +361,19 @@ class ThreadControl:
         target.crop(length)
         return elapsed / max(1, len(tokens))
 
-    def measure_pass_cost(self, max_draft: int) -> PassCost:
+    def measure_pass_cost(self, max_draft: int, timings: PassTimings | None = None) -> PassCost:
         """Best-of timings of passes of 1 and PASS_COST_WIDTH tokens over 64 cached tokens and over
-        CONTEXT_CALIBRATION (where the context has room): the busy-CPU guard's idea of an idle machine."""
-        target = self.target
+        CONTEXT_CALIBRATION (where the context has room): the busy-CPU guard's idea of an idle machine. `timings`:
+        the model's kept pass timings (pass_timings.py), of which only the missing ones are decoded."""
+        timings = timings or PassTimings()
         # The widest pass the loop may send is timed too (a long-match draft's), so that no width it sends is
         # priced by extrapolation.
         widest = max(PASS_COST_WIDTH, min(max_draft + 1, PASS_COST_WIDEST))
         short = 64
         long = min(CONTEXT_CALIBRATION, self.max_context - widest - 8)
         widths = (1, PASS_COST_WIDTH, widest) if widest > PASS_COST_WIDTH else (1, PASS_COST_WIDTH)
-        count = max(short, long) + widest
-        filler = [(5 + 19 * i) % max(target.n_vocab - 1, 1) + 1 for i in range(count)]
-
-        def best_over(length: int) -> dict[int, float]:
-            target.prefill(filler[:length])
-            best: dict[int, float] = {}
-            for _ in range(3):
-                for width in widths:
-                    tokens = filler[length : length + width]  # one token: padded where plain steps are
-                    start = time.perf_counter()
-                    target.decode(tokens, outputs=len(tokens))
-                    best[width] = min(best.get(width, float("inf")), time.perf_counter() - start)
-                    target.crop(length)
-            return best
-
-        try:
-            target.clear()
-            short_s = best_over(short)
-            long_s = best_over(long) if long >= short + LEARN_MIN_EXTRA else None
-        finally:
-            target.clear()
+        short_s = timings.passes(self.target, widths, short)
+        long_s = timings.passes(self.target, widths, long) if long >= short + LEARN_MIN_EXTRA else None
         return PassCost(short_s, short, long_s, long if long_s else None)
 
     def predicted_cost(self):

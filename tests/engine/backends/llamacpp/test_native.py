@@ -7,6 +7,7 @@ SIGSEGV (`SPECCHAT_PLANT_NATIVE_CRASH`), which its parent sees exactly as a cras
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -240,6 +241,35 @@ def test_a_planted_crash_fails_one_test_and_the_suite_goes_on(tmp_path: Path) ->
     assert "SIGSEGV" in done.stdout and "planted.gguf" in done.stdout
 
 
+def test_the_guard_remembers_a_pass_on_disk_and_tries_a_crash_again(tmp_path: Path, monkeypatch) -> None:
+    """The next run (a new process: the per-process verdicts gone) starts no child for a file that passed."""
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    children: list[int] = []
+
+    def run(command, **kwargs):
+        children.append(1)
+        return subprocess.CompletedProcess(command, returncode=status, stdout="", stderr="Segmentation fault")
+
+    monkeypatch.setattr(native_guard.subprocess, "run", run)
+    monkeypatch.setattr(native_guard, "_verdicts", {})
+    status = 0
+    native_guard.survives(model)
+    monkeypatch.setattr(native_guard, "_verdicts", {})
+    native_guard.survives(model)
+    assert len(children) == 1
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF")
+    status = -11
+    with pytest.raises(pytest.fail.Exception, match="SIGSEGV"):
+        native_guard.survives(other)
+    monkeypatch.setattr(native_guard, "_verdicts", {})
+    with pytest.raises(pytest.fail.Exception, match="SIGSEGV"):
+        native_guard.survives(other)  # a crash is tried again, never remembered as a pass
+    assert len(children) == 3
+
+
 # --- the trial, on the embedded model's real Q4_1 GGUF ------------------------------------------------------------
 
 llama_cpp = pytest.importorskip("llama_cpp")
@@ -265,6 +295,27 @@ def safe_repack() -> bool:
     AMX CPUs, where llama.cpp's repack of Q4 weights really crashes (llama.cpp#20824; seen on this project's AMX
     Xeon: SIGSEGV in the trial of SmolLM2 Q4_1 and Qwen 0.5B Q4_K_M)."""
     return native.choose_repack(environ={}, exact=False).enabled
+
+
+def test_the_build_is_known_by_its_libraries_bytes_not_their_install_time(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A fresh venv holding the same wheel keeps the remembered trials and probes; a rebuilt library does not."""
+    import types
+
+    lib = tmp_path / "llama_cpp" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libllama.so").write_bytes(b"build one")
+    fake = types.ModuleType("llama_cpp")
+    fake.__file__ = str(tmp_path / "llama_cpp" / "__init__.py")
+    fake.__version__ = "0.3.36"
+    monkeypatch.setitem(sys.modules, "llama_cpp", fake)
+    first = native._library_identity()
+    os.utime(lib / "libllama.so", ns=(1, 1))  # the same bytes installed at another time
+    assert native._library_identity() == first
+    (lib / "libllama.so").write_bytes(b"build two")  # same size, other bytes: another build
+    os.utime(lib / "libllama.so", ns=(2, 2))
+    assert native._library_identity() != first
 
 
 @pytest.mark.slow
