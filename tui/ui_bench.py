@@ -184,7 +184,7 @@ async def _chat_once(settings: Any, backend: Any, prompt: str, preset: str, size
     session.set_mode(preset)
     app = SpecchatApp(settings, session=session, load_on_mount=False)
     async with app.run_test(size=size) as pilot:
-        await app.model_ready(backend.info)
+        app.model_ready(backend.info)
         await pilot.pause(0.5)  # the first layout and the load toast settle before the clock starts
         app.chat.prompt.set_text(prompt)
         driver = app._driver

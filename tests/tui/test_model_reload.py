@@ -246,3 +246,29 @@ async def test_applying_another_draft_is_loading_at_once(tiny_model_dir):
         assert app.state == "loading"
         assert app.chat._busy() == "a model is loading"
         assert [callback.__name__ for callback in deferred] == ["reload_model"]
+
+
+async def test_a_reload_toast_leaves_out_the_notes_the_last_load_gave():
+    """Long load notes repeated at every reload filled the toast rack at 80x24 and hid the next toast (tmux)."""
+    from types import SimpleNamespace
+
+    from engine.backends.scripted import ScriptedBackend
+
+    def info(*notes: str):
+        return SimpleNamespace(
+            model="m", backend="llama.cpp", device="cpu", draft_model=None, draft_mode="ngram", notes=notes
+        )
+
+    repack = "weight repacking off: this CPU has AMX (amx_bf16, amx_int8, amx_tile)"
+    app = SpecchatApp(Settings(), backend=ScriptedBackend())
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await app.chat.model_loaded(info(repack, "2 threads: measured (1 thread 27.6 ms, 2 threads 18.4 ms)"))
+        await app.chat.model_loaded(
+            info(repack, "2 threads: measured (1 thread 30.1 ms, 2 threads 17.0 ms)", "cache: f16"),
+            reloaded=True,
+        )
+        await pilot.pause()
+        (last,) = [toast for toast in toasts(app) if "the chat goes on with it" in toast]
+        assert "(cache: f16)" in last
+        assert "AMX" not in last and "threads" not in last

@@ -55,7 +55,7 @@ def test_render_pace_stretches_over_the_ui_budget_and_comes_back():
     pace = RenderPace(budget=0.15, ceiling=1.0)
     assert pace.observe(cpu=0.0, wall=0.0) == RENDER_INTERVAL_S  # nothing measured yet
     # 0.3 of a core over the last 0.1 s: twice the budget, so redraws half as often.
-    assert pace.observe(cpu=0.03, wall=0.1) == pytest.approx(0.2)
+    assert pace.observe(cpu=0.03, wall=0.1) == pytest.approx(2 * RENDER_INTERVAL_S)
     # Far over (a whole core): capped at the ceiling, never slower than that.
     assert pace.observe(cpu=0.23, wall=0.3) == 1.0
     # Well under the budget: back towards the eye's rate step by step, never faster than it.

@@ -13,6 +13,7 @@ its one failure handler).
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from textual import on
@@ -56,6 +57,7 @@ class ChatScreen(ChatFlows, Screen[None]):
         self.host = host
         self.highlight_drafts = False
         self._footer_state: tuple[bool, bool, bool] | None = None
+        self._load_notes: set[str] = set()  # the last load's notes, as the reload toast compares them
         # The screen's parts, made once (a query from the app would search the dialog on top instead).
         self.chat_log = ChatLog(id="chat-log")
         self.prompt = PromptInput(id="prompt")
@@ -182,8 +184,14 @@ class ChatScreen(ChatFlows, Screen[None]):
 
     async def model_loaded(self, info: Any, reloaded: bool = False) -> None:
         self.show_startup_banner()
-        notes = f" ({'; '.join(info.notes)})" if getattr(info, "notes", ()) else ""
-        if reloaded:  # short: the chat is on screen under the toast
+        shown = list(getattr(info, "notes", ()) or ())
+        before, self._load_notes = self._load_notes, {_gist(note) for note in shown}
+        if (
+            reloaded
+        ):  # short: the chat is on screen under the toast; notes the last load gave are not repeated
+            shown = [note for note in shown if _gist(note) not in before]
+        notes = f" ({'; '.join(shown)})" if shown else ""
+        if reloaded:
             draft = info.draft_model or info.draft_mode
             self.notify(
                 f"{info.model} · draft {draft} on {info.backend}·{info.device}{notes}; the chat goes on with it",
@@ -420,3 +428,9 @@ class ChatScreen(ChatFlows, Screen[None]):
     @on(StatusBar.TrendRequested)
     def _trend_requested(self) -> None:
         self.action_show_trend()
+
+
+def _gist(note: str) -> str:
+    """A load note without its measured figures in brackets ("2 threads: measured at load per token (1 thread
+    27.6 ms, 2 threads 18.4 ms), the fastest"): the same note at the next load reads the same."""
+    return re.sub(r"\([^()]*\)", "", note).strip()
