@@ -25,7 +25,7 @@ from engine.origins import OriginRun, split_chunk_by_origin
 
 RENDER_INTERVAL_S = 0.2
 MAX_RENDER_INTERVAL_S = 1.0  # a long chat at 160x48 needs nearly this much (docs/performance.md)
-UI_BUDGET = 0.06  # of a core, for the UI thread while a reply streams (docs/performance.md: the chat's redraw pace)
+UI_BUDGET = 0.06  # of a core for the UI thread while a reply streams (docs/performance.md: redraw pace)
 
 
 @dataclass
