@@ -5,9 +5,10 @@ The worker's `on_event` callback runs on the generation thread for every Chunk. 
 buffered in one go. So nothing per token touches the DOM, and a burst of chunks costs one repaint.
 
 The interval is tied to the eye, not to the model: `RENDER_INTERVAL_S` (5 redraws a second still reads as flowing
-text; 10 cost the model ~6% of its speed on 2 cores) whatever the token rate. `RenderPace` stretches it while the UI thread uses more than `UI_BUDGET` of a core (a long
-code block re-highlighted per redraw, a wide terminal, a long chat), so the UI never takes the cores the model
-needs: on 2 cores llama.cpp's threads meet at a barrier every operation, and a third busy thread stalls both.
+text; 10 cost the model ~6% of its speed on 2 cores) whatever the token rate. `RenderPace` stretches it while the
+UI thread uses more than `UI_BUDGET` of a core (a long code block re-highlighted per redraw, a wide terminal, a long
+chat), so the UI never takes the cores the model needs: on 2 cores llama.cpp's threads meet at a barrier every
+operation, and a third busy thread stalls both.
 
 Draft highlighting needs text per origin: `engine.origins.split_chunk_by_origin` splits each chunk, on the
 generation thread, never on the UI.

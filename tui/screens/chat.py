@@ -184,17 +184,14 @@ class ChatScreen(ChatFlows, Screen[None]):
 
     async def model_loaded(self, info: Any, reloaded: bool = False) -> None:
         self.show_startup_banner()
-        shown = list(getattr(info, "notes", ()) or ())
-        before, self._load_notes = self._load_notes, {_gist(note) for note in shown}
-        if (
-            reloaded
-        ):  # short: the chat is on screen under the toast; notes the last load gave are not repeated
-            shown = [note for note in shown if _gist(note) not in before]
-        notes = f" ({'; '.join(shown)})" if shown else ""
+        notes = list(getattr(info, "notes", ()) or ())
+        before, self._load_notes = self._load_notes, {_gist(note) for note in notes}
+        # A reload's toast is short (the chat is on screen under it): notes the last load gave are not repeated.
         if reloaded:
             draft = info.draft_model or info.draft_mode
+            new = _in_brackets([note for note in notes if _gist(note) not in before])
             self.notify(
-                f"{info.model} · draft {draft} on {info.backend}·{info.device}{notes}; the chat goes on with it",
+                f"{info.model} · draft {draft} on {info.backend}·{info.device}{new}; the chat goes on with it",
                 title="Model loaded",
             )
         else:
@@ -203,7 +200,10 @@ class ChatScreen(ChatFlows, Screen[None]):
                 if self.session.backend_reason not in ("", "given")
                 else ""
             )
-            self.notify(f"{info.model} on {info.backend}·{info.device}{reason}{notes}", title="Model loaded")
+            self.notify(
+                f"{info.model} on {info.backend}·{info.device}{reason}{_in_brackets(notes)}",
+                title="Model loaded",
+            )
         await self.say_verdict()
         self.refresh_status()
         await self.lifecycle.send_queued()
@@ -428,6 +428,10 @@ class ChatScreen(ChatFlows, Screen[None]):
     @on(StatusBar.TrendRequested)
     def _trend_requested(self) -> None:
         self.action_show_trend()
+
+
+def _in_brackets(notes: list[str]) -> str:
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 def _gist(note: str) -> str:

@@ -39,7 +39,7 @@ from engine.backends.llamacpp.architecture import ModelShape, model_shape
 from engine.backends.llamacpp.library import patched_build, physical_cores, probe_llamacpp
 from engine.backends.llamacpp.model import LlamaCppModel
 from engine.backends.llamacpp.mtp import MtpHead, mtp_layers
-from engine.backends.llamacpp.native import RepackChoice, choose_repack, plan_load
+from engine.backends.llamacpp.native import RepackChoice, choose_repack, plan_load, trial_key
 from engine.backends.llamacpp.pass_timings import PassTimings
 from engine.backends.llamacpp.probe import ProbeVerdict, probe_widths
 from engine.backends.llamacpp.text import ByteDetokenizer, GgufTokenizer, resolve_gguf
@@ -360,15 +360,14 @@ class LlamaCppBackend(RoundLoopBackend):
         """The verify cost model's prior (and the draft's step) where the mode drafts; on the CPU, a pass's cost
         at this thread count and how it grows with the context."""
         control = self.thread_control
+        timings = self._timings()
         if drafts(self.draft_mode):
             report("measuring verify cost", 0.95)
-            self.target.costs = self._calibrate()
+            self.target.costs = self._calibrate(timings)
             if self.draft_state is not None:
-                self._calibrate_draft(self.target.costs)
+                self._calibrate_draft(self.target.costs, timings)
         if self.device == "cpu":
-            cost = control.pass_cost = control.measure_pass_cost(
-                self._loop_options()["max_draft"], self._timings()
-            )
+            cost = control.pass_cost = control.measure_pass_cost(self._loop_options()["max_draft"], timings)
             control.pass_cost_threads = self.threads
             if self.target.costs is not None and cost.growth:
                 # the verify-cost ratios (calibrated over as many cached tokens) read at each pass's context
@@ -407,30 +406,27 @@ class LlamaCppBackend(RoundLoopBackend):
             self.trial_seconds += plan.trial_seconds
             self.notes.extend(plan.notes)
 
-    def _calibrate(self) -> VerifyCostModel:
+    def _calibrate(self, timings: PassTimings) -> VerifyCostModel:
         """Best-of timings of CALIBRATION_WIDTHS passes (those the loop may send) over 64 cached tokens: the prior
         of the cost model."""
         widest = self._loop_options()["max_draft"] + 1
         widths = [w for w in CALIBRATION_WIDTHS if w <= widest]
-        return VerifyCostModel.from_samples(self._timings().passes(self.target, widths, 64))
+        return VerifyCostModel.from_samples(timings.passes(self.target, widths, 64))
 
-    def _calibrate_draft(self, costs: VerifyCostModel) -> None:
+    def _calibrate_draft(self, costs: VerifyCostModel, timings: PassTimings) -> None:
         """Time the draft's one-token step on a short context (best of a few) into `costs`."""
         # An MTP head follows the target's decodes: its cache is filled by the target's prefill.
         feeder = self.target if self.use_mtp else self.draft_state
         draft = self.draft_state
         who = "mtp" if self.use_mtp else f"{self.draft}|{self.requested_draft_cache_mode}|{draft.repack}"
-        costs.observe_draft(self._timings().draft_step(who, draft, feeder))
+        costs.observe_draft(timings.draft_step(who, draft, feeder))
 
     def _timings(self) -> PassTimings:
         """This model's pass timings as loaded, kept for the process (pass_timings.py); unshared where the
         target's decode is not llama.cpp's own (a test's planted kernel)."""
         target = self.target
-        planted = (type(target).decode, type(target)._decode) != _REAL_DECODES
-        if planted or {"decode", "_decode"} & vars(target).keys():
+        if not self._decodes_are_llamas_own():
             return PassTimings.kept(None)
-        from engine.backends.llamacpp.native import trial_key
-
         memory = target.memory
         key = "|".join(
             map(
@@ -438,7 +434,7 @@ class LlamaCppBackend(RoundLoopBackend):
                 (
                     trial_key(self.model_path, target.repack),
                     self.device,
-                    "f16" if target.cache_fallback else CACHE_TYPE_NAMES[self.requested_cache_mode],
+                    self._cache_type_name(),
                     self.threads,
                     self.max_context,
                     target.pad_single,
@@ -448,6 +444,17 @@ class LlamaCppBackend(RoundLoopBackend):
             )
         )
         return PassTimings.kept(key)
+
+    def _decodes_are_llamas_own(self) -> bool:
+        """False where a test planted another kernel on the target (its class or the object itself): what it
+        measures or proves is not the model's, so it is neither remembered nor read back."""
+        target = self.target
+        planted = (type(target).decode, type(target)._decode) != _REAL_DECODES
+        return not planted and not {"decode", "_decode"} & vars(target).keys()
+
+    def _cache_type_name(self) -> str:
+        """The target's K/V cache type as llama.cpp made it (f16 where the asked type could not be made)."""
+        return "f16" if self.target.cache_fallback else CACHE_TYPE_NAMES[self.requested_cache_mode]
 
     def _kernels_agree(self) -> bool:
         """Do one-token decodes equal the rows of every pass width the loop sends, bit for bit?"""
@@ -461,14 +468,12 @@ class LlamaCppBackend(RoundLoopBackend):
     def _probe_once(self) -> ProbeVerdict:
         """The probe's verdict, remembered per file, build, CPU and context settings: measured on the first load
         only. Not where the target's decode is not llama.cpp's own (a test that plants another kernel)."""
-        target = self.target
-        planted = (type(target).decode, type(target)._decode) != _REAL_DECODES
-        if planted or {"decode", "_decode"} & vars(target).keys():
+        if not self._decodes_are_llamas_own():
             return self._probe()
         key = llamacpp_probe.probe_key(
             self.model_path,
-            target.repack,
-            cache_type="f16" if target.cache_fallback else CACHE_TYPE_NAMES[self.requested_cache_mode],
+            self.target.repack,
+            cache_type=self._cache_type_name(),
             threads=self.threads,
             max_context=self.max_context,
         )
