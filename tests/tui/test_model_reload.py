@@ -244,7 +244,7 @@ async def test_applying_another_draft_is_loading_at_once(tiny_model_dir):
         await apply_settings(pilot, draft="none")
         await wait_until(pilot, lambda: not isinstance(app.screen, SettingsScreen))
         assert app.state == "loading"
-        assert app.chat._busy() == "a model is loading"
+        assert app.chat.settings_flow.busy() == "a model is loading"
         assert [callback.__name__ for callback in deferred] == ["reload_model"]
 
 

@@ -1,6 +1,7 @@
 """The chat screen: the conversation, the prompt, the live status bar and the keys that send, stop and regenerate;
-its parts in `tui.chat_parts` (reply: the reply lifecycle; branches: edit, page), the other flows in
-`tui.chat_flows`.
+its parts in `tui.chat_parts`, one per concern (reply: the reply lifecycle; branches: edit, page; continuing,
+find, attach, copying, inspecting, settings_flow: F12; presence: another window on this chat). The screen's
+actions check the state and call the part that does the work.
 
 Threads: every reply runs in a thread worker of this screen (group "generate", `tui.chat_parts.reply`). The
 generation thread only fills a `ReplyBuffer` and posts `ReplyTextArrived` at most every 0.1 s (longer while the UI
@@ -23,11 +24,17 @@ from textual.worker import Worker
 
 from engine.errors import UserError
 from tui import chat_host
-from tui.chat_flows import ChatFlows
+from tui.chat_parts.attach import Attacher
 from tui.chat_parts.branches import BranchEditor
+from tui.chat_parts.continuing import ReplyContinuer
+from tui.chat_parts.copying import ReplyCopier
+from tui.chat_parts.find import ConversationFinder
+from tui.chat_parts.inspecting import ReplyInspector
+from tui.chat_parts.presence import PresenceCheck
 from tui.chat_parts.reply import ReplyLifecycle
+from tui.chat_parts.settings_flow import SettingsFlow
 from tui.formatting import verdict_line
-from tui.keymap import CHAT_KEYS, bindings, key_for
+from tui.keymap import CHAT_KEYS, bindings, key_display, key_for
 from tui.messages import ReplyEventArrived, ReplyTextArrived
 from tui.prompt_draft import load_draft, save_draft
 from tui.reply_header import variant_header
@@ -49,7 +56,7 @@ if TYPE_CHECKING:
 STATUS_INTERVAL_S = 0.25
 
 
-class ChatScreen(ChatFlows, Screen[None]):
+class ChatScreen(Screen[None]):
     BINDINGS = bindings(CHAT_KEYS)
 
     def __init__(self, host: chat_host.ChatHost) -> None:
@@ -64,9 +71,17 @@ class ChatScreen(ChatFlows, Screen[None]):
         self.status_bar = StatusBar(id="status-bar")
         # Editing a message into a new branch, and paging branches and variants (tui/chat_parts/branches.py).
         log, prompt = self.chat_log, self.prompt
-        self.branches = BranchEditor(lambda: self.session, log, prompt, self._keys, self.notify)
+        self.branches = BranchEditor(lambda: self.session, log, prompt, self.shown_key, self.notify)
         # Sending, streaming, stopping and ending a reply, and the message waiting for the model (chat_parts/reply.py).
         self.lifecycle = ReplyLifecycle(self)
+        # The flows around the conversation, one part each (tui/chat_parts/).
+        self.continuer = ReplyContinuer(self)
+        self.finder = ConversationFinder(self)
+        self.attacher = Attacher(self)
+        self.copier = ReplyCopier(self)
+        self.inspector = ReplyInspector(self)
+        self.settings_flow = SettingsFlow(self)
+        self.presence = PresenceCheck(self)
 
     # What the app holds for every screen: the session, the model's state (loading / failed / ready), the keys.
     @property
@@ -80,6 +95,10 @@ class ChatScreen(ChatFlows, Screen[None]):
     @property
     def keymap(self) -> dict[str, str]:
         return self.host.keymap
+
+    def shown_key(self, binding_id: str) -> str:
+        """The key in force for `binding_id`, as the user reads it (toasts and headers say it)."""
+        return key_display(key_for(binding_id, self.keymap))
 
     # --- layout ---------------------------------------------------------------------------------------------
 
@@ -130,7 +149,7 @@ class ChatScreen(ChatFlows, Screen[None]):
         await self.lifecycle.drain_overdue()
         for notice in self.session.take_notices():  # storage trouble (damaged db, full disk): told once
             self.notify(notice, title="History", severity="warning", timeout=12)
-        self.check_open_elsewhere()
+        self.presence.check()
         self.refresh_status()
 
     def refresh_status(self) -> None:
@@ -230,12 +249,8 @@ class ChatScreen(ChatFlows, Screen[None]):
             self.show_startup_banner()
         loaded = self.session.info.model if self.session.info is not None else None
         still = f" · still on {loaded}" if loaded and self.state != "failed" else ""
-        # The settings dialog comes back with the typed path and the reason in it (a toast would vanish, and the
-        # typed path with it); a toast where no dialog applied it.
-        typed, self._settings_typed = self._settings_typed, None
-        if typed is not None:
-            self.action_show_settings(typed, f"not loaded: {message}{still}")
-        else:
+        # The settings dialog comes back with the typed path and the reason in it; a toast where no dialog applied it.
+        if not self.settings_flow.reopen(f"not loaded: {message}{still}"):
             self.notify(f"{message}{still}", title="The model was not changed", severity="error", timeout=15)
         self.refresh_status()
         self.lifecycle.unqueue()
@@ -245,12 +260,12 @@ class ChatScreen(ChatFlows, Screen[None]):
     @on(PromptInput.Submitted)
     async def _prompt_submitted(self, event: PromptInput.Submitted) -> None:
         text = event.text.strip()
-        if text and self.attach_command(text):
+        if text and self.attacher.command(text):
             return
         if self.generating:
             # Said even for an empty prompt: enter seemed to do nothing. What was typed stays in the prompt.
             self.notify(
-                f"A reply is being generated: {self._keys('reply.cancel')} stops it.", severity="warning"
+                f"A reply is being generated: {self.shown_key('reply.cancel')} stops it.", severity="warning"
             )
             return
         if not text:
@@ -290,7 +305,12 @@ class ChatScreen(ChatFlows, Screen[None]):
                 key_for("reply.newer_variant", self.keymap),
             )
             reply.set_header(variant_header(reply.header, position, count, older, newer))
-        self.offer_continue()
+        self.continuer.offer()
+
+    def label_branches(self) -> None:
+        """Every message with alternatives says which one it is and how to page them."""
+        keys = (key_for("reply.older_variant", self.keymap), key_for("reply.newer_variant", self.keymap))
+        self.branches.label(*keys)
 
     # --- actions ---------------------------------------------------------------------------------------------
 
@@ -345,6 +365,52 @@ class ChatScreen(ChatFlows, Screen[None]):
             self.notify("Nothing to regenerate yet.", severity="warning")
             return
         await self.lifecycle.regenerate()
+
+    async def action_edit_last(self) -> None:
+        if self.generating:
+            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
+        elif self.state != "ready":
+            self.notify("The model is not ready yet: edit once it has loaded.", severity="warning")
+        else:
+            self.branches.start(self.focused)
+
+    async def action_page_variant(self, step: int) -> None:
+        if self.generating:
+            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
+            return
+        if await self.branches.page(step, self.focused, self.highlight_drafts, self.mark_context):
+            self.refresh_status()
+
+    async def action_continue_reply(self) -> None:
+        if self.generating:
+            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
+        elif self.state == "ready":
+            await self.continuer.start()
+
+    def action_find(self) -> None:
+        self.finder.ask()
+
+    def action_attach_file(self) -> None:
+        self.attacher.pick()
+
+    def action_show_settings(self) -> None:
+        self.settings_flow.open()
+
+    # Copying and inspecting the selected reply (the keys), or the one whose own key or click asked.
+    def action_copy_reply(self) -> None:
+        self.copier.copy(self.chat_log.selected_reply(self.focused), code_only=False)
+
+    def action_copy_code(self) -> None:
+        self.copier.copy(self.chat_log.selected_reply(self.focused), code_only=True)
+
+    def on_reply_message_copy_requested(self, event: ReplyMessage.CopyRequested) -> None:
+        self.copier.copy(event.reply, event.code_only)
+
+    def action_inspect_reply(self) -> None:
+        self.inspector.inspect(self.chat_log.selected_reply(self.focused))
+
+    def on_reply_message_inspect_requested(self, event: ReplyMessage.InspectRequested) -> None:
+        self.inspector.inspect(event.reply)
 
     def action_select_reply(self, step: int) -> None:
         self.chat_log.select_reply(step, self.focused)
