@@ -1,19 +1,23 @@
 """Settings for this chat (F12), between the session and the dialog: what the dialog shows, how its whole result is
 checked, and what applying it does. The dialog (tui/screens/settings.py) collects and checks the fields and returns
 its result; the chat screen opens it with a `ChatSettings` and applies what comes back (another model or draft is
-loaded by the app once the dialog is gone, and the conversation stays).
+loaded by the app once the dialog is gone, and the conversation stays). The dialog's engine rows are the engine
+options marked for it in the engines' registry (`engine_fields`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.backends import registry
 from engine.decoding.drafters import draft_keywords, is_draft_keyword
 from engine.errors import UserError
 from engine.models.named import NAMED_MODELS
 from engine.session.loading import check_model_choice
+from tui.screens.settings import EngineField, no_check
 
 if TYPE_CHECKING:
     from engine.session import ChatSession
@@ -29,6 +33,35 @@ def model_suggestions() -> list[str]:
 def draft_suggestions() -> list[str]:
     """What the draft field completes: the drafters every engine runs (the drafters' name map), then model names."""
     return [*draft_keywords(every_engine=True), *NAMED_MODELS]
+
+
+def engine_fields(
+    values: dict[str, str],
+    checks: dict[str, Callable[[str], None]] | None = None,
+    completions: dict[str, Sequence[str]] | None = None,
+) -> list[EngineField]:
+    """The dialog's engine rows: the options of the engines' registry that have a `dialog`, in the table's order,
+    each with its text as the dialog opens, its check and what it completes (each by the option's name)."""
+    checks, completions = checks or {}, completions or {}
+    rows = []
+    for option in registry.ENGINE_OPTIONS:
+        dialog = option.dialog
+        if dialog is None:
+            continue
+        placeholder = dialog.placeholder if isinstance(dialog.placeholder, str) else dialog.placeholder()
+        rows.append(
+            EngineField(
+                option.name,
+                dialog.label,
+                placeholder,
+                dialog.picker,
+                values.get(option.name, ""),
+                checks.get(option.name, no_check),
+                tuple(completions.get(option.name, ())),
+                optional=option.default is None,
+            )
+        )
+    return rows
 
 
 def same_choice(text: str, current: str) -> bool:
@@ -80,6 +113,14 @@ class ChatSettings:
             form.system_prompt = typed["system_prompt"]
             form.history_drafting = typed.get("history_drafting", form.history_drafting)
         return form
+
+    def fields(self) -> list[EngineField]:
+        """The dialog's engine rows, as it opens: the model and the draft, checked as they are typed."""
+        return engine_fields(
+            {"model": self.shown_model, "draft": self.shown_draft},
+            {"model": self.check_model, "draft": self.check_draft},
+            {"model": model_suggestions(), "draft": draft_suggestions()},
+        )
 
     def model_changed(self, result: dict[str, Any]) -> bool:
         return not (same_choice(result["model"], self.model) and same_choice(result["draft"], self.draft))

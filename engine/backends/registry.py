@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from engine.decoding.drafters.registry import draft_help, loop_drafters
+from engine.decoding.drafters.registry import draft_help, draft_keywords, loop_drafters
 from engine.request import CACHE_MODES
 
 if TYPE_CHECKING:
@@ -133,11 +133,22 @@ CHOICES: tuple[str, ...] = ("auto", *NAMES)  # what --backend and the config's `
 
 
 @dataclass(frozen=True, slots=True)
+class DialogField:
+    """How the chat's settings dialog (F12, tui/screens/settings.py) shows an option: a text field with its label
+    and placeholder, and a button that picks a folder or file. Empty is a value where the option's default is None."""
+
+    label: str
+    placeholder: str | Callable[[], str]  # a function where it is made from another table
+    picker: str  # the title of the folder picker the button opens
+
+
+@dataclass(frozen=True, slots=True)
 class EngineOption:
     """One setting an engine is built from, declared once; everything else derives from the row: the `Settings`
     field (engine/config.py: its type, default, bounds, and so the config key `name` and the environment variable
-    SPECCHAT_NAME), the `EngineArgs` field (engine/backends/base.py) and the command line's flag (tui/cli/common.py:
-    --name-with-dashes, its help, its choices and type read from `type`)."""
+    SPECCHAT_NAME), the `EngineArgs` field (engine/backends/base.py), the command line's flag (tui/cli/common.py:
+    --name-with-dashes, its help, its choices and type read from `type`) and, where it has a `dialog`, its row in
+    the settings dialog (tui/chat_settings.py's `engine_fields`)."""
 
     name: str  # the Settings field, the config.toml key, the EngineArgs field
     type: Any  # the setting's type as pydantic checks it (a Literal gives the flag its choices)
@@ -152,6 +163,8 @@ class EngineOption:
     engine_arg: bool = True
     # The EngineArgs value of a setting's value, where the two differ (a list setting is a tuple argument).
     to_arg: Callable[[Any], Any] | None = None
+    # The settings dialog shows it (the field's id settings-NAME; the dialog's result holds it under `name`).
+    dialog: DialogField | None = None
 
     @property
     def flag_name(self) -> str:
@@ -169,9 +182,26 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
         None,
         "model folder, .gguf file or name (qwen2.5-coder-1.5b; default: the embedded SmolLM2-135M-Instruct)",
         engines=LOCAL,
+        dialog=DialogField(
+            "model",
+            "a model folder or .gguf file (empty: the embedded model)",
+            "Pick the model folder or .gguf file",
+        ),
     ),
     # a drafter's name (engine/decoding/drafters/registry.py), a draft model folder or name
-    EngineOption("draft", str, "ngram", draft_help, engines=LOCAL),
+    EngineOption(
+        "draft",
+        str,
+        "ngram",
+        draft_help,
+        engines=LOCAL,
+        # The drafters every engine runs (what the field completes that is not a model name), or a folder.
+        dialog=DialogField(
+            "draft",
+            lambda: ", ".join(draft_keywords(every_engine=True)) + ", or a draft model folder",
+            "Pick the draft model",
+        ),
+    ),
     EngineOption(
         "backend",
         Literal[CHOICES],  # type: ignore[valid-type]

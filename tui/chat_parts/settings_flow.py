@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tui.chat_settings import ChatSettings, draft_suggestions, model_suggestions
+from tui.chat_settings import ChatSettings
 from tui.screens.settings import SettingsScreen
 
 if TYPE_CHECKING:
@@ -80,13 +80,8 @@ class SettingsFlow:
             form.values,
             lambda result: form.check(result, self.busy()),
             form.title,
-            model=form.shown_model,
-            draft=form.shown_draft,
-            check_model=form.check_model,
-            check_draft=form.check_draft,
+            fields=form.fields(),
             error=error,
-            model_names=model_suggestions(),
-            draft_names=draft_suggestions(),
             history_drafting=form.history_drafting,
         )
         result = await screen.app.push_screen_wait(dialog)

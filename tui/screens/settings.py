@@ -1,5 +1,7 @@
 """Settings for this chat: the model and draft, the system prompt and the preset's K, temperature, top_p, ramp
-and drafting. The model and draft fields also take a model name (qwen2.5-coder-1.5b), completed as typed.
+and drafting. The model and draft fields also take a model name (qwen2.5-coder-1.5b), completed as typed. The
+engine's rows (model, draft) are the engine options marked for the dialog in the engines' registry, handed in as
+`EngineField`s (`tui.chat_settings.engine_fields`).
 
 The values are checked (by `check`: the session's preset rules, and that the model and draft paths hold models)
 before the dialog closes: a bad one shows a one-line error in the dialog and every edit stays. An empty number
@@ -12,6 +14,7 @@ draft is loaded by the app after the dialog closes, and the conversation stays.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
@@ -48,6 +51,24 @@ def parse_number(field: str, text: str, kind: type) -> int | float | None:
         raise ValueError(f"{field}: must be {what} (got {text!r})") from None
 
 
+def no_check(_: str) -> None:
+    """An engine field that takes any text."""
+
+
+@dataclass(frozen=True)
+class EngineField:
+    """One engine option's row: a text field (id settings-NAME) with a button that picks a folder or file."""
+
+    name: str  # the option's: the field's id, and the key of its value in the dialog's result
+    label: str
+    placeholder: str
+    picker: str  # the title of the folder picker the button opens
+    value: str = ""  # in the field as the dialog opens
+    check: Callable[[str], None] = no_check  # as typed and on apply: UserError with a one-line message
+    completions: Sequence[str] = ()  # what the field completes as it is typed (model names, drafters)
+    optional: bool = False  # empty is a value (the option's default), not checked
+
+
 class ChoiceValidator(Validator):
     """An Input validator around one of the session's checks (raises UserError with a one-line message)."""
 
@@ -64,8 +85,9 @@ class ChoiceValidator(Validator):
 
 
 class SettingsScreen(ModalScreen[dict[str, Any] | None]):
-    """Dismisses with {"system_prompt": str, "overrides": {...}, "model": str, "draft": str} (and
-    "history_drafting": bool where it shows that switch) on apply, None on escape. `check_model` / `check_draft` check one field's text (UserError, one line); `check` the whole."""
+    """Dismisses with {"system_prompt": str, "overrides": {...}, and each engine field's text by its name ("model":
+    str, "draft": str)} (and "history_drafting": bool where it shows that switch) on apply, None on escape. Each
+    engine field's `check` checks its text (UserError, one line); `check` the whole."""
 
     BINDINGS = bindings(SETTINGS_KEYS)
 
@@ -79,37 +101,26 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
         values: dict[str, Any],
         check: Callable[[dict[str, Any]], None],
         title: str = "Settings for this chat",
-        model: str = "",
-        draft: str = "ngram",
-        check_model: Callable[[str], None] | None = None,
-        check_draft: Callable[[str], None] | None = None,
+        fields: Sequence[EngineField] = (),
         error: str = "",
-        model_names: Sequence[str] = (),
-        draft_names: Sequence[str] = (),
         history_drafting: bool | None = None,
     ) -> None:
-        """`error`: shown in the dialog as it opens (why the model or draft last applied did not load);
-        `model_names` / `draft_names`: what the model and draft fields complete as they are typed;
-        `history_drafting`: the `history_drafting` setting's switch (None: no switch)."""
+        """`fields`: the engine's rows, in order; `error`: shown in the dialog as it opens (why the model or draft
+        last applied did not load); `history_drafting`: the `history_drafting` setting's switch (None: no switch)."""
         super().__init__()
         self.history_drafting = history_drafting
-        self.model_names = list(model_names)
-        self.draft_names = list(draft_names)
+        self.fields = list(fields)
         self.opening_error = error
         self.system_prompt = system_prompt or ""
         self.values = values
         self.check = check  # raises UserError with a one-line message
         self.title_text = title
-        self.model = model
-        self.draft = draft
-        self.check_model = check_model or (lambda _: None)
-        self.check_draft = check_draft or (lambda _: None)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="settings", classes="dialog"):
             yield Static(Text(self.title_text, style="bold"), classes="title")
             with VerticalScroll():
-                yield from self._model_rows()
+                yield from self._engine_rows()
                 yield Label("system prompt")
                 yield TextArea(self.system_prompt, id="settings-system-prompt")
                 yield from self._reply_rows()
@@ -120,38 +131,29 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
                 yield Static("ctrl+s apply · esc close", classes="hint")
         yield FittingFooter()
 
-    def _model_rows(self) -> ComposeResult:
+    def _engine_rows(self) -> ComposeResult:
         """The model and the draft, each an input with a browse button, and what applying them does."""
-        with Horizontal(classes="settings-row"):
-            yield Label("model")
-            yield Input(
-                self.model,
-                placeholder="a model folder or .gguf file (empty: the embedded model)",
-                id="settings-model",
-                validators=[ChoiceValidator(self.check_model)],
-                # Model names (qwen2.5-coder-1.5b) complete as they are typed; loading fetches them.
-                suggester=SuggestFromList(self.model_names, case_sensitive=False),
-                valid_empty=True,
-                compact=True,
+        for field in self.fields:
+            with Horizontal(classes="settings-row"):
+                yield Label(field.label)
+                yield Input(
+                    field.value,
+                    placeholder=field.placeholder,
+                    id=f"settings-{field.name}",
+                    validators=[ChoiceValidator(field.check)],
+                    # Model names (qwen2.5-coder-1.5b) complete as they are typed; loading fetches them.
+                    suggester=SuggestFromList(list(field.completions), case_sensitive=False),
+                    valid_empty=field.optional,
+                    compact=True,
+                )
+                yield Button(
+                    "…", id=f"settings-{field.name}-browse", compact=True, tooltip="pick a folder or file"
+                )
+        if self.fields:
+            yield Static(
+                Text("another model or draft is loaded on apply; the chat stays", style="dim"),
+                classes="settings-note",
             )
-            yield Button("…", id="settings-model-browse", compact=True, tooltip="pick a folder or file")
-        with Horizontal(classes="settings-row"):
-            yield Label("draft")
-            yield Input(
-                self.draft,
-                # The drafters' names (what it completes that is not a model name), or a folder.
-                placeholder=", ".join(n for n in self.draft_names if n not in self.model_names)
-                + ", or a draft model folder",
-                id="settings-draft",
-                validators=[ChoiceValidator(self.check_draft)],
-                suggester=SuggestFromList(self.draft_names, case_sensitive=False),
-                compact=True,
-            )
-            yield Button("…", id="settings-draft-browse", compact=True, tooltip="pick a folder or file")
-        yield Static(
-            Text("another model or draft is loaded on apply; the chat stays", style="dim"),
-            classes="settings-note",
-        )
 
     def _reply_rows(self) -> ComposeResult:
         """This chat's reply settings: the number fields (empty: the preset's value) and the drafting switches."""
@@ -180,10 +182,15 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
         if self.opening_error:
             self.show_error(self.opening_error)
             # The field that did not load has the focus, its typed path as it was: fix it and apply again.
-            field = "draft" if "draft" in self.opening_error.lower() else "model"
-            self.query_one(f"#settings-{field}", Input).focus()
+            field = self._field_that_failed()
+            self.query_one(f"#settings-{field.name}" if field else "#settings-system-prompt").focus()
         else:
             self.query_one("#settings-system-prompt", TextArea).focus()
+
+    def _field_that_failed(self) -> EngineField | None:
+        """The engine field the opening error names (a later one first: "draft model"), else the first."""
+        error = self.opening_error.lower()
+        return next((f for f in self.fields[1:] if f.name in error), self.fields[0] if self.fields else None)
 
     def on_resize(self) -> None:
         self._fit_height()
@@ -201,12 +208,9 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
             overrides[field] = parse_number(field, self.query_one(f"#settings-{field}", Input).value, kind)
         overrides["drafting"] = self.query_one("#settings-drafting", Switch).value
         system_prompt = self.query_one("#settings-system-prompt", TextArea).text
-        result = {
-            "system_prompt": system_prompt,
-            "overrides": overrides,
-            "model": self.query_one("#settings-model", Input).value.strip(),
-            "draft": self.query_one("#settings-draft", Input).value.strip(),
-        }
+        result: dict[str, Any] = {"system_prompt": system_prompt, "overrides": overrides}
+        for field in self.fields:
+            result[field.name] = self.query_one(f"#settings-{field.name}", Input).value.strip()
         if self.history_drafting is not None:
             result["history_drafting"] = self.query_one("#settings-history-drafting", Switch).value
         return result
@@ -221,14 +225,13 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         """A model or draft path is checked as it is typed: what is wrong shows at once, on one line."""
-        if event.input.id not in ("settings-model", "settings-draft"):
+        field = next((f for f in self.fields if event.input.id == f"settings-{f.name}"), None)
+        if field is None:
             return
         result = event.validation_result
         if result is not None and not result.is_valid:
             self.show_error(result.failure_descriptions[0])
-        elif self.opening_error and event.value == (
-            self.model if event.input.id == "settings-model" else self.draft
-        ):
+        elif self.opening_error and event.value == field.value:
             self.show_error(
                 self.opening_error
             )  # as it opened (the fields' first Changed): why it did not load
@@ -238,9 +241,9 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
     def action_apply(self) -> None:
         try:
             result = self.collect()
-            for field, check in (("model", self.check_model), ("draft", self.check_draft)):
-                if result[field] or field == "draft":
-                    check(result[field])
+            for field in self.fields:
+                if result[field.name] or not field.optional:
+                    field.check(result[field.name])
             self.check(result)
         except (ValueError, UserError) as exc:
             self.show_error(str(exc))
@@ -251,20 +254,21 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
         if event.button.id == "settings-apply":
             event.stop()
             self.action_apply()
-        elif event.button.id in ("settings-model-browse", "settings-draft-browse"):
+            return
+        field = next((f for f in self.fields if event.button.id == f"settings-{f.name}-browse"), None)
+        if field is not None:
             event.stop()
-            self.browse(event.button.id.split("-")[1])
+            self.browse(field)
 
-    def browse(self, field: str) -> None:
+    def browse(self, field: EngineField) -> None:
         """Pick the model or draft from a folder tree; the picked path goes into the field (and is checked)."""
         from tui.screens.path_picker import PathPickerScreen, start_folder
 
-        target = self.query_one(f"#settings-{field}", Input)
+        target = self.query_one(f"#settings-{field.name}", Input)
 
         def picked(path: str | None) -> None:
             if path:
                 target.value = path
             target.focus()
 
-        title = "Pick the model folder or .gguf file" if field == "model" else "Pick the draft model"
-        self.app.push_screen(PathPickerScreen(title, start_folder(target.value)), picked)
+        self.app.push_screen(PathPickerScreen(field.picker, start_folder(target.value)), picked)

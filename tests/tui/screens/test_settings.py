@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 
 import pytest
-from textual.widgets import Input, Switch, TextArea
+from textual.widgets import Button, Input, Label, Switch, TextArea
 
+from engine.backends import registry
 from engine.backends.scripted import ScriptedBackend
 from engine.config import load_settings
 from tests.support.tui import make_app, plain, send, status, wait_ready, wait_until
 from tui.app import SpecchatApp
+from tui.chat_settings import engine_fields
 from tui.screens.settings import SettingsScreen
 
 SIZE = (100, 36)
@@ -244,7 +247,12 @@ async def test_the_dialog_returns_its_values_to_whoever_opened_it_and_applies_no
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         returned: list = []
-        dialog = SettingsScreen("be brief", {"k": 3}, check=lambda result: None, model="", draft="ngram")
+        dialog = SettingsScreen(
+            "be brief",
+            {"k": 3},
+            check=lambda result: None,
+            fields=engine_fields({"model": "", "draft": "ngram"}),
+        )
         app.push_screen(dialog, returned.append)
         await wait_until(pilot, lambda: app.screen is dialog and dialog.query("#settings-temperature"))
         fill(dialog, "temperature", "0.5")
@@ -254,3 +262,57 @@ async def test_the_dialog_returns_its_values_to_whoever_opened_it_and_applies_no
         assert returned[0]["overrides"]["temperature"] == 0.5 and returned[0]["overrides"]["k"] == 3
         assert (returned[0]["model"], returned[0]["draft"]) == ("", "ngram")
         assert app.session.preset_choice.overrides == {} and app.session.settings.system_prompt != "be brief"
+
+
+def engine_rows(screen: SettingsScreen) -> list[tuple[str, str, str, str | None]]:
+    """The dialog's engine rows as shown: (field id, label, placeholder, the browse button's tooltip)."""
+    rows = []
+    for button in screen.query(Button):
+        if button.id and button.id.endswith("-browse"):
+            row = button.parent
+            field = row.query_one(Input)
+            label = str(row.query_one(Label).render())
+            rows.append((field.id, label, field.placeholder, str(button.tooltip)))
+    return rows
+
+
+async def test_the_engine_rows_are_the_engine_options_marked_for_the_dialog():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        screen = await open_settings(pilot)
+        marked = [option.name for option in registry.ENGINE_OPTIONS if option.dialog is not None]
+        assert marked == ["model", "draft"]
+        rows = engine_rows(screen)
+        assert [field_id for field_id, *_ in rows] == [f"settings-{name}" for name in marked]
+        model, draft = rows
+        assert model[1:] == (
+            "model",
+            "a model folder or .gguf file (empty: the embedded model)",
+            "pick a folder or file",
+        )
+        assert draft[1] == "draft" and draft[2].endswith(", or a draft model folder")
+        assert set(screen.collect()) >= {"model", "draft"}
+
+
+async def test_an_option_marked_for_the_dialog_shows_there_with_no_row_written_for_it(monkeypatch):
+    # Would go red with the rows written out in the dialog: a third marked option shows, in the table's order.
+    field = registry.DialogField("endpoint", "a server's base URL", "Pick a folder")
+    options = tuple(
+        dataclasses.replace(option, dialog=field) if option.name == "endpoint" else option
+        for option in registry.ENGINE_OPTIONS
+    )
+    monkeypatch.setattr(registry, "ENGINE_OPTIONS", options)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        screen = await open_settings(pilot)
+        rows = engine_rows(screen)
+        assert [field_id for field_id, *_ in rows] == [
+            "settings-model",
+            "settings-draft",
+            "settings-endpoint",
+        ]
+        assert rows[2][1:3] == ("endpoint", "a server's base URL")
+        fill(screen, "endpoint", " http://127.0.0.1:8080 ")
+        assert screen.collect()["endpoint"] == "http://127.0.0.1:8080"
