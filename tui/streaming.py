@@ -10,12 +10,17 @@ UI thread uses more than `UI_BUDGET` of a core (a long code block re-highlighted
 chat), so the UI never takes the cores the model needs: on 2 cores llama.cpp's threads meet at a barrier every
 operation, and a third busy thread stalls both.
 
+The two threads share one interpreter lock. A thread coming back from llama.cpp (which runs without the lock)
+waits for it while the UI thread lays out a reply: up to the interpreter's switch interval, 5 ms by default, about
+a token's time on a small model. `GIL_SWITCH_INTERVAL_S` shortens that while a reply streams.
+
 Draft highlighting needs text per origin: `engine.origins.split_chunk_by_origin` splits each chunk, on the
 generation thread, never on the UI.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +32,8 @@ from engine.origins import OriginRun, split_chunk_by_origin
 RENDER_INTERVAL_S = 0.2
 MAX_RENDER_INTERVAL_S = 1.0  # a long chat at 160x48 needs nearly this much (docs/performance.md)
 UI_BUDGET = 0.06  # of a core for the UI thread while a reply streams (docs/performance.md: redraw pace)
+# The interpreter's switch interval while a reply streams (sys.setswitchinterval; CPython's default is 0.005).
+GIL_SWITCH_INTERVAL_S = 0.0005
 
 
 @dataclass
@@ -56,6 +63,25 @@ class RenderPace:
                 self.interval = max(self.base, self.interval * 0.8)
         self._cpu, self._wall = cpu, wall
         return self.interval
+
+
+@dataclass
+class LockHandoff:
+    """The interpreter's switch interval at `interval` between `begin` and `end` (a reply streaming), the one
+    before it back after; a second `begin` keeps the first one's saved value."""
+
+    interval: float = GIL_SWITCH_INTERVAL_S
+    _saved: float | None = None
+
+    def begin(self) -> None:
+        if self._saved is None:
+            self._saved = sys.getswitchinterval()
+            sys.setswitchinterval(self.interval)
+
+    def end(self) -> None:
+        if self._saved is not None:
+            sys.setswitchinterval(self._saved)
+            self._saved = None
 
 
 @dataclass

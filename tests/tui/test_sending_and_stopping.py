@@ -157,3 +157,24 @@ async def test_14_ctx_is_updated_after_edit_last():
         await wait_until(pilot, lambda: not app.chat.generating and app.chat.editing is None)
         await wait_until(pilot, lambda: len(app.chat.chat_log.messages()) == 2)
         assert re.search(r"ctx (\d+)/2048", status(app)).group(1) == used
+
+
+async def test_a_streaming_reply_hands_the_interpreter_lock_back_quickly_and_restores_it_after():
+    """While a reply streams the generation thread waits at most GIL_SWITCH_INTERVAL_S for the lock the UI thread
+    holds (tui/streaming.py); after the reply the interpreter's own interval is back."""
+    import sys
+
+    from tui.streaming import GIL_SWITCH_INTERVAL_S
+
+    before = sys.getswitchinterval()
+    assert before != GIL_SWITCH_INTERVAL_S
+    seen: list[float] = []
+    app = make_app(ScriptedBackend(replies=["one two three four five six seven eight"], tokens_per_s=20))
+    async with app.run_test(size=SMALL) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "count", wait=False)
+        await wait_until(pilot, lambda: app.chat.generating)
+        seen.append(sys.getswitchinterval())
+        await wait_until(pilot, lambda: not app.chat.generating)
+        seen.append(sys.getswitchinterval())
+    assert seen == [GIL_SWITCH_INTERVAL_S, before]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from engine.events import Chunk, ContextTrimmed, ReplyFailed, ReplyFinished, ReplyStarted
 from tui.messages import ReplyEventArrived, ReplyTextArrived
 from tui.reply_header import started_header
-from tui.streaming import RenderPace, ReplyBuffer
+from tui.streaming import LockHandoff, RenderPace, ReplyBuffer
 from tui.widgets.message import ReplyMessage, UserMessage
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ class ReplyLifecycle:
         self.buffer: ReplyBuffer | None = None
         self._cancel: threading.Event | None = None
         self._pace = RenderPace()
+        self._handoff = LockHandoff()
         self._pending_prompt = ""
         # A message sent while the model loads: shown as waiting and sent once the model is ready.
         self.queued: tuple[str, UserMessage] | None = None
@@ -112,6 +113,7 @@ class ReplyLifecycle:
         backend = screen.session.backend
         self.buffer = ReplyBuffer(decode=backend.decode if backend is not None else None)
         self._pace = RenderPace()
+        self._handoff.begin()  # the generation thread gets the interpreter lock back quickly (tui/streaming.py)
         self.streaming = reply
         self._cancel = threading.Event()
         self._pending_prompt = text or ""
@@ -276,6 +278,7 @@ class ReplyLifecycle:
         """The screen goes (quitting): the generation thread stops; returns the message still waiting, if any."""
         if self._cancel is not None:
             self._cancel.set()
+        self._handoff.end()
         return self.queued[0] if self.queued else ""
 
     async def _restore_prompt(self, reply: ReplyMessage) -> None:
@@ -305,6 +308,7 @@ class ReplyLifecycle:
             await replaced.remove()
 
     def _end(self) -> None:
+        self._handoff.end()
         self.streaming = None
         self._cancel = None
         self.screen.prompt.cursor_blink = True

@@ -4,7 +4,7 @@ find, attach, copying, inspecting, settings_flow: F12; presence: another window 
 actions check the state and call the part that does the work.
 
 Threads: every reply runs in a thread worker of this screen (group "generate", `tui.chat_parts.reply`). The
-generation thread only fills a `ReplyBuffer` and posts `ReplyTextArrived` at most every 0.1 s (longer while the UI
+generation thread only fills a `ReplyBuffer` and posts `ReplyTextArrived` at most every 0.2 s (longer while the UI
 thread is over its budget: `tui.streaming.RenderPace`), plus one message per session event (`ReplyStarted`,
 `ContextTrimmed`, `ReplyFinished`, `ReplyFailed`). The status bar reads the session's plain attributes on a 0.25 s
 timer. The model itself is loaded by the app (`tui.app`), which tells this screen how that went with the messages

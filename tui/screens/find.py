@@ -1,6 +1,6 @@
 """Find text in the conversation: type, see how many messages hold it, enter jumps to the newest (again: older).
 
-Dismisses with the text to find (None on escape); the app selects the matching message (tui/chat_flows.py).
+Dismisses with the text to find (None on escape); the chat selects the matching message (tui/chat_parts/find.py).
 """
 
 from __future__ import annotations
