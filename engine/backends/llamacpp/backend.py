@@ -167,6 +167,7 @@ class LlamaCppBackend(RoundLoopBackend):
         # Weight repacking, chosen for this CPU at load (off where llama.cpp's AMX path crashes), per model file.
         self.repack: RepackChoice | None = None
         self.repack_by_file: dict[Path, bool] = {}
+        self.draft_file: Path | None = None  # the draft model's GGUF, once resolved
         # Seconds this load spent in trial decodes in a child process (0 when the verdicts were remembered).
         self.trial_seconds = 0.0
 
@@ -231,6 +232,7 @@ class LlamaCppBackend(RoundLoopBackend):
             if self.draft_mode == "model" and not self.use_mtp
             else None
         )
+        self.draft_file = draft_path
         self._plan_loads(path, draft_path, report)
         report("loading model", 0.1)
         llama_cpp.llama_backend_init()
@@ -418,12 +420,14 @@ class LlamaCppBackend(RoundLoopBackend):
         # An MTP head follows the target's decodes: its cache is filled by the target's prefill.
         feeder = self.target if self.use_mtp else self.draft_state
         draft = self.draft_state
-        who = "mtp" if self.use_mtp else f"{self.draft}|{self.requested_draft_cache_mode}|{draft.repack}"
+        who = "mtp"  # else the draft's file and build as the crash trials name them (kept on disk)
+        if not self.use_mtp and self.draft_file is not None:
+            who = f"{trial_key(self.draft_file, draft.repack)}|{self.requested_draft_cache_mode}"
         costs.observe_draft(timings.draft_step(who, draft, feeder))
 
     def _timings(self) -> PassTimings:
-        """This model's pass timings as loaded, kept for the process (pass_timings.py); unshared where the
-        target's decode is not llama.cpp's own (a test's planted kernel)."""
+        """This model's pass timings as loaded, kept in the process and on disk (pass_timings.py); unshared where
+        the target's decode is not llama.cpp's own (a test's planted kernel)."""
         target = self.target
         if not self._decodes_are_llamas_own():
             return PassTimings.kept(None)

@@ -337,6 +337,11 @@ def remember_verdict(store: Path, key: str, verdict: dict) -> None:
     left alone: the verdict is measured again next time)."""
     data = load_verdicts(store)
     data[key] = verdict
+    write_verdicts(store, data)
+
+
+def write_verdicts(store: Path, data: dict) -> None:
+    """The file, written whole, then moved into place (left alone where it cannot be written)."""
     with contextlib.suppress(OSError):
         store.parent.mkdir(parents=True, exist_ok=True)
         partial = store.with_name(f".{store.name}.{os.getpid()}")

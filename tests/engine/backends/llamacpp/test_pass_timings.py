@@ -1,9 +1,11 @@
 """A model loaded again in the same process (F12 switching drafters, a benchmark's second backend) reads the pass
 timings its first load measured instead of decoding them again; another cache type or thread count is another
-model as loaded and is timed afresh (engine/backends/llamacpp/pass_timings.py)."""
+model as loaded and is timed afresh; the next start reads them from disk once a one-token pass confirms them, and
+times everything again where it does not (engine/backends/llamacpp/pass_timings.py)."""
 
 from __future__ import annotations
 
+import json
 import time
 import types
 
@@ -24,10 +26,13 @@ class Clock(types.SimpleNamespace):
         self.reads += 1
         return time.perf_counter()
 
+    def time(self) -> float:  # when a table was stored (not a pass's timing)
+        return time.time()
+
 
 @pytest.fixture
-def clock(monkeypatch) -> Clock:
-    pass_timings.forget()
+def clock(monkeypatch, tmp_path) -> Clock:
+    pass_timings.forget(store=tmp_path / "pass-timings.json")
     clock = Clock()
     monkeypatch.setattr(pass_timings, "time", clock)
     yield clock
@@ -80,3 +85,69 @@ def test_the_two_consumers_share_the_64_token_timings(clock: Clock) -> None:
         assert clock.reads == 2 * pass_timings.ROUNDS * len(kept)
     finally:
         backend.close()
+
+
+def test_the_next_start_reads_the_stored_timings_once_a_one_token_pass_confirms_them(clock: Clock) -> None:
+    from engine.models import ensure_embedded_gguf
+
+    path = ensure_embedded_gguf()
+    first = loaded(path, "ngram", threads=1)
+    prior = first.target.costs.as_dict()
+    first.close()
+    store = pass_timings.store_path()
+    assert store.exists()
+    pass_timings.forget(store=store)  # a new process: nothing in memory, the file stays
+    clock.reads = 0
+    again = loaded(path, "ngram", threads=1)
+    try:
+        (kept,) = pass_timings._kept.values()
+        if kept.confirmation == "kept":  # the machine ran as fast as at the first load
+            assert clock.reads == 2 * pass_timings.ROUNDS  # the check's one-token pass, nothing else
+            assert again.target.costs.as_dict() == prior
+        else:  # a busy moment then or now: everything timed again, as at a first load
+            assert kept.confirmation == "timed afresh" and clock.reads > 2 * pass_timings.ROUNDS
+    finally:
+        again.close()
+
+
+def test_stored_timings_that_no_longer_hold_are_timed_afresh_and_stored(clock: Clock) -> None:
+    from engine.models import ensure_embedded_gguf
+
+    path = ensure_embedded_gguf()
+    loaded(path, "ngram", threads=1).close()
+    store = pass_timings.store_path()
+    data = json.loads(store.read_text())
+    (key,) = data
+    width, context = pass_timings.CHECK
+    for row in data[key]["best"]:
+        row[2] *= 10 if row[:2] == [width, context] else 1  # "a pass took 10x as long": another machine
+    stale = next(row[2] for row in data[key]["best"] if row[:2] == [width, context])
+    store.write_text(json.dumps(data))
+    pass_timings.forget(store=store)
+    clock.reads = 0
+    again = loaded(path, "ngram", threads=1)
+    try:
+        (kept,) = pass_timings._kept.values()
+        assert kept.confirmation == "timed afresh"
+        assert clock.reads == 2 * pass_timings.ROUNDS * len(kept.best)  # the check, then every other pass
+        fresh = json.loads(store.read_text())[key]["best"]
+        assert next(row[2] for row in fresh if row[:2] == [width, context]) < stale / 2
+    finally:
+        again.close()
+
+
+def test_the_file_keeps_the_tables_timed_last(tmp_path, monkeypatch) -> None:
+    """Tests build random models afresh each run: the file keeps only the KEPT_TABLES stored last."""
+    store = tmp_path / "pass-timings.json"
+    pass_timings.forget(store=store)
+    monkeypatch.setattr(pass_timings, "KEPT_TABLES", 3)
+    try:
+        for i in range(5):
+            table = pass_timings.PassTimings(f"model {i}")
+            table.best = {pass_timings.CHECK: 0.01 + i}
+            table._write()
+        assert sorted(json.loads(store.read_text())) == ["model 2", "model 3", "model 4"]
+        assert pass_timings.PassTimings.kept("model 4").best == {pass_timings.CHECK: 4.01}
+        assert pass_timings.PassTimings.kept("model 0").best == {}
+    finally:
+        pass_timings.forget()
