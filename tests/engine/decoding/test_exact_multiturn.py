@@ -48,6 +48,18 @@ def converse(backend, turns: tuple[str, ...], k: int, seed: int = 0, **sampler) 
     return replies
 
 
+_plain: dict[tuple, list[list[int]]] = {}
+
+
+def plain_conversation(backend, turns: tuple[str, ...], seed: int = 0, **sampler) -> list[list[int]]:
+    """`converse` with no drafting, decoded once per loaded backend, conversation and sampler (the fp32 check reads
+    the greedy one the drafting test decoded; `three_ways` forgets them when it closes its backends)."""
+    key = (id(backend), turns, seed, tuple(sorted(sampler.items())))
+    if key not in _plain:
+        _plain[key] = converse(backend, turns, k=0, seed=seed, **sampler)
+    return _plain[key]
+
+
 def drafted_anything(backend, turns: tuple[str, ...], k: int) -> bool:
     messages = [{"role": "user", "content": turns[0]}]
     return generate(backend, backend.encode_chat(messages), k=k, max_new=MAX_NEW).drafted > 0
@@ -64,12 +76,13 @@ def three_ways(backend_class, model, cache_mode: str):
             backend.load()
         yield backends
     finally:
+        _plain.clear()
         for backend in backends.values():
             backend.close()
 
 
 def assert_drafting_keeps_the_conversation(trio, turns: tuple[str, ...]) -> None:
-    plain = converse(trio["none"], turns, k=0)
+    plain = plain_conversation(trio["none"], turns)
     assert all(plain), "every turn answers"
     for name in ("ngram", "self"):
         assert converse(trio[name], turns, k=K) == plain, f"{name} drafting changed a turn"
@@ -107,7 +120,7 @@ def test_plain_turns_equal_the_models_own_fp32_greedy_reference(smol_dir: Path, 
         pytest.skip("the reference is the full-precision model; q8 is compared with plain decoding above")
     model = AutoModelForCausalLM.from_pretrained(smol_dir, dtype=torch.float32).eval()
     turns = CONVERSATIONS[0]
-    ours = converse(backend, turns, k=0)
+    ours = plain_conversation(backend, turns)
     messages: list[dict[str, str]] = []
     for text, reply in zip(turns, ours, strict=True):
         messages.append({"role": "user", "content": text})
