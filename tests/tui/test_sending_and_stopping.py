@@ -178,3 +178,27 @@ async def test_a_streaming_reply_hands_the_interpreter_lock_back_quickly_and_res
         await wait_until(pilot, lambda: not app.chat.generating)
         seen.append(sys.getswitchinterval())
     assert seen == [GIL_SWITCH_INTERVAL_S, before]
+
+
+async def test_what_would_change_the_conversation_waits_for_the_streaming_reply_and_says_so():
+    """ctrl+n (the key), and the actions a key hides while a reply streams (the palette still offers them), say
+    "wait" once each and leave the conversation alone."""
+    from tui.keymap import key_for
+
+    reply = " ".join(["word"] * 60)
+    app = make_app(ScriptedBackend(replies=[reply], tokens_per_s=20))
+    async with app.run_test(size=SMALL) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "count", wait=False)
+        await wait_until(pilot, lambda: app.chat.generating)
+        chat = app.chat
+        await pilot.press(key_for("chat.new", chat.keymap))
+        await pilot.pause(0.1)
+        for action in (chat.action_regenerate, chat.action_edit_last, chat.action_continue_reply):
+            await action()
+        await chat.action_page_variant(-1)
+        await pilot.pause(0.1)  # notify posts a message to the app
+        told = [n.message for n in app._notifications if n.message.startswith("Wait for the reply to finish")]
+        assert chat.generating and len(told) == 5
+        await wait_until(pilot, lambda: not chat.generating, timeout=15)
+        assert [t.content for t in app.session.turns] == ["count", reply]

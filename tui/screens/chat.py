@@ -355,9 +355,14 @@ class ChatScreen(Screen[None]):
         else:  # a message waiting for the model (if any): back to the prompt
             self.lifecycle.unqueue()
 
-    async def action_regenerate(self) -> None:
+    def _told_to_wait(self) -> bool:
+        """A reply is streaming: say so (the action waits for it) and return True."""
         if self.generating:
             self.notify("Wait for the reply to finish, or press esc.", severity="warning")
+        return self.generating
+
+    async def action_regenerate(self) -> None:
+        if self._told_to_wait():
             return
         if self.state != "ready":
             return
@@ -367,24 +372,21 @@ class ChatScreen(Screen[None]):
         await self.lifecycle.regenerate()
 
     async def action_edit_last(self) -> None:
-        if self.generating:
-            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
-        elif self.state != "ready":
+        if self._told_to_wait():
+            return
+        if self.state != "ready":
             self.notify("The model is not ready yet: edit once it has loaded.", severity="warning")
         else:
             self.branches.start(self.focused)
 
     async def action_page_variant(self, step: int) -> None:
-        if self.generating:
-            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
+        if self._told_to_wait():
             return
         if await self.branches.page(step, self.focused, self.highlight_drafts, self.mark_context):
             self.refresh_status()
 
     async def action_continue_reply(self) -> None:
-        if self.generating:
-            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
-        elif self.state == "ready":
+        if not self._told_to_wait() and self.state == "ready":
             await self.continuer.start()
 
     def action_find(self) -> None:
@@ -451,8 +453,7 @@ class ChatScreen(Screen[None]):
             self.notify("Draft colours off.", timeout=2)
 
     async def action_new_chat(self) -> None:
-        if self.generating:
-            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
+        if self._told_to_wait():
             return
         self.session.new_chat()
         await self.chat_log.clear_messages()
@@ -463,8 +464,7 @@ class ChatScreen(Screen[None]):
 
     async def show_chat(self, chat_id: int) -> None:
         """Put a stored chat on screen, stats lines included; the conversation continues from it."""
-        if self.generating:
-            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
+        if self._told_to_wait():
             return
         try:
             turns = self.session.open_chat(chat_id)
