@@ -6,9 +6,10 @@ buffered in one go. So nothing per token touches the DOM, and a burst of chunks 
 
 The interval is tied to the eye, not to the model: `RENDER_INTERVAL_S` (5 redraws a second still reads as flowing
 text; 10 cost the model ~6% of its speed on 2 cores) whatever the token rate. `RenderPace` stretches it while the
-UI thread uses more than `UI_BUDGET` of a core (a long code block re-highlighted per redraw, a wide terminal, a long
-chat), so the UI never takes the cores the model needs: on 2 cores llama.cpp's threads meet at a barrier every
-operation, and a third busy thread stalls both.
+UI thread uses more than its budget of a core (a long code block re-highlighted per redraw, a wide terminal, a long
+chat), so the UI never takes the cores the model needs: where the model's threads fill every core this process may
+use, llama.cpp's threads meet at a barrier every operation and a third busy thread stalls them all, so the budget
+is `CONTENDED_UI_BUDGET` there (`ui_budget`): each 1% of a core the UI takes costs the model ~2% of its speed.
 
 The two threads share one interpreter lock. A thread coming back from llama.cpp (which runs without the lock)
 waits for it while the UI thread lays out a reply: up to the interpreter's switch interval, 5 ms by default, about
@@ -20,6 +21,7 @@ generation thread, never on the UI.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -32,8 +34,34 @@ from engine.origins import OriginRun, split_chunk_by_origin
 RENDER_INTERVAL_S = 0.2
 MAX_RENDER_INTERVAL_S = 1.0  # a long chat at 160x48 needs nearly this much (docs/performance.md)
 UI_BUDGET = 0.06  # of a core for the UI thread while a reply streams (docs/performance.md: redraw pace)
+CONTENDED_UI_BUDGET = (
+    0.03  # the same where the model's threads take every core (chat >= 0.95x generate there)
+)
 # The interpreter's switch interval while a reply streams (sys.setswitchinterval; CPython's default is 0.005).
 GIL_SWITCH_INTERVAL_S = 0.0005
+
+
+def usable_cores() -> int:
+    """Logical CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def model_threads(backend: object) -> int | None:
+    """The CPU threads a loaded backend computes with, where it says (llama.cpp's `threads`, transformers' when set)."""
+    threads = getattr(backend, "threads", None)
+    return threads if isinstance(threads, int) and not isinstance(threads, bool) else None
+
+
+def ui_budget(model_threads: int | None, cores: int | None = None) -> float:
+    """The UI thread's share of a core while a reply streams: `CONTENDED_UI_BUDGET` where the model's CPU threads
+    (None: it computes elsewhere, or says not) take every usable core, `UI_BUDGET` where one is left over."""
+    cores = usable_cores() if cores is None else cores
+    if model_threads is not None and model_threads >= cores:
+        return CONTENDED_UI_BUDGET
+    return UI_BUDGET
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from engine.events import Chunk, Done, MessageStats
@@ -9,7 +11,15 @@ from engine.origins import merge_runs, split_chunk_by_origin
 from tests.support.tui import wide_figures
 from tui.formatting import bar, percent, sparkline, stats_line
 from tui.keymap import check_keymap, key_for
-from tui.streaming import RENDER_INTERVAL_S, RenderPace, ReplyBuffer
+from tui.streaming import (
+    CONTENDED_UI_BUDGET,
+    RENDER_INTERVAL_S,
+    UI_BUDGET,
+    RenderPace,
+    ReplyBuffer,
+    model_threads,
+    ui_budget,
+)
 from tui.widgets.message import last_code_block
 from tui.widgets.status_bar import StatusFigures, render_status
 
@@ -305,3 +315,14 @@ def test_the_doesnt_pay_verdict_shows_only_where_adaptive_k_leaves_drafting_off(
     assert "doesn't pay" in render_status(streaming).plain
     streaming = collect_status(session("fixed", started("fixed")), "streaming")
     assert "doesn't pay" not in render_status(streaming).plain
+
+
+def test_the_ui_budget_halves_where_the_model_takes_every_core():
+    assert ui_budget(2, cores=2) == CONTENDED_UI_BUDGET < UI_BUDGET
+    assert ui_budget(4, cores=2) == CONTENDED_UI_BUDGET
+    assert ui_budget(2, cores=4) == UI_BUDGET  # a core left over for the UI
+    assert (
+        ui_budget(None, cores=1) == UI_BUDGET
+    )  # a GPU or a server: the model's threads are not ours to count
+    assert model_threads(SimpleNamespace(threads=3)) == 3
+    assert model_threads(SimpleNamespace(threads=None)) is None and model_threads(object()) is None

@@ -202,3 +202,22 @@ async def test_what_would_change_the_conversation_waits_for_the_streaming_reply_
         assert chat.generating and len(told) == 5
         await wait_until(pilot, lambda: not chat.generating, timeout=15)
         assert [t.content for t in app.session.turns] == ["count", reply]
+
+
+async def test_the_redraws_take_a_smaller_share_of_a_core_where_the_model_takes_them_all():
+    """A backend computing with as many threads as this process has cores gets the contended UI budget; one
+    that leaves a core free, or says nothing of threads, the usual one (tui/streaming.py)."""
+    from tui.streaming import CONTENDED_UI_BUDGET, UI_BUDGET, usable_cores
+
+    budgets = []
+    for threads in (usable_cores(), None):
+        backend = ScriptedBackend(replies=[" ".join(["word"] * 20)], tokens_per_s=20)
+        backend.threads = threads
+        app = make_app(backend)
+        async with app.run_test(size=SMALL) as pilot:
+            await wait_ready(pilot)
+            await send(pilot, "count", wait=False)
+            await wait_until(pilot, lambda app=app: app.chat.generating)
+            budgets.append(app.chat.lifecycle._pace.budget)
+            await wait_until(pilot, lambda app=app: not app.chat.generating)
+    assert budgets == [CONTENDED_UI_BUDGET, UI_BUDGET]

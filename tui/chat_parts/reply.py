@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from engine.events import Chunk, ContextTrimmed, ReplyFailed, ReplyFinished, ReplyStarted
 from tui.messages import ReplyEventArrived, ReplyTextArrived
 from tui.reply_header import started_header
-from tui.streaming import LockHandoff, RenderPace, ReplyBuffer
+from tui.streaming import LockHandoff, RenderPace, ReplyBuffer, model_threads, ui_budget
 from tui.widgets.message import ReplyMessage, UserMessage
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ class ReplyLifecycle:
         screen.chat_log.anchor()
         backend = screen.session.backend
         self.buffer = ReplyBuffer(decode=backend.decode if backend is not None else None)
-        self._pace = RenderPace()
+        self._pace = RenderPace(budget=ui_budget(model_threads(backend)))
         self._handoff.begin()  # the generation thread gets the interpreter lock back quickly (tui/streaming.py)
         self.streaming = reply
         self._cancel = threading.Event()
