@@ -284,12 +284,14 @@ class AdaptiveK:
         self.skipped = 0
         self.interval = self.probe_interval
 
-    def choose(self, k_max: int, costs: VerifyCostModel | None, rounds: int = 1) -> int:
-        """This round's K: the best-paying one, else 0, else (once `interval` rounds drafted nothing) a short probe.
-        `rounds`: the rounds this call counts towards the next probe (0 where the caller counts them itself, as
-        the GPU backends do for a whole reply at one K)."""
+    def choose(
+        self, k_max: int, costs: VerifyCostModel | None, rounds: int = 1, probe_length: int = PROBE_LENGTH
+    ) -> int:
+        """This round's K: the best-paying one, else 0, else (once `interval` rounds drafted nothing) a probe of
+        `probe_length`. `rounds`: the rounds this call counts towards the next probe (0 where the caller counts them
+        itself, as the GPU backends do for a whole reply at one K)."""
         k, _ = self.plan(k_max, costs)
         if k > 0:
             self.drafting()
             return k
-        return min(PROBE_LENGTH, k_max) if self.probe_due(k_max, costs, rounds) else 0
+        return min(probe_length, k_max) if self.probe_due(k_max, costs, rounds) else 0

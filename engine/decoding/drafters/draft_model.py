@@ -6,6 +6,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from engine.decoding.adaptive_k import PROBE_LENGTH
 from engine.decoding.drafters.base import DraftContext, Plan, common_prefix
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ class DraftModelDrafter:
     """Drafts from a draft model: k greedy steps on its own cache, k from adaptive K (or the preset's K)."""
 
     name = "model"
+    probe_length = PROBE_LENGTH  # the draft a probe sends while no K pays (engine/decoding/adaptive_k.py)
 
     def __init__(
         self,
@@ -86,7 +88,7 @@ class DraftModelDrafter:
         return Plan(self, k, rate)
 
     def draft(self, plan: Plan, seq: Sequence[int]) -> list[int]:
-        k = self.tuner.choose(plan.k, self.costs) if self.adaptive else plan.k
+        k = self.tuner.choose(plan.k, self.costs, probe_length=self.probe_length) if self.adaptive else plan.k
         if k <= 0:
             return []
         return draft_greedy(self.model, seq, k, self.vocab_size, self.costs, self.step_times)

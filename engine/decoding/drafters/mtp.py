@@ -4,6 +4,12 @@ On llama.cpp the head is a second context on the target's model that follows the
 (engine/backends/llamacpp/mtp.py); to the round loop it is a cached model like a draft model, so the drafter is the
 draft-model drafter's greedy steps and adaptive K, under its own name (its rounds, stats and per-position acceptance
 say "mtp"). ExLlamaV3 runs its MTP head inside its own generator instead.
+
+Its probes (while no K pays) draft one token, not the draft model's two: a probe first feeds the head every token
+since its last draft, then steps it, and each step carries the whole vocabulary's output row; where nothing is
+accepted two-token probes cost 64-token replies 2.4% (0.976x plain), one-token probes 1.0% (0.990x; the random-weight
+Qwen3.5-0.8B-shaped Q4_K_M, docs/performance.md). An accepted probe still raises the next position's estimate
+(adaptive K's censored update), so a head that recovers is drafted long again.
 """
 
 from __future__ import annotations
@@ -11,11 +17,14 @@ from __future__ import annotations
 from engine.decoding.drafters.base import DraftContext
 from engine.decoding.drafters.draft_model import DraftModelDrafter
 
+MTP_PROBE_LENGTH = 1
+
 
 class MtpDrafter(DraftModelDrafter):
     """Drafts from the model's MTP head (the context's `draft`): k greedy steps, k from adaptive K."""
 
     name = "mtp"
+    probe_length = MTP_PROBE_LENGTH
 
 
 def build(context: DraftContext) -> MtpDrafter:

@@ -1,0 +1,33 @@
+"""While no K pays, adaptive K sends a probe now and then: the draft model's drafts PROBE_LENGTH tokens, the MTP
+head's one (each head step carries the whole vocabulary's row after a catch-up; engine/decoding/drafters/mtp.py)."""
+
+from __future__ import annotations
+
+from engine.decoding.adaptive_k import PROBE_LENGTH, AdaptiveK
+from engine.decoding.cost_model import VerifyCostModel
+from engine.decoding.drafters.base import Plan
+from engine.decoding.drafters.draft_model import DraftModelDrafter
+from engine.decoding.drafters.mtp import MTP_PROBE_LENGTH, MtpDrafter
+from tests.engine.decoding.drafters.test_draft_model_catch_up import VOCAB, BatchedModel
+
+
+def probe_lengths(cls: type[DraftModelDrafter]) -> list[int]:
+    """The drafts sent over 8 rounds by a drafter nothing of which is ever accepted, probing every round."""
+    model = BatchedModel(batch=64)
+    tuner = AdaptiveK(prior=[0.0], probe_interval=1)
+    drafter = cls(model, VOCAB, VerifyCostModel(), tuner, adaptive=True)
+    seq = list(range(10))
+    sent = []
+    for _ in range(8):
+        drafts = drafter.draft(Plan(drafter, 4, 1.0), seq)
+        sent.append(len(drafts))
+        drafter.accept(len(drafts), 0)
+        seq.append(len(seq) % VOCAB)
+    return [n for n in sent if n]
+
+
+def test_the_mtp_head_probes_with_one_token_and_a_draft_model_with_two():
+    assert MTP_PROBE_LENGTH == 1 < PROBE_LENGTH == 2
+    mtp, model = probe_lengths(MtpDrafter), probe_lengths(DraftModelDrafter)
+    assert mtp and set(mtp) == {MTP_PROBE_LENGTH}
+    assert model and set(model) == {PROBE_LENGTH}
