@@ -186,7 +186,7 @@ async def test_what_would_change_the_conversation_waits_for_the_streaming_reply_
     from tui.keymap import key_for
 
     reply = " ".join(["word"] * 60)
-    app = make_app(ScriptedBackend(replies=[reply], tokens_per_s=20))
+    app = make_app(ScriptedBackend(replies=[reply], tokens_per_s=20), keymap={"reply.cancel": "ctrl+g"})
     async with app.run_test(size=SMALL) as pilot:
         await wait_ready(pilot)
         await send(pilot, "count", wait=False)
@@ -200,6 +200,7 @@ async def test_what_would_change_the_conversation_waits_for_the_streaming_reply_
         await pilot.pause(0.1)  # notify posts a message to the app
         told = [n.message for n in app._notifications if n.message.startswith("Wait for the reply to finish")]
         assert chat.generating and len(told) == 5
+        assert all(m.endswith("or press ctrl+g.") for m in told), told  # the stop key in force, remapped
         await wait_until(pilot, lambda: not chat.generating, timeout=15)
         assert [t.content for t in app.session.turns] == ["count", reply]
 

@@ -358,7 +358,10 @@ class ChatScreen(Screen[None]):
     def _told_to_wait(self) -> bool:
         """A reply is streaming: say so (the action waits for it) and return True."""
         if self.generating:
-            self.notify("Wait for the reply to finish, or press esc.", severity="warning")
+            self.notify(
+                f"Wait for the reply to finish, or press {self.shown_key('reply.cancel')}.",
+                severity="warning",
+            )
         return self.generating
 
     async def action_regenerate(self) -> None:
