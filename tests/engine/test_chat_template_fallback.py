@@ -12,6 +12,7 @@ starts writing the next turn itself ("\\nUser:"), on both CPU backends.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -24,6 +25,7 @@ from engine.decoding.drafters import DraftModelDrafter
 from engine.decoding.round_loop import LoopSetup, run_reply
 from engine.decoding.stop_rules import StopStringWatch
 from engine.events import Chunk, Done
+from engine.paths import cache_dir
 from engine.request import GenerationRequest, SamplerSettings
 from tests.support.replies import generate
 
@@ -292,14 +294,21 @@ def copy_without_chat_template(source: Path, dest: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def no_template_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def no_template_gguf() -> Path:
     pytest.importorskip("llama_cpp")
     import gguf
 
     from engine.models import ensure_embedded_gguf
 
     source = ensure_embedded_gguf()
-    dest = copy_without_chat_template(source, tmp_path_factory.mktemp("gguf") / "no-template.gguf")
+    # Kept beside the models, keyed by the source's size and time: a later run loads the same file, so the load's
+    # remembered verdicts and pass timings (keyed by path, size and time) are read instead of taken again (~30 s).
+    stat = source.stat()
+    dest = cache_dir() / "models" / "tests" / f"no-template-{stat.st_size}-{stat.st_mtime_ns}.gguf"
+    if not dest.is_file():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        partial = dest.with_name(f".{dest.name}.{os.getpid()}")
+        os.replace(copy_without_chat_template(source, partial), dest)
     assert gguf.GGUFReader(source).get_field(gguf.Keys.Tokenizer.CHAT_TEMPLATE) is not None
     assert gguf.GGUFReader(dest).get_field(gguf.Keys.Tokenizer.CHAT_TEMPLATE) is None
     return dest
