@@ -36,6 +36,8 @@ class SettingsFlowScreen(Protocol):
 
     def notify(self, message: str, **kwargs: Any) -> None: ...
 
+    def shown_key(self, binding_id: str) -> str: ...
+
     def refresh_status(self) -> None: ...
 
     def run_worker(self, work: Any, **kwargs: Any) -> Any: ...
@@ -102,5 +104,5 @@ class SettingsFlow:
     def busy(self) -> str | None:
         """Why the model cannot change now, or None."""
         if self.screen.generating:
-            return "a reply is streaming (esc stops it)"
+            return f"a reply is streaming ({self.screen.shown_key('reply.cancel')} stops it)"
         return "a model is loading" if self.screen.state == "loading" else None

@@ -316,3 +316,21 @@ async def test_an_option_marked_for_the_dialog_shows_there_with_no_row_written_f
         assert rows[2][1:3] == ("endpoint", "a server's base URL")
         fill(screen, "endpoint", " http://127.0.0.1:8080 ")
         assert screen.collect()["endpoint"] == "http://127.0.0.1:8080"
+
+
+async def test_a_model_change_while_a_reply_streams_is_refused_naming_the_stop_key_in_force():
+    reply = " ".join(["word"] * 80)
+    app = make_app(ScriptedBackend(replies=[reply], tokens_per_s=20), keymap={"reply.cancel": "ctrl+g"})
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "count", wait=False)
+        await wait_until(pilot, lambda: app.chat.generating)
+        screen = await open_settings(pilot)
+        fill(screen, "draft", "none")
+        await pilot.pause(0.1)  # the field's Changed (it hides an error) is handled before the key
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: plain(screen.query_one("#settings-error")).strip())
+        assert app.screen is screen  # refused: the dialog stays, with the reason
+        error = plain(screen.query_one("#settings-error"))
+        assert "a reply is streaming (ctrl+g stops it)" in error, error
+        assert not [w for w in app.workers if w.group == "reload"]
