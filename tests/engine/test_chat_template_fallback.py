@@ -307,6 +307,8 @@ def no_template_gguf() -> Path:
     dest = cache_dir() / "models" / "tests" / f"no-template-{stat.st_size}-{stat.st_mtime_ns}.gguf"
     if not dest.is_file():
         dest.parent.mkdir(parents=True, exist_ok=True)
+        for stale in dest.parent.glob("no-template-*.gguf"):  # copies of an earlier source (270 MB each)
+            stale.unlink(missing_ok=True)
         partial = dest.with_name(f".{dest.name}.{os.getpid()}")
         os.replace(copy_without_chat_template(source, partial), dest)
     assert gguf.GGUFReader(source).get_field(gguf.Keys.Tokenizer.CHAT_TEMPLATE) is not None
