@@ -34,9 +34,8 @@ from engine.origins import OriginRun, split_chunk_by_origin
 RENDER_INTERVAL_S = 0.2
 MAX_RENDER_INTERVAL_S = 1.0  # a long chat at 160x48 needs nearly this much (docs/performance.md)
 UI_BUDGET = 0.06  # of a core for the UI thread while a reply streams (docs/performance.md: redraw pace)
-CONTENDED_UI_BUDGET = (
-    0.03  # the same where the model's threads take every core (chat >= 0.95x generate there)
-)
+# The same where the model's threads take every core: each 1% of a core costs the model ~2% there.
+CONTENDED_UI_BUDGET = 0.03
 # The interpreter's switch interval while a reply streams (sys.setswitchinterval; CPython's default is 0.005).
 GIL_SWITCH_INTERVAL_S = 0.0005
 
@@ -55,11 +54,11 @@ def model_threads(backend: object) -> int | None:
     return threads if isinstance(threads, int) and not isinstance(threads, bool) else None
 
 
-def ui_budget(model_threads: int | None, cores: int | None = None) -> float:
-    """The UI thread's share of a core while a reply streams: `CONTENDED_UI_BUDGET` where the model's CPU threads
+def ui_budget(threads: int | None, cores: int | None = None) -> float:
+    """The UI thread's share of a core while a reply streams: `CONTENDED_UI_BUDGET` where the model's CPU `threads`
     (None: it computes elsewhere, or says not) take every usable core, `UI_BUDGET` where one is left over."""
     cores = usable_cores() if cores is None else cores
-    if model_threads is not None and model_threads >= cores:
+    if threads is not None and threads >= cores:
         return CONTENDED_UI_BUDGET
     return UI_BUDGET
 

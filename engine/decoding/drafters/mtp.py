@@ -6,10 +6,11 @@ draft-model drafter's greedy steps and adaptive K, under its own name (its round
 say "mtp"). ExLlamaV3 runs its MTP head inside its own generator instead.
 
 Its probes (while no K pays) draft one token, not the draft model's two: a probe first feeds the head every token
-since its last draft, then steps it, and each step carries the whole vocabulary's output row; where nothing is
-accepted two-token probes cost 64-token replies 2.4% (0.976x plain), one-token probes 1.0% (0.990x; the random-weight
-Qwen3.5-0.8B-shaped Q4_K_M, docs/performance.md). An accepted probe still raises the next position's estimate
-(adaptive K's censored update), so a head that recovers is drafted long again.
+since its last draft, then steps it, and each step carries the whole vocabulary's output row. Where nothing is
+accepted, 64-token replies to short prompts ran 0.976x plain with two-token probes, 0.983-0.990x with one (the
+random-weight Qwen3.5-0.8B-shaped Q4_K_M; after 400-700-token prompts the bench still reads 0.96x:
+docs/performance.md). An accepted probe still raises the next position's estimate (adaptive K's censored update), so
+a head that recovers is drafted long again.
 """
 
 from __future__ import annotations
