@@ -21,13 +21,13 @@ generation thread, never on the UI.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from engine.backends.base import usable_cpus
 from engine.events import Chunk
 from engine.origins import OriginRun, split_chunk_by_origin
 
@@ -40,14 +40,6 @@ CONTENDED_UI_BUDGET = 0.03
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 
-def usable_cores() -> int:
-    """Logical CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def model_threads(backend: object) -> int | None:
     """The CPU threads a loaded backend computes with, where it says (llama.cpp's `threads`, transformers' when set)."""
     threads = getattr(backend, "threads", None)
@@ -57,7 +49,7 @@ def model_threads(backend: object) -> int | None:
 def ui_budget(threads: int | None, cores: int | None = None) -> float:
     """The UI thread's share of a core while a reply streams: `CONTENDED_UI_BUDGET` where the model's CPU `threads`
     (None: it computes elsewhere, or says not) take every usable core, `UI_BUDGET` where one is left over."""
-    cores = usable_cores() if cores is None else cores
+    cores = usable_cpus() if cores is None else cores
     if threads is not None and threads >= cores:
         return CONTENDED_UI_BUDGET
     return UI_BUDGET

@@ -6,6 +6,7 @@ A backend knows nothing of presets or UI: `ChatSession` turns a preset into a `G
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import field, make_dataclass
@@ -68,3 +69,11 @@ class Backend(Protocol):
         """Stream Chunks, then exactly one Done. Checks `cancel` every round."""
 
     def close(self) -> None: ...
+
+
+def usable_cpus() -> int:
+    """Logical CPUs this process may run on (its affinity mask where the platform has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

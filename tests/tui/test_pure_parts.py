@@ -321,8 +321,7 @@ def test_the_ui_budget_halves_where_the_model_takes_every_core():
     assert ui_budget(2, cores=2) == CONTENDED_UI_BUDGET < UI_BUDGET
     assert ui_budget(4, cores=2) == CONTENDED_UI_BUDGET
     assert ui_budget(2, cores=4) == UI_BUDGET  # a core left over for the UI
-    assert (
-        ui_budget(None, cores=1) == UI_BUDGET
-    )  # a GPU or a server: the model's threads are not ours to count
+    # A GPU or a server: the model's threads are not ours to count.
+    assert ui_budget(None, cores=1) == UI_BUDGET
     assert model_threads(SimpleNamespace(threads=3)) == 3
     assert model_threads(SimpleNamespace(threads=None)) is None and model_threads(object()) is None

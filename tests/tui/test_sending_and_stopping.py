@@ -208,10 +208,11 @@ async def test_what_would_change_the_conversation_waits_for_the_streaming_reply_
 async def test_the_redraws_take_a_smaller_share_of_a_core_where_the_model_takes_them_all():
     """A backend computing with as many threads as this process has cores gets the contended UI budget; one
     that leaves a core free, or says nothing of threads, the usual one (tui/streaming.py)."""
-    from tui.streaming import CONTENDED_UI_BUDGET, UI_BUDGET, usable_cores
+    from engine.backends.base import usable_cpus
+    from tui.streaming import CONTENDED_UI_BUDGET, UI_BUDGET
 
     budgets = []
-    for threads in (usable_cores(), None):
+    for threads in (usable_cpus(), None):
         backend = ScriptedBackend(replies=[" ".join(["word"] * 20)], tokens_per_s=20)
         backend.threads = threads
         app = make_app(backend)

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.backends.base import ProgressCallback
+from engine.backends.base import ProgressCallback, usable_cpus
 from engine.errors import first_line
 
 # Exported by specchat's patched llama.cpp build (scripts/patch_llama_cpp.py).
@@ -180,10 +180,7 @@ def patched_build() -> bool:
 
 def physical_cores() -> int:
     """Physical cores this process may use: llama.cpp's matrix kernels gain nothing from hyper-threads."""
-    try:
-        allowed = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        allowed = os.cpu_count() or 1
+    allowed = usable_cpus()
     cores: set[tuple[str, str]] = set()
     try:
         physical = core = ""
