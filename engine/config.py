@@ -414,6 +414,22 @@ def _load_settings(overrides: dict[str, Any], drop_bad: bool) -> tuple[Settings,
     return settings, [f"{p} (ignored: the default is used)" for p in problems]
 
 
+def settings_with(settings: Settings, values: Mapping[str, Any]) -> Settings:
+    """`settings` with `values` (a form's text: "" is None for a setting whose default is None), each checked as
+    the config file's are; ConfigError, one line naming the setting, where one does not take its value."""
+    if not values:
+        return settings
+    update = {
+        name: None if text == "" and Settings.model_fields[name].default is None else text
+        for name, text in values.items()
+    }
+    try:
+        return Settings.model_validate({**settings.model_dump(), **update})
+    except ValidationError as exc:
+        problems = [": ".join(describe_validation_error(error, Settings)) for error in exc.errors()]
+        raise ConfigError("; ".join(problems)) from None
+
+
 def _settings_without_file(values: dict[str, Any]) -> Settings:
     """Settings from `values` and the environment only (the config file is not read again)."""
 

@@ -131,8 +131,8 @@ class SpecchatApp(App[None]):
         info = self.session.load(self._progress)
         self.call_from_thread(self.model_ready, info)
 
-    def start_reload(self, model: str | None, draft: str) -> None:
-        """Load `model` (None: the embedded one) with `draft` in the background; the chat stays on screen and
+    def start_reload(self, model: str | None, draft: str, options: dict[str, str] | None = None) -> None:
+        """Load `model` (None: the embedded one) with `draft` and any other engine `options` in the background; the chat stays on screen and
         in the session, and messages sent meanwhile wait for the new model. A failure keeps the loaded one."""
         self._state_before_reload = self.state
         # Loading from now on (the status bar, a second F12, a message sent): a state still "ready" until the
@@ -141,11 +141,11 @@ class SpecchatApp(App[None]):
         self.chat.post_message(ModelLoadStarted(model, draft))
         # The worker after the next refresh, once the dialog is gone from the screen: a load thread busy from the
         # start keeps the app from repainting what the dialog covered (its border and keys stayed until the end).
-        self.call_after_refresh(self.reload_model, model, draft)
+        self.call_after_refresh(self.reload_model, model, draft, options)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="reload")
-    def reload_model(self, model: str | None, draft: str) -> None:
-        info = self.session.reload(model, draft, self._progress)
+    def reload_model(self, model: str | None, draft: str, options: dict[str, str] | None = None) -> None:
+        info = self.session.reload(model, draft, self._progress, options)
         self.call_from_thread(self.model_ready, info, True)
 
     def _progress(self, stage: str, fraction: float | None) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.backends import registry
+from engine.config import settings_with
 from engine.decoding.drafters import draft_keywords, is_draft_keyword
 from engine.errors import UserError
 from engine.models.named import NAMED_MODELS
@@ -71,19 +72,27 @@ def same_choice(text: str, current: str) -> bool:
     return Path(text).expanduser().resolve() == Path(current).expanduser().resolve()
 
 
+def option_text(value: Any) -> str:
+    """A setting's value as its dialog field shows it ("" for None)."""
+    return "" if value is None else str(value)
+
+
+def dialog_options() -> list[str]:
+    """The names of the engine options the dialog shows (the registry's rows with a `dialog`), in its order."""
+    return [option.name for option in registry.ENGINE_OPTIONS if option.dialog is not None]
+
+
 @dataclass
 class ChatSettings:
     """The dialog's starting point for one session: the values shown (the preset's or this chat's overrides), the
-    model and draft loaded now, and what the dialog opens with (a result it returned before, where that model or
-    draft did not load)."""
+    engine options in force now (the model and draft loaded, and any other option marked for the dialog), and what
+    the dialog opens with (a result it returned before, where that model or draft did not load)."""
 
     session: ChatSession
     values: dict[str, Any] = field(default_factory=dict)
     title: str = ""
-    model: str = ""  # loaded now
-    draft: str = ""
-    shown_model: str = ""  # in the fields as the dialog opens
-    shown_draft: str = ""
+    loaded: dict[str, str] = field(default_factory=dict)  # each dialog option's text, as in force now
+    shown: dict[str, str] = field(default_factory=dict)  # ... and in its field as the dialog opens
     system_prompt: str | None = None
     history_drafting: bool = True  # the `history_drafting` setting (this session's)
 
@@ -95,40 +104,62 @@ class ChatSettings:
             preset = session.effective_preset(session.mode)
             values = {f: getattr(preset, f) for f in PRESET_FIELDS}
             values["drafting"] = preset.drafting
-        model, draft = session.model_dir or "", session.settings.draft
+        loaded = {name: option_text(getattr(session.settings, name)) for name in dialog_options()}
+        loaded["model"] = option_text(session.model_dir or "")  # the folder loaded (a name is resolved)
         form = cls(
             session,
             values,
             f"Settings for this chat · preset {session.mode}",
-            model,
-            draft,
-            model,
-            draft,
+            loaded,
+            dict(loaded),
             session.settings.system_prompt,
             session.settings.history_drafting,
         )
         if typed is not None:
             form.values.update({k: v for k, v in typed["overrides"].items() if v is not None})
-            form.shown_model, form.shown_draft = typed["model"], typed["draft"]
+            form.shown.update({name: typed[name] for name in loaded if name in typed})
             form.system_prompt = typed["system_prompt"]
             form.history_drafting = typed.get("history_drafting", form.history_drafting)
         return form
 
+    @property
+    def model(self) -> str:
+        return self.loaded["model"]
+
+    @property
+    def draft(self) -> str:
+        return self.loaded["draft"]
+
     def fields(self) -> list[EngineField]:
-        """The dialog's engine rows, as it opens: the model and the draft, checked as they are typed."""
+        """The dialog's engine rows, as it opens: the model and the draft checked as they are typed, and every
+        other option marked for the dialog with its value in force."""
         return engine_fields(
-            {"model": self.shown_model, "draft": self.shown_draft},
+            self.shown,
             {"model": self.check_model, "draft": self.check_draft},
             {"model": model_suggestions(), "draft": draft_suggestions()},
         )
 
+    def changed_options(self, result: dict[str, Any]) -> dict[str, str]:
+        """The dialog's other engine options (not the model or draft) whose text differs from the value in force:
+        the reload takes them (`ChatSession.reload`'s `options`)."""
+        return {
+            name: result[name]
+            for name in self.loaded
+            if name not in ("model", "draft") and name in result and result[name] != self.loaded[name]
+        }
+
     def model_changed(self, result: dict[str, Any]) -> bool:
-        return not (same_choice(result["model"], self.model) and same_choice(result["draft"], self.draft))
+        """Whether applying `result` loads the model again: another model or draft, or another engine option."""
+        same = same_choice(result["model"], self.model) and same_choice(result["draft"], self.draft)
+        return not same or bool(self.changed_options(result))
 
     def check(self, result: dict[str, Any], busy: str | None) -> None:
         """The whole result, as the session would take it (UserError, one line); `busy`: why the model cannot
         change now (a reply streams, a model loads), None where it can."""
         self.session.preset_choice.check_overrides(**result["overrides"])
+        settings_with(
+            self.session.settings, self.changed_options(result)
+        )  # a bad value: ConfigError, one line
         if busy and self.model_changed(result):
             raise UserError(f"{busy}: change the model or draft when it is done")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -110,19 +110,24 @@ class ChatSession:
         return self._info
 
     def reload(
-        self, model: str | Path | None, draft: str, progress: ProgressCallback | None = None
+        self,
+        model: str | Path | None,
+        draft: str,
+        progress: ProgressCallback | None = None,
+        options: Mapping[str, Any] | None = None,
     ) -> BackendInfo:
         """Switch this chat to another model and/or draft; the conversation stays and goes on with the new one.
 
         `model` is a model folder or .gguf file (None: the embedded model), `draft` 'ngram', 'none' or a draft
-        model. The new backend loads while the old one stays loaded: on any failure (no such path, not a model,
+        model; `options` any other engine option's new value (the settings dialog's text, by setting name: another
+        context length, say). The new backend loads while the old one stays loaded: on any failure (no such path, not a model,
         a draft that cannot draft for it, out of memory) a UserError says why in one line and nothing changed.
         Call it between replies (from a thread: loading takes a while).
         """
         if self.active is not None:
             raise SpecchatError("a reply is being generated: stop it (esc) or let it finish, then reload")
         # The old backend stays loaded meanwhile, and stays where the new one fails.
-        new = load_replacement(self.settings, model, draft, progress)
+        new = load_replacement(self.settings, model, draft, progress, options)
         old, self.backend = self.backend, new.backend
         self.settings, self.backend_reason, self._info = new.settings, new.reason, new.info
         self.verdict, self.verdict_changed = self.judge_drafting(), False

@@ -6,11 +6,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from engine.backends.base import Backend
-from engine.config import Settings, env_name
+from engine.config import Settings, env_name, settings_with
 from engine.errors import SpecchatError, UserError
 from engine.events import BackendInfo
 
@@ -47,10 +48,15 @@ class Replacement:
 
 
 def load_replacement(
-    settings: Settings, model: str | Path | None, draft: str, progress: ProgressCallback | None = None
+    settings: Settings,
+    model: str | Path | None,
+    draft: str,
+    progress: ProgressCallback | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> Replacement:
     """A new backend for `settings` with `model` (None: the embedded model, fetched and converted on its first use)
-    and `draft`, loaded. Any failure is a UserError in one line (out of memory too); a backend that fails
+    and `draft`, and any other engine `options` (a form's text by setting name, checked as the config file's),
+    loaded. Any failure is a UserError in one line (out of memory too); a backend that fails
     half-loaded is closed (what it holds is freed) before the failure goes on."""
     from engine.backends.select import create_backend
     from engine.models import check_draft_choice, check_model_path
@@ -58,7 +64,7 @@ def load_replacement(
 
     model_path = check_model_path(model) if model not in (None, "") else None
     draft = check_draft_choice(draft)
-    settings = settings.model_copy(update={"model": model_path, "draft": draft})
+    settings = settings_with(settings, options or {}).model_copy(update={"model": model_path, "draft": draft})
     backend: Backend | None = None
     try:
         loading = settings

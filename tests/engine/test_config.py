@@ -313,3 +313,16 @@ def test_save_setting_replaces_or_adds_the_top_level_line_and_keeps_the_rest(tmp
     save_setting("theme", "gruvbox", path)
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     assert data == {"max_context": 2048, "theme": "gruvbox", "keymap": {"help.show": "f9"}}
+
+
+def test_settings_with_a_forms_text_checks_each_value_as_the_config_files() -> None:
+    # The settings dialog's engine rows reload with their text (tui/chat_settings.py's changed_options).
+    from engine.config import settings_with
+
+    settings = load_settings(endpoint="http://127.0.0.1:8080")
+    assert settings_with(settings, {}) is settings
+    changed = settings_with(settings, {"max_context": "2048", "endpoint": ""})
+    assert changed.max_context == 2048 and changed.endpoint is None  # "" is None where the default is None
+    assert settings.max_context == 4096  # the settings in force are left alone
+    with pytest.raises(ConfigError, match=r"^max_context: must be at least 256 \(got '100'\)$"):
+        settings_with(settings, {"max_context": "100"})

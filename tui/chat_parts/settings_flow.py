@@ -98,7 +98,7 @@ class SettingsFlow:
         if form.model_changed(result):
             # Kept until the load ends: where it fails, the dialog comes back with what was typed.
             self._typed = result
-            screen.host.start_reload(result["model"] or None, result["draft"])
+            screen.host.start_reload(result["model"] or None, result["draft"], form.changed_options(result))
         screen.refresh_status()
 
     def busy(self) -> str | None:

@@ -215,7 +215,7 @@ async def test_a_model_that_does_not_load_brings_the_dialog_back_with_the_typed_
         await wait_ready(pilot)
         tried: list[tuple] = []
 
-        def reload(model, draft, progress=None):
+        def reload(model, draft, progress=None, options=None):
             tried.append((model, draft))
             raise SpecchatError("draft 'none' failed: the vocabulary size differs from the target's")
 
@@ -316,6 +316,44 @@ async def test_an_option_marked_for_the_dialog_shows_there_with_no_row_written_f
         assert rows[2][1:3] == ("endpoint", "a server's base URL")
         fill(screen, "endpoint", " http://127.0.0.1:8080 ")
         assert screen.collect()["endpoint"] == "http://127.0.0.1:8080"
+
+
+async def test_a_third_option_marked_for_the_dialog_opens_with_its_value_and_a_change_reloads_with_it(
+    monkeypatch,
+):
+    # Red where the dialog's rows other than the model and draft opened empty and their change was dropped.
+    field = registry.DialogField("context length", "tokens", "Pick a folder")
+    options = tuple(
+        dataclasses.replace(option, dialog=field) if option.name == "max_context" else option
+        for option in registry.ENGINE_OPTIONS
+    )
+    monkeypatch.setattr(registry, "ENGINE_OPTIONS", options)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        tried: list[tuple] = []
+
+        def reload(model, draft, progress=None, options=None):
+            tried.append((model, draft, options))
+            return app.session.backend.info
+
+        app.session.reload = reload
+        screen = await open_settings(pilot)
+        shown = screen.query_one("#settings-max_context", Input).value
+        assert shown == str(app.session.settings.max_context) == "4096"
+        fill(
+            screen, "max_context", "abc"
+        )  # checked as the config file's value: the dialog stays and says why
+        await pilot.pause(0.1)
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: plain(screen.query_one("#settings-error")).strip())
+        assert "max_context: must be a whole number (got 'abc')" in plain(screen.query_one("#settings-error"))
+        assert app.screen is screen and not tried
+        fill(screen, "max_context", "2048")
+        await pilot.pause(0.1)
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: tried)
+        assert tried == [(None, "ngram", {"max_context": "2048"})]
 
 
 async def test_a_model_change_while_a_reply_streams_is_refused_naming_the_stop_key_in_force():
