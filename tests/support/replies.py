@@ -47,6 +47,7 @@ def generate(
     max_new: int = 24,
     cancel_after: int | None = None,
     seed: int = 0,
+    k_mode: str = "fixed",
     **sampler,
 ) -> Reply:
     """One reply of `backend` (k drafts a round, k 0 plain), cancelled after `cancel_after` chunks if given."""
@@ -57,6 +58,7 @@ def generate(
         num_draft_tokens=k,
         drafting=k > 0,
         seed=seed,
+        k_mode=k_mode,
     )
     cancel = threading.Event()
     chunks: list[Chunk] = []

@@ -139,6 +139,18 @@ class MtpHead:
             self._process(chunk, self.done, output=False)
             self.done += len(chunk)
 
+    def skip_behind(self, keep: int) -> None:
+        """Before a probe (no K pays: engine/decoding/drafters/mtp.py): where the head's cache lags more than
+        `keep` tokens behind, it takes only the last `keep` at the next catch-up. Its cache is emptied and starts
+        again at that position (a memory that holds nothing takes any start: src/llama-batch.cpp, the positions
+        check from line 321), so a probe after a long prompt feeds the head `keep` tokens, not the whole prompt
+        (600 tokens of its layer were ~4% of a 64-token reply). The head then attends to the positions it took from
+        there on; the hidden rows it is fed still carry the whole context."""
+        if len(self.ids) - self.done <= keep:
+            return
+        self.ctx.kv_cache_clear()
+        self.done = len(self.ids) - keep
+
     def _forget_old(self) -> None:
         keep_from = min(self.done - 1, len(self.ids) - KEPT_ROWS)
         for position in [p for p in self.hidden if p < keep_from]:

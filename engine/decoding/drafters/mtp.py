@@ -8,17 +8,34 @@ say "mtp"). ExLlamaV3 runs its MTP head inside its own generator instead.
 Its probes (while no K pays) draft one token, not the draft model's two: a probe first feeds the head every token
 since its last draft, then steps it, and each step carries the whole vocabulary's output row. Where nothing is
 accepted, 64-token replies to short prompts ran 0.976x plain with two-token probes, 0.983-0.990x with one (the
-random-weight Qwen3.5-0.8B-shaped Q4_K_M; after 400-700-token prompts the bench still reads 0.96x:
-docs/performance.md). An accepted probe still raises the next position's estimate (adaptive K's censored update), so
-a head that recovers is drafted long again.
+random-weight Qwen3.5-0.8B-shaped Q4_K_M). After 400-700-token prompts the bench read 0.96x, most of it the probe's
+catch-up of the whole prompt: a probe's head now skips all but the last MTP_PROBE_WINDOW tokens, and the bench reads
+0.98x (docs/performance.md). An accepted probe still raises the next position's estimate (adaptive K's censored
+update), so a head that recovers is drafted long again.
 """
 
 from __future__ import annotations
 
-from engine.decoding.drafters.base import DraftContext
-from engine.decoding.drafters.draft_model import DraftModelDrafter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from engine.decoding.drafters.base import DraftContext, Plan
+from engine.decoding.drafters.draft_model import DraftModelDrafter, draft_greedy
+
+if TYPE_CHECKING:
+    from engine.decoding.round_loop import CachedModel
 
 MTP_PROBE_LENGTH = 1
+# A probe's head takes at most this many of the tokens it has not seen (the rest of a long prompt is skipped).
+MTP_PROBE_WINDOW = 64
+
+
+if TYPE_CHECKING:
+
+    class MtpHeadModel(CachedModel, Protocol):
+        """The head as the drafter drives it: a cached model that can skip what it lags behind (llamacpp/mtp.py)."""
+
+        def skip_behind(self, keep: int) -> None: ...
 
 
 class MtpDrafter(DraftModelDrafter):
@@ -26,6 +43,21 @@ class MtpDrafter(DraftModelDrafter):
 
     name = "mtp"
     probe_length = MTP_PROBE_LENGTH
+    model: MtpHeadModel
+
+    def draft(self, plan: Plan, seq: Sequence[int]) -> list[int]:
+        """As the draft model's, but a probe (no K pays) first lets the head skip all but the last
+        MTP_PROBE_WINDOW tokens it has not taken yet: a head that is not paying is not fed a whole prompt to be
+        tested again. A head that pays is fed everything, as llama.cpp's draft-mtp feeds it."""
+        if not self.adaptive:
+            return super().draft(plan, seq)
+        probing = self.tuner.plan(plan.k, self.costs)[0] == 0
+        k = self.tuner.choose(plan.k, self.costs, probe_length=self.probe_length)
+        if k <= 0:
+            return []
+        if probing:
+            self.model.skip_behind(MTP_PROBE_WINDOW)
+        return draft_greedy(self.model, seq, k, self.vocab_size, self.costs, self.step_times)
 
 
 def build(context: DraftContext) -> MtpDrafter:

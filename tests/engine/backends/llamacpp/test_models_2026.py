@@ -9,12 +9,14 @@ rejections at every depth, rounds wider than the rollback depth, and full accept
 
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
+import engine.decoding.adaptive_k as adaptive_k
 import engine.decoding.round_loop as round_loop
 from engine.backends.llamacpp.backend import LlamaCppBackend
 from engine.backends.llamacpp.memory import ROLLBACK_DEPTH
@@ -324,6 +326,64 @@ def test_the_mtp_head_pairs_each_token_with_the_hidden_row_before_it(qwen35mtp) 
         head.crop(len(ids) - 1)
         head.hidden.clear()  # what a head that never got the target's rows would see
         assert not torch.equal(real, head.next_logits([ids[-1]]))
+    finally:
+        backend.close()
+
+
+def test_a_probe_after_a_long_prompt_feeds_the_head_its_last_tokens_only_and_the_reply_stays_exact(
+    qwen35mtp, monkeypatch
+) -> None:
+    """Where no K pays, a probe lets the head skip all but the last MTP_PROBE_WINDOW tokens it lags behind (its
+    cache emptied, restarted at that position: llama.cpp takes any start in an empty memory); the reply still
+    equals plain decoding and the head follows the target again after it."""
+    from engine.backends.llamacpp.mtp import MtpHead
+    from engine.decoding.drafters.mtp import MTP_PROBE_WINDOW
+
+    skips: list[tuple[int, int]] = []
+    real = MtpHead.skip_behind
+
+    def spy(head, keep: int) -> None:
+        behind = len(head.ids) - head.done
+        real(head, keep)
+        skips.append((behind, len(head.ids) - head.done))
+
+    monkeypatch.setattr(MtpHead, "skip_behind", spy)
+    # The tiny model's wide passes cost too much for any draft to pay, so no probe would go out at all.
+    monkeypatch.setattr(adaptive_k, "drafting_can_pay", lambda costs, k: True)
+    backend = load_mtp(qwen35mtp)
+    try:
+        # The random head: nothing accepted, so adaptive K turns drafting off.
+        generate(backend, chat_ids(backend, PROMPT), k=4, max_new=60, seed=3, k_mode="adaptive")
+        for tuner in backend.tuners.values():
+            assert tuner.plan(4, backend.target.costs)[0] == 0  # drafting off: only probes go out
+            tuner.interval = tuner.probe_interval = 8
+        # Words in no order the context's n-gram could draft from (its plan would win the rounds, not a probe's).
+        pick = random.Random(5).choice
+        words = [
+            "apple",
+            "river",
+            "stone",
+            "quiet",
+            "orange",
+            "seven",
+            "window",
+            "cloud",
+            "paper",
+            "green",
+            "shadow",
+            "silver",
+            "north",
+            "candle",
+        ]
+        long = chat_ids(backend, PROMPT, "Here it is.", " ".join(pick(words) for _ in range(320)))
+        assert len(long) > 300
+        spec = generate(backend, long, k=4, max_new=48, seed=3, k_mode="adaptive")
+        plain = generate(backend, long, k=0, max_new=48, seed=3)
+        assert spec.tokens == plain.tokens and spec.drafted > 0
+        # the first reply's probes lagged less than the window (nothing skipped); the long prompt's was skipped
+        assert any(behind > 300 and left == MTP_PROBE_WINDOW for behind, left in skips), skips
+        head = backend.draft_state
+        assert head.ids == backend.target.ids
     finally:
         backend.close()
 

@@ -7,13 +7,24 @@ from engine.decoding.adaptive_k import PROBE_LENGTH, AdaptiveK
 from engine.decoding.cost_model import VerifyCostModel
 from engine.decoding.drafters.base import Plan
 from engine.decoding.drafters.draft_model import DraftModelDrafter
-from engine.decoding.drafters.mtp import MTP_PROBE_LENGTH, MtpDrafter
+from engine.decoding.drafters.mtp import MTP_PROBE_LENGTH, MTP_PROBE_WINDOW, MtpDrafter
 from tests.engine.decoding.drafters.test_draft_model_catch_up import VOCAB, BatchedModel
+
+
+class Head(BatchedModel):
+    """An MTP head's interface: it also says when the drafter let it skip what it lags behind."""
+
+    def __init__(self, batch: int) -> None:
+        super().__init__(batch)
+        self.skips: list[int] = []
+
+    def skip_behind(self, keep: int) -> None:
+        self.skips.append(keep)
 
 
 def probe_lengths(cls: type[DraftModelDrafter]) -> list[int]:
     """The drafts sent over 8 rounds by a drafter nothing of which is ever accepted, probing every round."""
-    model = BatchedModel(batch=64)
+    model = Head(batch=64)
     tuner = AdaptiveK(prior=[0.0], probe_interval=1)
     drafter = cls(model, VOCAB, VerifyCostModel(), tuner, adaptive=True)
     seq = list(range(10))
@@ -31,3 +42,15 @@ def test_the_mtp_head_probes_with_one_token_and_a_draft_model_with_two():
     mtp, model = probe_lengths(MtpDrafter), probe_lengths(DraftModelDrafter)
     assert mtp and set(mtp) == {MTP_PROBE_LENGTH}
     assert model and set(model) == {PROBE_LENGTH}
+
+
+def test_a_probe_lets_the_head_skip_a_long_prompt_and_a_paying_draft_feeds_it_everything():
+    # Red with the skip left out (a probe after a 600-token prompt fed the head all of it: 0.96x plain in the bench)
+    # or made on every draft (a head that pays would lose its context).
+    costs = VerifyCostModel()
+    idle = MtpDrafter(Head(batch=64), VOCAB, costs, AdaptiveK(prior=[0.0], probe_interval=1), adaptive=True)
+    assert len(idle.draft(Plan(idle, 4, 1.0), list(range(600)))) == MTP_PROBE_LENGTH
+    assert idle.model.skips == [MTP_PROBE_WINDOW]
+    paying = MtpDrafter(Head(batch=64), VOCAB, costs, AdaptiveK(prior=[0.95] * 4), adaptive=True)
+    assert len(paying.draft(Plan(paying, 4, 1.0), list(range(600)))) > MTP_PROBE_LENGTH
+    assert paying.model.skips == []
