@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from engine.backends.base import usable_cpus
 from engine.backends.llamacpp.native import choose_repack
 
 VERSION = "0.3.36"  # the llama-cpp-python sdist whose llama.cpp source scripts/build_llama_server.sh builds
@@ -65,9 +66,11 @@ class LlamaServer:
         spec: bool = True,
         port: int | None = None,
         extra: tuple[str, ...] = (),
-        threads: int = 2,
+        threads: int | None = None,
         context: int = 2048,
     ):
+        # None: one thread per CPU this process may use (its affinity mask), as our own llama.cpp backend runs.
+        threads = threads or usable_cpus()
         binary, why = llama_server_binary()
         if binary is None:
             raise RuntimeError(why)

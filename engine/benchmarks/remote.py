@@ -182,7 +182,7 @@ def bench_llama_server_peer(
     for name, spec in (("llama-server plain", False), ("llama-server ngram", True)):
         figures = results[name] = RemoteFigures()
         try:
-            with LlamaServer(gguf, spec=spec, threads=threads or 2, context=context) as server:
+            with LlamaServer(gguf, spec=spec, threads=threads, context=context) as server:
                 backend = RemoteBackend(server.url)
                 backend.load()
                 try:
