@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from engine.backends.base import usable_cpus
+from engine.backends.llamacpp.library import physical_cores
 from engine.backends.llamacpp.native import choose_repack
 
 VERSION = "0.3.36"  # the llama-cpp-python sdist whose llama.cpp source scripts/build_llama_server.sh builds
@@ -69,8 +69,8 @@ class LlamaServer:
         threads: int | None = None,
         context: int = 2048,
     ):
-        # None: one thread per CPU this process may use (its affinity mask), as our own llama.cpp backend runs.
-        threads = threads or usable_cpus()
+        # None: one thread per physical core this process may use, as our own llama.cpp backend starts from.
+        threads = threads or physical_cores()
         binary, why = llama_server_binary()
         if binary is None:
             raise RuntimeError(why)
