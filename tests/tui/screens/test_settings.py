@@ -295,14 +295,19 @@ async def test_the_engine_rows_are_the_engine_options_marked_for_the_dialog():
         assert set(screen.collect()) >= {"model", "draft"}
 
 
-async def test_an_option_marked_for_the_dialog_shows_there_with_no_row_written_for_it(monkeypatch):
-    # Would go red with the rows written out in the dialog: a third marked option shows, in the table's order.
-    field = registry.DialogField("endpoint", "a server's base URL", "Pick a folder")
+def mark_for_dialog(monkeypatch, name: str, label: str, placeholder: str) -> None:
+    """The engine option `name` as if its registry row had a `dialog`."""
+    field = registry.DialogField(label, placeholder, "Pick a folder")
     options = tuple(
-        dataclasses.replace(option, dialog=field) if option.name == "endpoint" else option
+        dataclasses.replace(option, dialog=field) if option.name == name else option
         for option in registry.ENGINE_OPTIONS
     )
     monkeypatch.setattr(registry, "ENGINE_OPTIONS", options)
+
+
+async def test_an_option_marked_for_the_dialog_shows_there_with_no_row_written_for_it(monkeypatch):
+    # Would go red with the rows written out in the dialog: a third marked option shows, in the table's order.
+    mark_for_dialog(monkeypatch, "endpoint", "endpoint", "a server's base URL")
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
@@ -322,12 +327,7 @@ async def test_a_third_option_marked_for_the_dialog_opens_with_its_value_and_a_c
     monkeypatch,
 ):
     # Red where the dialog's rows other than the model and draft opened empty and their change was dropped.
-    field = registry.DialogField("context length", "tokens", "Pick a folder")
-    options = tuple(
-        dataclasses.replace(option, dialog=field) if option.name == "max_context" else option
-        for option in registry.ENGINE_OPTIONS
-    )
-    monkeypatch.setattr(registry, "ENGINE_OPTIONS", options)
+    mark_for_dialog(monkeypatch, "max_context", "context length", "tokens")
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
