@@ -157,9 +157,8 @@ class ChatSettings:
         """The whole result, as the session would take it (UserError, one line); `busy`: why the model cannot
         change now (a reply streams, a model loads), None where it can."""
         self.session.preset_choice.check_overrides(**result["overrides"])
-        settings_with(
-            self.session.settings, self.changed_options(result)
-        )  # a bad value: ConfigError, one line
+        # Another engine option's text, checked as the config file's value would be (ConfigError, one line).
+        settings_with(self.session.settings, self.changed_options(result))
         if busy and self.model_changed(result):
             raise UserError(f"{busy}: change the model or draft when it is done")
 
