@@ -197,6 +197,7 @@ def test_padded_plain_steps_equal_speculation_too(gguf: Path, smol: LlamaCppBack
         padded.close()
 
 
+@pytest.mark.slow
 def test_the_kernel_probe_notices_single_token_kernels_that_round_differently() -> None:
     # On the Q4_1 GGUF llama.cpp's single-token and batched kernels agree here (on F16 they do not): the probe
     # must see one planted ulp.
@@ -226,6 +227,7 @@ def test_the_kernel_probe_notices_single_token_kernels_that_round_differently() 
         backend.close()
 
 
+@pytest.mark.slow
 def test_the_patched_build_decodes_one_token_exactly_as_a_row_of_a_batch(smol: LlamaCppBackend) -> None:
     # make install builds llama.cpp with scripts/patch_llama_cpp.py: on the F16 GGUF, one-token decodes equal the
     # rows of a batch bit for bit, near the start and past 512 cached positions, so plain steps are not padded.
@@ -261,6 +263,7 @@ def test_the_built_library_runs_its_own_thread_pool_not_openmp() -> None:
     assert b"libgomp.so" not in library.read_bytes()
 
 
+@pytest.mark.slow
 def test_rows_of_a_pass_equal_one_token_decodes_across_key_chunks_at_long_contexts(
     smol: LlamaCppBackend,
 ) -> None:
@@ -384,6 +387,7 @@ def test_torch_samples_on_one_thread_during_a_reply_and_gets_its_count_back(smol
         torch.set_num_threads(before)
 
 
+@pytest.mark.slow
 def test_stop_token_inside_an_accepted_draft(smol: LlamaCppBackend, monkeypatch) -> None:
     ids = chat(smol, REPEAT_PROMPT)
     reference = generate(smol, ids, k=0, max_new=96)
@@ -459,6 +463,7 @@ def test_a_gguf_draft_model_drafts_exactly(gguf: Path, smol: LlamaCppBackend) ->
         backend.close()
 
 
+@pytest.mark.slow
 def test_context_full_stops_with_context(gguf: Path) -> None:
     backend = LlamaCppBackend(gguf, draft="ngram", cache_mode="fp16", max_context=256)
     backend.load()

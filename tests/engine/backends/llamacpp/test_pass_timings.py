@@ -45,6 +45,7 @@ def loaded(path, draft: str, cache_mode: str = "fp16", threads: int | None = Non
     return backend
 
 
+@pytest.mark.slow
 def test_a_second_load_of_the_same_model_reads_the_first_ones_timings(clock: Clock) -> None:
     from engine.models import ensure_embedded_gguf
 
@@ -71,6 +72,7 @@ def test_a_second_load_of_the_same_model_reads_the_first_ones_timings(clock: Clo
         other.close()
 
 
+@pytest.mark.slow
 def test_the_two_consumers_share_the_64_token_timings(clock: Clock) -> None:
     """The cost model's prior and the busy-CPU guard read one figure for a width over 64 cached tokens: each
     (width, cached tokens) is timed ROUNDS times, once."""
@@ -87,6 +89,7 @@ def test_the_two_consumers_share_the_64_token_timings(clock: Clock) -> None:
         backend.close()
 
 
+@pytest.mark.slow
 def test_the_next_start_reads_the_stored_timings_once_a_one_token_pass_confirms_them(clock: Clock) -> None:
     from engine.models import ensure_embedded_gguf
 
@@ -110,6 +113,7 @@ def test_the_next_start_reads_the_stored_timings_once_a_one_token_pass_confirms_
         again.close()
 
 
+@pytest.mark.slow
 def test_stored_timings_that_no_longer_hold_are_timed_afresh_and_stored(clock: Clock) -> None:
     from engine.models import ensure_embedded_gguf
 

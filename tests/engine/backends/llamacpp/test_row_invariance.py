@@ -19,10 +19,13 @@ from engine.backends.llamacpp.probe import probe_widths
 from engine.models import ensure_embedded_gguf
 from tests.support.models_2026 import quantize
 
-pytestmark = pytest.mark.skipif(
-    not patched_build(),
-    reason="the stock llama.cpp build (the patch did not apply): its kernels round otherwise",
-)
+pytestmark = [
+    pytest.mark.slow,  # real GGUFs, quantized on the spot
+    pytest.mark.skipif(
+        not patched_build(),
+        reason="the stock llama.cpp build (the patch did not apply): its kernels round otherwise",
+    ),
+]
 
 
 @pytest.fixture(scope="module")

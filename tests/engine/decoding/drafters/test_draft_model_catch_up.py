@@ -74,6 +74,7 @@ def test_a_draft_a_few_tokens_behind_takes_them_with_its_first_step() -> None:
     assert model.widths[before:] == [2, 1]
 
 
+@pytest.mark.slow
 def test_on_llama_cpp_a_draft_600_tokens_behind_drafts_instead_of_failing() -> None:
     pytest.importorskip("llama_cpp")
     from engine.backends.llamacpp import LlamaCppBackend
