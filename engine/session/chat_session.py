@@ -120,9 +120,9 @@ class ChatSession:
 
         `model` is a model folder or .gguf file (None: the embedded model), `draft` 'ngram', 'none' or a draft
         model; `options` any other engine option's new value (the settings dialog's text, by setting name: another
-        context length, say). The new backend loads while the old one stays loaded: on any failure (no such path, not a model,
-        a draft that cannot draft for it, out of memory) a UserError says why in one line and nothing changed.
-        Call it between replies (from a thread: loading takes a while).
+        context length, say). The new backend loads while the old one stays loaded: on any failure (no such path,
+        not a model, a draft that cannot draft for it, out of memory) a UserError says why in one line and nothing
+        changed. Call it between replies (from a thread: loading takes a while).
         """
         if self.active is not None:
             raise SpecchatError("a reply is being generated: stop it (esc) or let it finish, then reload")

@@ -56,8 +56,8 @@ def load_replacement(
 ) -> Replacement:
     """A new backend for `settings` with `model` (None: the embedded model, fetched and converted on its first use)
     and `draft`, and any other engine `options` (a form's text by setting name, checked as the config file's),
-    loaded. Any failure is a UserError in one line (out of memory too); a backend that fails
-    half-loaded is closed (what it holds is freed) before the failure goes on."""
+    loaded. Any failure is a UserError in one line (out of memory too); a backend that fails half-loaded is closed
+    (what it holds is freed) before the failure goes on."""
     from engine.backends.select import create_backend
     from engine.models import check_draft_choice, check_model_path
     from engine.models.named import ensure_named_files
