@@ -10,7 +10,7 @@ since its last draft, then steps it, and each step carries the whole vocabulary'
 accepted, 64-token replies to short prompts ran 0.976x plain with two-token probes, 0.983-0.990x with one (the
 random-weight Qwen3.5-0.8B-shaped Q4_K_M). After 400-700-token prompts the bench read 0.96x, most of it the probe's
 catch-up of the whole prompt: a probe's head now skips all but the last MTP_PROBE_WINDOW tokens, and the bench reads
-0.98x (docs/performance.md). An accepted probe still raises the next position's estimate (adaptive K's censored
+0.97-0.98x (docs/performance.md). An accepted probe still raises the next position's estimate (adaptive K's censored
 update), so a head that recovers is drafted long again.
 """
 
