@@ -91,7 +91,11 @@ class DraftModelDrafter:
         k = self.tuner.choose(plan.k, self.costs, probe_length=self.probe_length) if self.adaptive else plan.k
         if k <= 0:
             return []
+        self.before_steps(plan)
         return draft_greedy(self.model, seq, k, self.vocab_size, self.costs, self.step_times)
+
+    def before_steps(self, plan: Plan) -> None:
+        """Called once a round drafts, before the model's steps (the MTP drafter's probes shorten its catch-up)."""
 
     def accept(self, drafted: int, accepted: int) -> None:
         self.tuner.record(drafted, accepted)  # the draft model's per-position acceptance

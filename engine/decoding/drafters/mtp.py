@@ -16,21 +16,17 @@ update), so a head that recovers is drafted long again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from engine.decoding.drafters.base import DraftContext, Plan
-from engine.decoding.drafters.draft_model import DraftModelDrafter, draft_greedy
-
-if TYPE_CHECKING:
-    from engine.decoding.round_loop import CachedModel
+from engine.decoding.drafters.draft_model import DraftModelDrafter
 
 MTP_PROBE_LENGTH = 1
 # A probe's head takes at most this many of the tokens it has not seen (the rest of a long prompt is skipped).
 MTP_PROBE_WINDOW = 64
 
-
 if TYPE_CHECKING:
+    from engine.decoding.round_loop import CachedModel
 
     class MtpHeadModel(CachedModel, Protocol):
         """The head as the drafter drives it: a cached model that can skip what it lags behind (llamacpp/mtp.py)."""
@@ -45,19 +41,13 @@ class MtpDrafter(DraftModelDrafter):
     probe_length = MTP_PROBE_LENGTH
     model: MtpHeadModel
 
-    def draft(self, plan: Plan, seq: Sequence[int]) -> list[int]:
-        """As the draft model's, but a probe (no K pays) first lets the head skip all but the last
-        MTP_PROBE_WINDOW tokens it has not taken yet: a head that is not paying is not fed a whole prompt to be
-        tested again. A head that pays is fed everything, as llama.cpp's draft-mtp feeds it."""
-        if not self.adaptive:
-            return super().draft(plan, seq)
-        probing = self.tuner.plan(plan.k, self.costs)[0] == 0
-        k = self.tuner.choose(plan.k, self.costs, probe_length=self.probe_length)
-        if k <= 0:
-            return []
-        if probing:
+    def before_steps(self, plan: Plan) -> None:
+        """A probe (no K pays) first lets the head skip all but the last MTP_PROBE_WINDOW tokens it has not taken
+        yet: a head that is not paying is not fed a whole prompt to be tested again. A head that pays is fed
+        everything, as llama.cpp's draft-mtp feeds it. (Adaptive K's plan has no side effects: asked after the
+        round's K was chosen, it says what it said before.)"""
+        if self.adaptive and self.tuner.plan(plan.k, self.costs)[0] == 0:
             self.model.skip_behind(MTP_PROBE_WINDOW)
-        return draft_greedy(self.model, seq, k, self.vocab_size, self.costs, self.step_times)
 
 
 def build(context: DraftContext) -> MtpDrafter:
