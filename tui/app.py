@@ -132,8 +132,9 @@ class SpecchatApp(App[None]):
         self.call_from_thread(self.model_ready, info)
 
     def start_reload(self, model: str | None, draft: str, options: dict[str, str] | None = None) -> None:
-        """Load `model` (None: the embedded one) with `draft` and any other engine `options` in the background; the chat stays on screen and
-        in the session, and messages sent meanwhile wait for the new model. A failure keeps the loaded one."""
+        """Load `model` (None: the embedded one) with `draft` and any other engine `options` in the background;
+        the chat stays on screen and in the session, and messages sent meanwhile wait for the new model. A failure
+        keeps the loaded one."""
         self._state_before_reload = self.state
         # Loading from now on (the status bar, a second F12, a message sent): a state still "ready" until the
         # worker started let a second apply through the check and a script see the old model as the new one.
