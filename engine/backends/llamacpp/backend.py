@@ -300,6 +300,7 @@ class LlamaCppBackend(RoundLoopBackend):
             gpu_layers,
             self.repack_by_file[draft_path],
             rollback=True,  # a hybrid draft model's steps are cropped every round
+            pool=self.target.pool,  # one set of workers for both (pool.py)
         )
         if self.draft_state.cache_fallback:
             self.notes.append(f"draft cache: f16 ({self.draft_state.cache_fallback})")

@@ -40,7 +40,10 @@ class LlamaCppModel:
         repack: bool = True,
         load_mtp: bool = False,
         rollback: bool = True,
+        pool: ThreadPool | None = None,
     ) -> None:
+        """`pool`: another context's worker pool to compute on (a draft model beside its target: pool.py says
+        why one pool); None makes this context its own."""
         from llama_cpp import _internals
 
         self._lib = lib
@@ -62,7 +65,12 @@ class LlamaCppModel:
         self.n_batch = n_batch
         self.batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
         # ggml's workers kept between decodes (engine/backends/llamacpp/pool.py); None: llama.cpp's own default.
-        self.pool = ThreadPool.attach(raw_bindings(), self.ctx.ctx, threads) if gpu_layers == 0 else None
+        self.owns_pool = pool is None
+        if pool is not None and gpu_layers == 0:
+            pool.attach_to(raw_bindings(), self.ctx.ctx)
+            self.pool = pool
+        else:
+            self.pool = ThreadPool.attach(raw_bindings(), self.ctx.ctx, threads) if gpu_layers == 0 else None
         self.ids: list[int] = []
         self.step_times: list[float] = []
         # Cached tokens under the latest timed pass (what its attention read besides its own rows).
@@ -325,6 +333,6 @@ class LlamaCppModel:
             self.mtp = None
         self.batch.close()
         self.ctx.close()
-        if self.pool is not None:
-            self.pool.close()  # after the context that used it
+        if self.pool is not None and self.owns_pool:
+            self.pool.close()  # after the context that used it (a context sharing it is closed first)
         self.model.close()

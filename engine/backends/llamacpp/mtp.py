@@ -100,6 +100,8 @@ class MtpHead:
             self.ctx = _internals.LlamaContext(model=target.model, params=params, verbose=False)
         except (ValueError, OSError) as exc:
             raise BackendError(f"--draft mtp: llama.cpp could not create the MTP context ({exc})") from exc
+        if target.pool is not None:
+            target.pool.attach_to(raw, self.ctx.ctx)  # the target's workers, not a second set (pool.py)
         self.n_embd = int(lib.llama_model_n_embd(target.model.model))
         self.n_vocab = target.n_vocab
         self.batch = lib.llama_batch_ext_init(self.ctx.ctx)
@@ -129,12 +131,13 @@ class MtpHead:
                 self.hidden[base + i] = rows[i]
         self.ids.extend(tokens)
         if len(self.ids) - self.done >= CATCH_UP_AT:
-            self._catch_up()
+            self.catch_up()
         self._forget_old()
 
-    def _catch_up(self) -> None:
-        """Decode the tokens the head holds but its cache does not, each with the target's row before it."""
-        while self.done < len(self.ids):
+    def catch_up(self, cancel: threading.Event | None = None) -> None:
+        """Decode the tokens the head holds but its cache does not, each with the target's row before it (in the
+        target's batch slices; a set `cancel` stops between slices, the rest taken at the next catch-up)."""
+        while self.done < len(self.ids) and not (cancel is not None and cancel.is_set()):
             chunk = self.ids[self.done : self.done + self.target.n_batch]
             self._process(chunk, self.done, output=False)
             self.done += len(chunk)
@@ -152,6 +155,10 @@ class MtpHead:
         self.done = len(self.ids) - keep
 
     def _forget_old(self) -> None:
+        """Drop the rows no catch-up or step will pair again: in sweeps, once the rows kept are twice what may be
+        needed (not a sweep a token)."""
+        if len(self.hidden) <= 2 * (KEPT_ROWS + CATCH_UP_AT):
+            return
         keep_from = min(self.done - 1, len(self.ids) - KEPT_ROWS)
         for position in [p for p in self.hidden if p < keep_from]:
             del self.hidden[position]
@@ -204,6 +211,8 @@ class MtpHead:
             else:
                 self.ctx.kv_cache_clear()  # decoded again from the kept rows at the next catch-up
                 self.done = 0
+        if length >= len(self.ids):
+            return  # nothing past it (every row kept is of a position the head holds)
         del self.ids[length:]
         for position in [p for p in self.hidden if p >= length]:
             del self.hidden[position]
@@ -217,7 +226,7 @@ class MtpHead:
     def next_logits(self, tokens: Sequence[int]) -> torch.Tensor:
         """A draft step: `tokens` (the round's last token, then each draft) on the head's cache; the logits of
         the last, timed."""
-        self._catch_up()
+        self.catch_up()
         start = time.perf_counter()
         logits = self._process(list(tokens), len(self.ids), output=True)
         self.ids.extend(tokens)

@@ -5,7 +5,13 @@ decode: a one-token step at 2 threads ran 0.91-0.95x llama-server's (which keeps
 made once per context (`ggml_threadpool_new`, `llama_attach_threadpool`) keeps the workers; they poll for the next
 graph briefly (POLL) and then sleep, so between replies they leave the cores to others (a higher polling level kept
 them spinning for a large part of a second after each decode, and a llama-server measured beside them ran 1.1-1.3x
-slower). Not in the Python bindings: called through ctypes on the installed libraries. Where a symbol is missing
+slower).
+
+One pool serves every context of a backend: the target's, a draft model's and the MTP head's take turns on it (the
+round loop runs one pass at a time). With a pool each, the target's workers were still polling when the head's
+step began, and the two sets of threads shared 2 cores: an MTP head step that takes 2 ms ran 13-40 ms in one
+step of two (a Zen 4 EPYC, 2 cores, the Qwen3.5-0.8B-shaped Q4_K_M; 2.5 ms every time with the target's pool).
+Not in the Python bindings: called through ctypes on the installed libraries. Where a symbol is missing
 (another build), nothing is attached and llama.cpp works as before.
 """
 

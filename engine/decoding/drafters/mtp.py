@@ -12,12 +12,20 @@ random-weight Qwen3.5-0.8B-shaped Q4_K_M). After 400-700-token prompts the bench
 catch-up of the whole prompt: a probe's head now skips all but the last MTP_PROBE_WINDOW tokens, and the bench reads
 0.97-0.98x (docs/performance.md). An accepted probe still raises the next position's estimate (adaptive K's censored
 update), so a head that recovers is drafted long again.
+
+Where a K pays (or K is fixed), `begin` catches the head up on the prompt at once, inside the reply's prefill, as
+llama-server's draft-mtp feeds its head the prompt while it prefills (vendored common/speculative.cpp, `process()`
+from line 1470): the reply's first draft then steps at once instead of first taking a whole prompt in decode time.
+Where none pays, the head stays lazy (a later probe takes a window only).
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from engine.decoding.cost_model import MAX_DRAFT_LENGTH
 from engine.decoding.drafters.base import DraftContext, Plan
 from engine.decoding.drafters.draft_model import DraftModelDrafter
 
@@ -33,6 +41,8 @@ if TYPE_CHECKING:
 
         def skip_behind(self, keep: int) -> None: ...
 
+        def catch_up(self, cancel: threading.Event | None = None) -> None: ...
+
 
 class MtpDrafter(DraftModelDrafter):
     """Drafts from the model's MTP head (the context's `draft`): k greedy steps, k from adaptive K."""
@@ -40,6 +50,13 @@ class MtpDrafter(DraftModelDrafter):
     name = "mtp"
     probe_length = MTP_PROBE_LENGTH
     model: MtpHeadModel
+
+    def begin(self, prompt: Sequence[int], cancel: threading.Event) -> None:
+        """The head follows the target's prefill (the shared prefix is kept); where a K pays it takes the prompt
+        now, in the prefill's time, rather than at the first draft step."""
+        super().begin(prompt, cancel)
+        if not self.adaptive or self.tuner.plan(MAX_DRAFT_LENGTH, self.costs)[0] > 0:
+            self.model.catch_up(cancel)
 
     def before_steps(self, plan: Plan) -> None:
         """A probe (no K pays) first lets the head skip all but the last MTP_PROBE_WINDOW tokens it has not taken

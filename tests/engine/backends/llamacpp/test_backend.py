@@ -454,6 +454,8 @@ def test_a_gguf_draft_model_drafts_exactly(gguf: Path, smol: LlamaCppBackend) ->
     backend.load()
     try:
         assert backend.info.draft_mode == "model"
+        # One set of workers for both contexts (pool.py: two polled the same cores), freed once, by the target.
+        assert backend.draft_state.pool is backend.target.pool and not backend.draft_state.owns_pool
         ids = chat(backend, PALINDROME_PROMPT)
         reply = generate(backend, ids, k=4, max_new=48)
         assert reply.tokens == generate(smol, ids, k=0, max_new=48).tokens

@@ -277,12 +277,26 @@ def load_mtp(path: Path) -> LlamaCppBackend:
 @pytest.mark.parametrize(
     ("kind", "quant"), [("qwen35mtp", "F16"), ("qwen35moemtp", "F16"), ("qwen35moemtp", "Q4_K_M")]
 )
-def test_the_mtp_head_drafts_on_llama_cpp_and_the_reply_stays_exact(smol_dir, kind, quant) -> None:
+def test_the_mtp_head_drafts_on_llama_cpp_and_the_reply_stays_exact(
+    smol_dir, kind, quant, monkeypatch
+) -> None:
     """--draft mtp on a GGUF with an MTP layer: the head (a second context on the target's model) drafts every
     round, greedy and seeded replies equal plain decoding, and the head's cache follows the target's. Also on
     Qwen3.5's hybrid mixture of experts (native rollback, experts routed anew in every pass), F16 and Q4_K_M."""
+    from engine.backends.llamacpp.pool import ThreadPool
+
+    attached: list[tuple[int, int]] = []
+    real_attach = ThreadPool.attach_to
+
+    def spy(pool, raw, ctx) -> None:
+        attached.append((pool.handle, ctx))
+        real_attach(pool, raw, ctx)
+
+    monkeypatch.setattr(ThreadPool, "attach_to", spy)
     backend = load_mtp(gguf_2026(kind, smol_dir, quant=quant))
     try:
+        # The head computes on the target's workers (pool.py: with a set of its own, a 2 ms step ran 13-40 ms).
+        assert (backend.target.pool.handle, backend.draft_state.ctx.ctx) in attached
         assert backend.shape.mtp_layers == 1 and "1 MTP layer" in backend.shape.describe()
         assert backend.shape.moe == (kind == "qwen35moemtp") and backend.shape.memory == "rollback"
         assert backend.probe.widest == backend.probe.checked and not backend.probe.pad

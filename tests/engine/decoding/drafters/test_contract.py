@@ -59,6 +59,13 @@ class RuleModel:
     def crop(self, length: int) -> None:
         del self.ids[length:]
 
+    # As the MTP drafter's head (drafters/mtp.py MtpHeadModel): it decodes every token at once, so nothing lags.
+    def catch_up(self, cancel=None) -> None:
+        pass
+
+    def skip_behind(self, keep: int) -> None:
+        pass
+
 
 class Text:
     def push(self, token_ids, final: bool = False) -> str:
