@@ -125,7 +125,7 @@ class ChatSession:
         changed. Call it between replies (from a thread: loading takes a while).
         """
         if self.active is not None:
-            raise SpecchatError("a reply is being generated: stop it (esc) or let it finish, then reload")
+            raise SpecchatError("a reply is being generated: stop it or let it finish, then reload")
         # The old backend stays loaded meanwhile, and stays where the new one fails.
         new = load_replacement(self.settings, model, draft, progress, options)
         old, self.backend = self.backend, new.backend
