@@ -285,4 +285,5 @@ def test_a_failed_reload_changes_nothing(tiny_model_dir, tiny_model_dir_other_vo
     session.active = object()  # a reply is being generated
     with pytest.raises(SpecchatError, match="a reply is being generated") as refused:
         session.reload(tiny_model_dir, "none")
-    assert "esc" not in str(refused.value)  # the engine does not know the keys (the user may have remapped them)
+    # the engine does not know the keys (the user may have remapped them)
+    assert "esc" not in str(refused.value)
