@@ -65,12 +65,14 @@ class LlamaCppModel:
         self.n_batch = n_batch
         self.batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
         # ggml's workers kept between decodes (engine/backends/llamacpp/pool.py); None: llama.cpp's own default.
-        self.owns_pool = pool is None
-        if pool is not None and gpu_layers == 0:
+        if gpu_layers:
+            self.pool = None
+        elif pool is not None:
             pool.attach_to(raw_bindings(), self.ctx.ctx)
             self.pool = pool
         else:
-            self.pool = ThreadPool.attach(raw_bindings(), self.ctx.ctx, threads) if gpu_layers == 0 else None
+            self.pool = ThreadPool.attach(raw_bindings(), self.ctx.ctx, threads)
+        self.owns_pool = pool is None
         self.ids: list[int] = []
         self.step_times: list[float] = []
         # Cached tokens under the latest timed pass (what its attention read besides its own rows).
