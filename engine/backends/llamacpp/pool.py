@@ -104,7 +104,9 @@ class ThreadPool:
         return pool
 
     def attach_to(self, raw, ctx) -> None:
-        """Make this pool the one `ctx` computes with (for single tokens and batches alike)."""
+        """Make this pool the one `ctx` computes with (for single tokens and batches alike). A context that
+        computed on another pool pauses that one at its next compute (ggml-cpu.cpp:265-268,
+        ggml_backend_cpu_set_threadpool): free the old pool only after that compute, never before."""
         attach = raw._lib.llama_attach_threadpool
         attach.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         attach.restype = None

@@ -315,8 +315,12 @@ def test_each_context_keeps_a_thread_pool_whose_workers_outlive_a_decode(smol: L
         smol.target.prefill(smol.encode_text("The pool keeps its workers."))
         assert tasks() == before + 2  # three threads: the caller and two workers that stay
     finally:
-        # the context's own pool back, then the extra freed
+        # The context's own pool back, and one pass on it before the extra is freed: ggml's CPU backend pauses the
+        # pool it last computed with when the next compute brings another (ggml-cpu.cpp:265-268,
+        # ggml_backend_cpu_set_threadpool); freed first, that pause locked a freed mutex and a later test hung.
         pool.attach_to(raw_bindings(), smol.target.ctx.ctx)
+        smol.target.clear()
+        smol.target.prefill(smol.encode_text("Back."))
         if extra is not None:
             extra.close()
         smol.target.clear()
