@@ -158,6 +158,7 @@ def _load(model_path: Path, cache_mode: str, max_context: int, threads: int | No
         model_path, draft="ngram", cache_mode=cache_mode, max_context=max_context, threads=threads
     )
     exact.load()
+    exact.thread_control.recheck = None  # both keep the count this load measured: neither re-measures alone
     fast = LlamaCppBackend(
         model_path,
         draft="none",

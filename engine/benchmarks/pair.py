@@ -201,6 +201,7 @@ def _load_pair(
 
     plain = LlamaCppBackend(target_path, draft="ngram", max_context=max_context, threads=threads)
     plain.load()
+    plain.thread_control.recheck = None  # both keep the count this load measured: neither re-measures alone
     # The same threads as ours-plain, and the same busy-CPU guard: the count its load measured, taken as measured.
     drafted = LlamaCppBackend(
         target_path,

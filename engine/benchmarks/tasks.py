@@ -246,6 +246,7 @@ def run_task_bench(
         server_args = {name: args for name, args in server_args.items() if name == "server-ngram-mod"}
     ours = LlamaCppBackend(gguf, draft="ngram", cache_mode="auto", max_context=context, threads=threads)
     ours.load()
+    ours.thread_control.recheck = None  # every variant keeps the count this load measured
     bench = _TaskBench(ours, ours_variants, max_new, repeats, seeded_tokens, out)
     repeated = None
     try:

@@ -345,8 +345,7 @@ class LlamaCppBackend(RoundLoopBackend):
         measure = measure and self.device == "cpu"
         if measure:
             report("measuring threads", 0.92)
-            control.thread_choice = control.measure()
-            control.set_threads(control.thread_choice.threads)
+            control.adopt_measured(control.measure())
             thread_note = control.thread_choice.note()
         elif adopted is not None:
             control.thread_choice = adopted

@@ -71,7 +71,7 @@ STALL_NOTE = (
     "dropped to 1 thread: verify passes ran {slowdown:.0f}x slower than measured at load, {rounds} in a row "
     "(another process busy on the CPU?); set threads to keep a count"
 )
-RECHECK_NOTE = "back to {threads}: measured again after the drop to 1 thread ({timings} per token)"
+RECHECK_NOTE = "now {threads}: measured again after running on 1 thread ({timings} per token)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +284,15 @@ class ThreadControl:
                 self.lib.llama_set_n_threads(state.ctx.ctx, count, count)
         self.threads = count
 
+    def adopt_measured(self, choice: ThreadChoice) -> None:
+        """Run with the count load measured. Fewer threads than were measured (the cores read slower at load: a
+        busy moment, or a machine where one thread wins) are measured again later, as after a drop (RecheckClock):
+        a session must not stay on one thread because its load met a busy spell."""
+        self.thread_choice = choice
+        self.set_threads(choice.threads)
+        if choice.threads < max(choice.medians, default=choice.threads):
+            self.recheck = RecheckClock(self.clock())
+
     def context_threads(self) -> int:
         """The thread count the target's llama.cpp context runs with (what llama.cpp itself reports)."""
         return int(self.lib.llama_n_threads(self.target.ctx.ctx))
@@ -321,8 +330,8 @@ class ThreadControl:
         return choose_threads(samples)
 
     def recheck_threads(self, notes: list[str]) -> None:
-        """After a drop to one thread, once the recheck clock says so (at the start of a reply): measure 1 and
-        the load-time count again on top of the cache; where more threads are clearly faster again, go back to
+        """After a drop to one thread (or a load that measured one faster), once the recheck clock says so (at
+        the start of a reply): measure 1 and the most threads load measured again on top of the cache; where more threads are clearly faster again, go back to
         them (the stall watch armed anew) and say so on the reply; else wait longer before the next check."""
         clock = self.recheck
         if clock is None or self.thread_choice is None or not clock.due(self.clock()):
@@ -331,12 +340,14 @@ class ThreadControl:
         if len(target.ids) + THREAD_SAMPLE_STEPS + 2 > self.max_context:
             clock.still_one(self.clock())  # no room on top of this cache; the next reply may have some
             return
-        choice = self.measure(counts=(1, self.thread_choice.threads), on_cache=True)
+        most = max(self.thread_choice.medians, default=self.thread_choice.threads)
+        choice = self.measure(counts=(1, most), on_cache=True)
         if choice.threads <= 1:
             self.set_threads(1)
             clock.still_one(self.clock())
             return
         self.recheck = None
+        self.thread_choice = choice  # its medians scale the load-time pass costs now (thread_scale)
         self.set_threads(choice.threads)
         self.stall_watch = StallWatch(self.predicted_cost())
         timings = ", ".join(

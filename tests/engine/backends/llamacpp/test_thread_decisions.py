@@ -364,3 +364,33 @@ def test_after_a_drop_the_counts_are_measured_again_and_the_cores_come_back() ->
         control.target.step_times.append(900 * MS)
         control.on_round(900 * MS, 1, reply_notes)
     assert switched == [1, 1, 2, 1]
+
+
+def test_a_load_that_measured_one_thread_faster_measures_again_later() -> None:
+    # A busy spell during load's measurement (seen: 2 threads 194.9 ms against 1 thread 58.7, where 2 threads run
+    # 34 ms idle) chose one thread for the whole session. Now that choice is measured again as after a drop: the
+    # cores come back once they are faster, and the thread line says so.
+    control, switched, now = long_control()
+    control.max_context = 8192
+    control.target.ids = list(range(100))
+    measured: list[tuple] = []
+    control.measure = lambda counts=None, on_cache=False: (
+        measured.append((tuple(counts), on_cache)) or choose_threads({1: [58 * MS], 2: [34 * MS]})
+    )
+    control.adopt_measured(choose_threads({1: [58.7 * MS], 2: [194.9 * MS]}))
+    assert switched == [1] and control.threads == 1 and control.recheck is not None
+    notes: list[str] = []
+    control.recheck_threads(notes)
+    assert measured == []  # not before the wait
+    now[0] += RECHECK_FIRST_S
+    control.recheck_threads(notes)
+    assert measured == [((1, 2), True)] and switched == [1, 2] and control.threads == 2
+    assert notes == [RECHECK_NOTE.format(threads="2 threads", timings="1 thread 58.0 ms, 2 threads 34.0 ms")]
+    assert control.thread_choice.medians[2] == pytest.approx(
+        34 * MS
+    )  # the fresh medians scale pass costs now
+    # Where the cores won at load, or only one count was measured, nothing is scheduled.
+    for medians in ({1: [30 * MS], 2: [15 * MS]}, {1: [30 * MS]}):
+        control, _, _ = long_control()
+        control.adopt_measured(choose_threads(medians))
+        assert control.recheck is None
