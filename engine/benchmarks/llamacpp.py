@@ -153,12 +153,13 @@ def _load(model_path: Path, cache_mode: str, max_context: int, threads: int | No
 
     from engine.backends.llamacpp import LlamaCppBackend
     from engine.backends.llamacpp.native import choose_repack, model_defaults
+    from engine.benchmarks.runner import keep_load_threads
 
     exact = LlamaCppBackend(
         model_path, draft="ngram", cache_mode=cache_mode, max_context=max_context, threads=threads
     )
     exact.load()
-    exact.thread_control.recheck = None  # both keep the count this load measured: neither re-measures alone
+    keep_load_threads(exact)
     fast = LlamaCppBackend(
         model_path,
         draft="none",

@@ -197,11 +197,11 @@ def _load_pair(
 ) -> _PairRun:
     """Ours plain (n-gram drafting where asked) and ours with the draft model, on the same threads."""
     from engine.backends.llamacpp import LlamaCppBackend
-    from engine.benchmarks.runner import chat_presets
+    from engine.benchmarks.runner import chat_presets, keep_load_threads
 
     plain = LlamaCppBackend(target_path, draft="ngram", max_context=max_context, threads=threads)
     plain.load()
-    plain.thread_control.recheck = None  # both keep the count this load measured: neither re-measures alone
+    keep_load_threads(plain)
     # The same threads as ours-plain, and the same busy-CPU guard: the count its load measured, taken as measured.
     drafted = LlamaCppBackend(
         target_path,

@@ -39,6 +39,13 @@ def load_prompt_set(path: Path | str | None = None) -> list[dict[str, str]]:
     return prompts
 
 
+def keep_load_threads(backend) -> None:
+    """The benchmark's other variants adopt `backend`'s load-time thread choice: it does not measure again on
+    its own a minute later where its load kept fewer threads than it measured (threads.py `adopt_measured`). A
+    stall later still drops each backend to one thread and rechecks it on its own, as before."""
+    backend.thread_control.recheck = None
+
+
 def chat_presets() -> dict:
     """The presets the chat would use (the built-ins and the user's presets folder): what the benchmarks run."""
     from engine.presets import load_presets

@@ -33,7 +33,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.benchmarks.runner import timed_reply
+from engine.benchmarks.runner import keep_load_threads, timed_reply
 from engine.benchmarks.task_sets import FAMILIES, TASK_SETS, load_task_set
 from engine.benchmarks.task_table import (
     DRAFTING,
@@ -246,7 +246,7 @@ def run_task_bench(
         server_args = {name: args for name, args in server_args.items() if name == "server-ngram-mod"}
     ours = LlamaCppBackend(gguf, draft="ngram", cache_mode="auto", max_context=context, threads=threads)
     ours.load()
-    ours.thread_control.recheck = None  # every variant keeps the count this load measured
+    keep_load_threads(ours)
     bench = _TaskBench(ours, ours_variants, max_new, repeats, seeded_tokens, out)
     repeated = None
     try:

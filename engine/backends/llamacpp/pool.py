@@ -9,8 +9,8 @@ slower).
 
 One pool serves every context of a backend: the target's, a draft model's and the MTP head's take turns on it (the
 round loop runs one pass at a time). With threads of their own (the head's made for each pass, a draft model's
-in a pool of its own), the target's workers were still polling when their pass began, and the two sets shared 2 cores: an MTP head step that takes 2.5 ms ran 13-40 ms in one
-step of two (a Zen 4 EPYC, 2 cores, the Qwen3.5-0.8B-shaped Q4_K_M; 2.5 ms every time with the target's pool).
+in a pool of its own), the target's workers were still polling when their pass began, and the two sets shared 2
+cores: an MTP head step that takes 2.5 ms ran 13-40 ms in one step of two (a Zen 4 EPYC, 2 cores, the Qwen3.5-0.8B-shaped Q4_K_M; 2.5 ms every time with the target's pool).
 Not in the Python bindings: called through ctypes on the installed libraries. Where a symbol is missing
 (another build), nothing is attached and llama.cpp works as before.
 """

@@ -80,6 +80,11 @@ class ThreadChoice:
     # Median seconds of the timed decode per candidate count.
     medians: dict[int, float]
 
+    @property
+    def most(self) -> int:
+        """The most threads measured (the choice itself where nothing was)."""
+        return max(self.medians, default=self.threads)
+
     def note(self) -> str:
         """One line for the backend's notes: the choice and the numbers behind it."""
         if len(self.medians) < 2:
@@ -290,7 +295,7 @@ class ThreadControl:
         a session must not stay on one thread because its load met a busy spell."""
         self.thread_choice = choice
         self.set_threads(choice.threads)
-        if choice.threads < max(choice.medians, default=choice.threads):
+        if choice.threads < choice.most:
             self.recheck = RecheckClock(self.clock())
 
     def context_threads(self) -> int:
@@ -331,8 +336,9 @@ class ThreadControl:
 
     def recheck_threads(self, notes: list[str]) -> None:
         """After a drop to one thread (or a load that measured one faster), once the recheck clock says so (at
-        the start of a reply): measure 1 and the most threads load measured again on top of the cache; where more threads are clearly faster again, go back to
-        them (the stall watch armed anew) and say so on the reply; else wait longer before the next check."""
+        the start of a reply): measure 1 and the most threads measured again on top of the cache; where more
+        threads are clearly faster, move to them (the stall watch armed anew) and say so on the reply; else wait
+        longer before the next check."""
         clock = self.recheck
         if clock is None or self.thread_choice is None or not clock.due(self.clock()):
             return
@@ -340,8 +346,7 @@ class ThreadControl:
         if len(target.ids) + THREAD_SAMPLE_STEPS + 2 > self.max_context:
             clock.still_one(self.clock())  # no room on top of this cache; the next reply may have some
             return
-        most = max(self.thread_choice.medians, default=self.thread_choice.threads)
-        choice = self.measure(counts=(1, most), on_cache=True)
+        choice = self.measure(counts=(1, self.thread_choice.most), on_cache=True)
         if choice.threads <= 1:
             self.set_threads(1)
             clock.still_one(self.clock())

@@ -386,9 +386,8 @@ def test_a_load_that_measured_one_thread_faster_measures_again_later() -> None:
     control.recheck_threads(notes)
     assert measured == [((1, 2), True)] and switched == [1, 2] and control.threads == 2
     assert notes == [RECHECK_NOTE.format(threads="2 threads", timings="1 thread 58.0 ms, 2 threads 34.0 ms")]
-    assert control.thread_choice.medians[2] == pytest.approx(
-        34 * MS
-    )  # the fresh medians scale pass costs now
+    # The fresh medians scale the load-time pass costs now.
+    assert control.thread_choice.medians[2] == pytest.approx(34 * MS)
     # Where the cores won at load, or only one count was measured, nothing is scheduled.
     for medians in ({1: [30 * MS], 2: [15 * MS]}, {1: [30 * MS]}):
         control, _, _ = long_control()
