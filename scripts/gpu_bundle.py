@@ -73,12 +73,73 @@ def target_args() -> list[str]:
     return args
 
 
-def pip(*args: str) -> None:
+def pip(*args: str, check: bool = True) -> bool:
+    """Run pip; exit with its last lines where it fails (`check`), else say whether it succeeded."""
     command = [sys.executable, "-m", "pip", *args]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
+    if done.returncode != 0 and check:
         tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
         raise SystemExit("gpu-bundle: pip " + " ".join(args[:2]) + " failed:\n  " + "\n  ".join(tail))
+    return done.returncode == 0
+
+
+# The torch the last resolution settled on, per target, in specchat's cache folder. torch is on the GPU machine (a
+# BOX_ROOT, never bundled), but resolving it walks back through its releases wherever an index lacks the CUDA
+# wheels a newer release pins (here: 2.14.1 down to 2.7.1, ~50 s of a 60 s build); the next build pins the version
+# found last, and resolves unpinned again if that no longer resolves. The bundle is the same either way.
+HINT_FILE = "gpu-bundle-resolution.json"
+
+
+def _hint_path() -> Path:
+    sys.path.insert(0, str(ROOT))
+    from engine.paths import cache_dir
+
+    return cache_dir() / HINT_FILE
+
+
+def _hint_key() -> str:
+    return f"cp{PYTHON_VERSION}|{','.join(PLATFORMS)}"
+
+
+def read_hint() -> dict[str, str]:
+    """{package: version} the last resolution for this target settled on ({} where none is known)."""
+    try:
+        hint = json.loads(_hint_path().read_text(encoding="utf-8")).get(_hint_key(), {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {str(k): str(v) for k, v in hint.items()} if isinstance(hint, dict) else {}
+
+
+def write_hint(packages: dict[str, dict]) -> None:
+    path = _hint_path()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        data = data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        data = {}
+    data[_hint_key()] = {"torch": packages["torch"]["metadata"]["version"]} if "torch" in packages else {}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+
+
+def resolve(project: Path) -> dict[str, dict]:
+    """pip's dry-run resolution for the target: {canonical name: report item}. The last build's torch first
+    (read_hint), unpinned where that fails; the torch found is kept for the next build."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report_path = Path(tmp) / "report.json"
+        args = [
+            "install", "--quiet", "--dry-run", "--ignore-installed", "--report", str(report_path),
+            "--target", str(Path(tmp) / "target"), *target_args(), str(project), *EXTRA, *EXL3_IMPORTS,
+        ]  # fmt: skip
+        hint = read_hint()
+        pinned = Path(tmp) / "hint.txt"
+        pinned.write_text("".join(f"{name}=={version}\n" for name, version in hint.items()), encoding="utf-8")
+        if not (hint and pip(*args, "--constraint", str(pinned), check=False)):
+            pip(*args)
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+    packages = {canonical(item["metadata"]["name"]): item for item in report["install"]}
+    write_hint(packages)
+    return packages
 
 
 TARGET_MARKERS = {
@@ -216,14 +277,7 @@ def main(argv: list[str]) -> int:
     project = build_wheel(wheels, out)
 
     print(f"gpu-bundle: resolving for CPython {PYTHON_VERSION} manylinux x86_64", flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        report_path = Path(tmp) / "report.json"
-        pip(
-            "install", "--quiet", "--dry-run", "--ignore-installed", "--report", str(report_path),
-            "--target", str(Path(tmp) / "target"), *target_args(), str(project), *EXTRA, *EXL3_IMPORTS,
-        )  # fmt: skip
-        report = json.loads(report_path.read_text(encoding="utf-8"))
-    packages = {canonical(item["metadata"]["name"]): item for item in report["install"]}
+    packages = resolve(project)
     on_box = box_closure(packages)
     bundled = sorted(name for name in packages if name not in on_box and name != "specchat")
     pins = [

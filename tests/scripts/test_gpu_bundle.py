@@ -149,6 +149,39 @@ def test_bundle_carries_the_model_s_shape_and_tokenizer_not_its_weights(bundle):
     assert (bundle / "gpu_check.sh").read_text() == SCRIPT.read_text()
 
 
+@pytest.mark.parametrize("pinned_resolves", [True, False], ids=["pin-resolves", "pin-stale"])
+def test_the_resolution_pins_the_torch_found_last_and_resolves_unpinned_where_that_fails(
+    tmp_path, monkeypatch, pinned_resolves: bool
+):
+    """torch is on the GPU machine, never bundled, yet resolving it walked back through its releases for ~50 s of
+    the build (an index without the CUDA wheels newer ones pin): the next build pins the torch found last."""
+    monkeypatch.setattr(gpu_bundle, "_hint_path", lambda: tmp_path / "hint.json")
+    calls: list[str | None] = []
+
+    def pip(*args: str, check: bool = True) -> bool:
+        constraint = args[args.index("--constraint") + 1] if "--constraint" in args else None
+        calls.append(constraint and Path(constraint).read_text())
+        if constraint and not pinned_resolves:
+            return False  # ResolutionImpossible: the pinned release is gone from the index
+        report = {
+            "install": [
+                {"metadata": {"name": "torch", "version": "2.7.1"}},
+                {"metadata": {"name": "rich", "version": "14"}},
+            ]
+        }
+        Path(args[args.index("--report") + 1]).write_text(json.dumps(report))
+        return True
+
+    monkeypatch.setattr(gpu_bundle, "pip", pip)
+    assert gpu_bundle.read_hint() == {}
+    assert set(gpu_bundle.resolve(tmp_path / "specchat.whl")) == {"torch", "rich"}
+    assert calls == [None]  # nothing known: one unpinned resolution
+    assert gpu_bundle.read_hint() == {"torch": "2.7.1"}
+    calls.clear()
+    assert set(gpu_bundle.resolve(tmp_path / "specchat.whl")) == {"torch", "rich"}
+    assert calls == (["torch==2.7.1\n"] if pinned_resolves else ["torch==2.7.1\n", None])
+
+
 def test_gpu_check_script_parses():
     assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True).returncode == 0
 
