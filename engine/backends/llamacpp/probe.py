@@ -81,11 +81,14 @@ def _probe_ids(encode_text, length: int) -> list[int]:
 def probe_starts(max_context: int, widest: int = PROBE_MAX_WIDTH) -> list[int]:
     """The cached prefix lengths the probe decodes `widest` positions after, all within the context: near the
     start, and across 512 cached positions where the context has room (else later in the probe text). Each case
-    decodes ~1,300 rows, so a third would cost a first load seconds more for no kernel path the two miss."""
+    decodes ~1,300 rows, so a third would cost a first load seconds more for no kernel path the two miss. Each leaves
+    one cell past its widest pass: a padded plain step's throw-away position (a probe at start + widest ==
+    max_context found no room in the cache for the last padded reference)."""
+    room = widest + 1
     late = LONG_PROBE_POSITION
-    if late + widest > max_context:
+    if late + room > max_context:
         late = SHORT_PROBE_POSITION + 2 * widest
-    return [s for s in (SHORT_PROBE_POSITION, late) if s + widest <= max_context]
+    return [s for s in (SHORT_PROBE_POSITION, late) if s + room <= max_context]
 
 
 def probe_widths(target, encode_text, max_context: int, widest: int = PROBE_MAX_WIDTH) -> ProbeVerdict:

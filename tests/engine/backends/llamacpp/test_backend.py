@@ -27,6 +27,7 @@ from engine.backends.llamacpp import (  # noqa: E402
     physical_cores,
     resolve_gguf,
 )
+from engine.backends.llamacpp.probe import SHORT_PROBE_POSITION, probe_starts, probe_widths  # noqa: E402
 from engine.decoding.drafters.ngram import LONG_DRAFT_MAX  # noqa: E402
 from engine.errors import BackendError
 from engine.events import Done  # noqa: E402
@@ -197,6 +198,23 @@ def test_padded_plain_steps_equal_speculation_too(gguf: Path, smol: LlamaCppBack
         padded.close()
 
 
+def nudged_probe_pads(backend: LlamaCppBackend) -> bool:
+    """The kernel probe on a target whose one-token decode a test nudged: does it pad plain steps (the verdict
+    `_kernels_agree` reads as False)? Widths 2-4 only: a nudged single step differs from every row of every pass, so
+    the 49 widths of a full probe (twice, the second time padded) would only take seconds to say the same."""
+    verdict = probe_widths(backend.target, backend.encode_text, backend.max_context, widest=4)
+    assert verdict.checked == 4 and backend.target.ids == []
+    return verdict.pad
+
+
+def test_the_probe_leaves_each_start_room_for_a_padded_steps_throw_away_position() -> None:
+    # A padded plain step decodes one position past itself: the last padded reference of a start sits at
+    # start + widest. A context of exactly start + widest cells had no room for it (the load's probe failed).
+    assert probe_starts(LONG_PROBE_POSITION + 4, widest=4) == [SHORT_PROBE_POSITION, SHORT_PROBE_POSITION + 8]
+    assert probe_starts(LONG_PROBE_POSITION + 5, widest=4) == [SHORT_PROBE_POSITION, LONG_PROBE_POSITION]
+    assert probe_starts(SHORT_PROBE_POSITION + 4, widest=4) == []
+
+
 @pytest.mark.slow
 def test_the_kernel_probe_notices_single_token_kernels_that_round_differently() -> None:
     # On the Q4_1 GGUF llama.cpp's single-token and batched kernels agree here (on F16 they do not): the probe
@@ -219,9 +237,9 @@ def test_the_kernel_probe_notices_single_token_kernels_that_round_differently() 
             return logits
 
         target.decode = nudged
-        assert backend._kernels_agree() is False
+        assert nudged_probe_pads(backend)
         target.decode = real_decode
-        assert backend._kernels_agree() is True  # this build and CPU: bit-identical rows
+        assert backend._kernels_agree() is True  # this build and CPU: bit-identical rows, every width
         assert target.ids == []  # the probe leaves an empty cache behind
     finally:
         backend.close()
@@ -245,7 +263,7 @@ def test_the_patched_build_decodes_one_token_exactly_as_a_row_of_a_batch(smol: L
 
     try:
         target.decode = nudged_when_long
-        assert smol._kernels_agree() is False  # the probe does look past 512 positions
+        assert nudged_probe_pads(smol)  # the probe does look past 512 positions
         target.decode = real_decode
         assert smol._kernels_agree() is True
     finally:
