@@ -114,18 +114,29 @@ def test_the_next_start_reads_the_stored_timings_once_a_one_token_pass_confirms_
         again.close()
 
 
-def _plant_stored_check(factor: float) -> tuple[str, float]:
-    """The stored one-token pass (pass_timings.CHECK) scaled by `factor`, as if timed on another machine or at
-    another moment; its key and the planted figure."""
+def _stored_check(entry: dict) -> float:
+    """The one-token pass (pass_timings.CHECK) of a table as the file holds it."""
+    return next(row[2] for row in entry["best"] if row[:2] == list(pass_timings.CHECK))
+
+
+def _load_again_with_the_check_scaled(clock: Clock, factor: float) -> tuple[LlamaCppBackend, str, float]:
+    """The embedded model loaded once (its table stored), the stored one-token pass scaled by `factor` as if timed
+    on another machine or at another moment, and the model loaded again by a new process: the second backend, the
+    table's key and the planted figure; `clock` counts from the second load."""
+    from engine.models import ensure_embedded_gguf
+
+    path = ensure_embedded_gguf()
+    loaded(path, "ngram", threads=1).close()
     store = pass_timings.store_path()
     data = json.loads(store.read_text())
     (key,) = data
-    width, context = pass_timings.CHECK
     for row in data[key]["best"]:
-        row[2] *= factor if row[:2] == [width, context] else 1
+        row[2] *= factor if row[:2] == list(pass_timings.CHECK) else 1
     data[key]["at"] = 0.0
     store.write_text(json.dumps(data))
-    return key, next(row[2] for row in data[key]["best"] if row[:2] == [width, context])
+    pass_timings.forget(store=store)  # a new process: nothing in memory, the file stays
+    clock.reads = 0
+    return loaded(path, "ngram", threads=1), key, _stored_check(data[key])
 
 
 @pytest.mark.slow
@@ -133,21 +144,12 @@ def _plant_stored_check(factor: float) -> tuple[str, float]:
     "factor", [10.0, 0.1], ids=["stored-10x-slower-timed-when-busy", "stored-10x-faster-another-machine"]
 )
 def test_stored_timings_that_no_longer_hold_are_timed_afresh_and_stored(clock: Clock, factor: float) -> None:
-    from engine.models import ensure_embedded_gguf
-
-    path = ensure_embedded_gguf()
-    loaded(path, "ngram", threads=1).close()
-    key, planted = _plant_stored_check(factor)
-    store = pass_timings.store_path()
-    pass_timings.forget(store=store)
-    clock.reads = 0
-    again = loaded(path, "ngram", threads=1)
+    again, key, planted = _load_again_with_the_check_scaled(clock, factor)
     try:
         (kept,) = pass_timings._kept.values()
         assert kept.confirmation == "timed afresh"
         assert clock.reads == 2 * pass_timings.ROUNDS * len(kept.best)  # the check, then every other pass
-        fresh = json.loads(store.read_text())[key]["best"]
-        now = next(row[2] for row in fresh if row[:2] == list(pass_timings.CHECK))
+        now = _stored_check(json.loads(pass_timings.store_path().read_text())[key])
         assert (now < planted / 2) if factor > 1 else (now > planted * 2)
     finally:
         again.close()
@@ -158,28 +160,20 @@ def test_stored_timings_are_kept_when_the_check_runs_at_a_busy_moment(clock: Clo
     """A one-token pass twice as slow as the stored table says is a busy moment now (one process beside us on 2
     cores), not a reason to replace an idle machine's figures with a busy one's: the table is kept, nothing but
     the check is timed, and the file marks it used (the tables used last are the ones it keeps)."""
-    from engine.models import ensure_embedded_gguf
-
-    path = ensure_embedded_gguf()
-    loaded(path, "ngram", threads=1).close()
-    key, planted = _plant_stored_check(0.5)
-    store = pass_timings.store_path()
-    pass_timings.forget(store=store)
-    clock.reads = 0
-    again = loaded(path, "ngram", threads=1)
+    again, key, planted = _load_again_with_the_check_scaled(clock, 0.5)
     try:
         (kept,) = pass_timings._kept.values()
         assert kept.confirmation == "kept"
         assert clock.reads == 2 * pass_timings.ROUNDS  # the check's one-token pass, nothing else
-        entry = json.loads(store.read_text())[key]
-        assert next(row[2] for row in entry["best"] if row[:2] == list(pass_timings.CHECK)) == planted
-        assert entry["at"] > 0.0  # marked used
+        entry = json.loads(pass_timings.store_path().read_text())[key]
+        assert _stored_check(entry) == planted and entry["at"] > 0.0  # kept as it was, marked used
     finally:
         again.close()
 
 
 def test_the_file_keeps_the_tables_timed_last(tmp_path, monkeypatch) -> None:
-    """Tests build random models afresh each run: the file keeps only the KEPT_TABLES stored last."""
+    """Tests build random models afresh each run: the file keeps only the KEPT_TABLES stored (timed, or confirmed
+    at a load) last."""
     store = tmp_path / "pass-timings.json"
     pass_timings.forget(store=store)
     monkeypatch.setattr(pass_timings, "KEPT_TABLES", 3)
