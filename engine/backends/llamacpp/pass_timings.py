@@ -38,7 +38,7 @@ CONFIRM_TOLERANCE = 0.15
 # about every other load (13 s of a 19 s load of the Qwen2.5-Coder pair).
 BUSY_SLOWDOWN = 3.0
 CHECK = (1, 64)  # the (width, cached tokens) a stored table is confirmed by
-KEPT_TABLES = 64  # models as loaded the file remembers, the most recently timed
+KEPT_TABLES = 64  # models as loaded the file remembers, the most recently timed or confirmed
 
 _kept: dict[str, PassTimings] = {}
 _store: Path | None = None  # where the tables are kept (None: `<cache>/pass-timings.json`)
