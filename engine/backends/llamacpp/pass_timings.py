@@ -35,7 +35,7 @@ STORE_FILE = "pass-timings.json"
 CONFIRM_TOLERANCE = 0.15
 # ... and at most this many times slower (a busy moment now: one process beside us on 2 cores halves the speed;
 # slower still: another machine). On a 2-core host that swings between two speeds, the table was timed afresh at
-# about every other load (13 s of a 19 s load of the Qwen2.5-Coder pair).
+# each of three loads of the Qwen2.5-Coder pair watched (13 s of a 19 s load).
 BUSY_SLOWDOWN = 3.0
 CHECK = (1, 64)  # the (width, cached tokens) a stored table is confirmed by
 KEPT_TABLES = 64  # models as loaded the file remembers, the most recently timed or confirmed
