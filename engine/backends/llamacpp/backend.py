@@ -474,14 +474,14 @@ class LlamaCppBackend(RoundLoopBackend):
         only. Not where the target's decode is not llama.cpp's own (a test that plants another kernel)."""
         if not self._decodes_are_llamas_own():
             return self._probe()
-        key = llamacpp_probe.probe_key(
+        key, verdict = llamacpp_probe.recall_for(
             self.model_path,
             self.target.repack,
             cache_type=self._cache_type_name(),
             threads=self.threads,
             max_context=self.max_context,
+            thread_free=patched_build(),
         )
-        verdict = llamacpp_probe.recall(key)
         if verdict is None:
             verdict = self._probe()
             llamacpp_probe.remember(key, verdict)

@@ -33,7 +33,7 @@ PROBE_TEXT = "The quick brown fox jumps over the lazy dog. 1, 2, 3, 4, 5: def f(
 # Cached positions before the first probed pass: a few, so that attention reads a short cache.
 SHORT_PROBE_POSITION = 8
 # Verdicts remembered per model file, build, CPU, cache type and thread count (the probe decodes ~2,600 rows, twice that padded:
-# seconds on a small model, more on a big one), in the cache dir.
+# seconds on a small model, more on a big one), in the cache dir; on the patched build any thread count's (recall_for).
 PROBES_FILE = "llamacpp-probes.json"
 # Bumped whenever what the probe checks changes: older verdicts are then measured again.
 PROBE_VERSION = 4
@@ -144,32 +144,47 @@ def probe_widths(target, encode_text, max_context: int, widest: int = PROBE_MAX_
         target.clear()
 
 
-def probe_key(path: Path, repack: bool, *, cache_type: str, threads: int, max_context: int) -> str:
-    """What a verdict depends on: the file, the build, the CPU's flags, repacking (engine/backends/llamacpp/native.py
-    trial_key), and the context it ran on: cache type, thread count, the positions the context allows."""
-    from engine.backends.llamacpp.native import trial_key
-
+def probe_key(trial: str, cache_type: str, threads: int, max_context: int) -> str:
+    """What a verdict depends on: the file, the build, the CPU's flags, repacking (`trial`: engine/backends/llamacpp/
+    native.py trial_key), and the context it ran on: cache type, thread count, the positions the context allows."""
     starts = ",".join(map(str, probe_starts(max_context)))
-    text = f"{trial_key(path, repack)}|cache={cache_type}|threads={threads}|starts={starts}"
-    text += f"|widest={PROBE_MAX_WIDTH}|v{PROBE_VERSION}"
+    text = f"{trial}|cache={cache_type}|threads={threads}|starts={starts}|widest={PROBE_MAX_WIDTH}|v{PROBE_VERSION}"
     return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+# The thread counts whose verdicts a thread-free build may borrow (recall_for).
+THREAD_COUNTS = range(1, 65)
+
+
+def recall_for(
+    path: Path, repack: bool, *, cache_type: str, threads: int, max_context: int, thread_free: bool
+) -> tuple[str, ProbeVerdict | None]:
+    """The key of these settings (probe_key) and the verdict remembered under it (None: none).
+
+    `thread_free`: the build's rows do not depend on the thread count (specchat's patch: attention in fixed key
+    chunks, each row whole on one thread; tests/engine/backends/llamacpp/test_backend.py holds 1 and 2 threads
+    bit-identical), so a verdict measured at another thread count holds too: a load whose thread timing met a busy
+    moment (1 thread) probes nothing again (the Qwen2.5-Coder 0.5B's probe takes 46 s at 1 thread on 2 cores).
+    Stock builds split one row's keys by thread count: their verdicts stay per count."""
+    from engine.backends.llamacpp.native import load_verdicts, trial_key
+
+    trial = trial_key(path, repack)
+    key = probe_key(trial, cache_type, threads, max_context)
+    known = load_verdicts(probes_path())
+    others = [t for t in THREAD_COUNTS if t != threads] if thread_free else []
+    for candidate in [key] + [probe_key(trial, cache_type, t, max_context) for t in others]:
+        try:
+            if isinstance(known.get(candidate), dict):
+                return key, ProbeVerdict(**known[candidate])
+        except TypeError:
+            continue
+    return key, None
 
 
 def probes_path() -> Path:
     from engine.paths import cache_dir
 
     return cache_dir() / PROBES_FILE
-
-
-def recall(key: str, store: Path | None = None) -> ProbeVerdict | None:
-    """A verdict measured before under the same key; None where there is none (or it does not read)."""
-    from engine.backends.llamacpp.native import load_verdicts
-
-    known = load_verdicts(store or probes_path()).get(key)
-    try:
-        return ProbeVerdict(**known) if isinstance(known, dict) else None
-    except TypeError:
-        return None
 
 
 def remember(key: str, verdict: ProbeVerdict, store: Path | None = None) -> None:

@@ -270,6 +270,71 @@ def test_the_patched_build_decodes_one_token_exactly_as_a_row_of_a_batch(smol: L
         target.decode = real_decode
 
 
+@pytest.mark.slow
+def test_the_patched_build_computes_the_same_rows_on_1_and_2_threads(gguf: Path) -> None:
+    # Why a kernel probe verdict measured at one thread count serves every other on the patched build
+    # (probe.recall_for): one-token steps near the start and past 512 cached tokens, and the rows of a 20-token pass,
+    # bit for bit the same on 1 and 2 threads.
+    if not patched_build():
+        pytest.skip("stock llama.cpp build (make install printed why the patched one did not build)")
+    chat_ids: list[int] = []
+    rows = {}
+    for threads in (1, 2):
+        backend = LlamaCppBackend(gguf, draft="none", cache_mode="fp16", max_context=1024, threads=threads)
+        backend.load()
+        try:
+            assert backend.threads == threads
+            target = backend.target
+            chat_ids = chat_ids or chat(backend, PALINDROME_PROMPT)
+            ids = (chat_ids * 40)[:560]
+            target.clear()
+            target.prefill(ids[:8])
+            singles = [target.decode([token], outputs=1)[0] for token in ids[8:28]]
+            target.crop(8)
+            batch = target.decode(ids[8:28], outputs=20)
+            target.clear()
+            target.prefill(ids[:520])
+            late = [target.decode([token], outputs=1)[0] for token in ids[520:528]]
+            target.clear()
+            rows[threads] = (np.stack(singles), batch, np.stack(late))
+        finally:
+            backend.close()
+    for one, two in zip(rows[1], rows[2], strict=True):
+        assert np.array_equal(one, two)
+
+
+def test_a_thread_free_build_recalls_a_verdict_measured_at_another_thread_count(
+    gguf: Path, tmp_path, monkeypatch
+) -> None:
+    from engine.backends.llamacpp import probe
+    from engine.backends.llamacpp.native import trial_key
+
+    monkeypatch.setattr(probe, "probes_path", lambda: tmp_path / "probes.json")
+    verdict = probe.ProbeVerdict(pad=False, widest=33, checked=49, first_mismatch=34)
+    probe.remember(probe.probe_key(trial_key(gguf, True), "f16", 2, 2048), verdict)
+    settings = {"cache_type": "f16", "max_context": 2048}
+    key, found = probe.recall_for(gguf, True, threads=1, thread_free=True, **settings)
+    assert found == verdict and key == probe.probe_key(trial_key(gguf, True), "f16", 1, 2048)
+    assert probe.recall_for(gguf, True, threads=1, thread_free=False, **settings)[1] is None  # a stock build
+    assert probe.recall_for(gguf, True, threads=2, thread_free=False, **settings)[1] == verdict
+    other_cache = {"cache_type": "q8_0", "max_context": 2048}
+    assert probe.recall_for(gguf, True, threads=1, thread_free=True, **other_cache)[1] is None
+    if not patched_build():
+        return
+    # A load on 1 thread takes the verdict measured on 2 and probes nothing (planted: widest 33, repacked or not).
+    for repack in (True, False):
+        probe.remember(probe.probe_key(trial_key(gguf, repack), "f16", 2, 2048), verdict)
+    monkeypatch.setattr(
+        "engine.backends.llamacpp.backend.probe_widths", lambda *args, **kwargs: pytest.fail("probed again")
+    )
+    backend = LlamaCppBackend(gguf, draft="ngram", cache_mode="fp16", max_context=2048, threads=1)
+    backend.load()
+    try:
+        assert backend.probe == verdict
+    finally:
+        backend.close()
+
+
 def test_the_built_library_runs_its_own_thread_pool_not_openmp() -> None:
     # scripts/build_llama_cpp.sh builds without OpenMP: with libgomp, a decode from the chat's reply thread ran 2x
     # slower than from the thread that ran llama.cpp first (its idle OpenMP worker makes libgomp throttle its
