@@ -480,7 +480,7 @@ class LlamaCppBackend(RoundLoopBackend):
             cache_type=self._cache_type_name(),
             threads=self.threads,
             max_context=self.max_context,
-            thread_free=patched_build(),
+            thread_free=llamacpp_probe.thread_free_build(patched_build()),
         )
         if verdict is None:
             verdict = self._probe()

@@ -154,6 +154,16 @@ def probe_key(trial: str, cache_type: str, threads: int, max_context: int) -> st
 
 # The thread counts whose verdicts a thread-free build may borrow (recall_for).
 THREAD_COUNTS = range(1, 65)
+X86_MACHINES = frozenset({"x86_64", "amd64", "i386", "i686"})
+
+
+def thread_free_build(patched: bool, machine: str | None = None) -> bool:
+    """Whether the loaded build's rows are the same at every thread count: specchat's patched build on x86, where
+    its kernels replace the stock ones (tested on 1 and 2 threads, AVX-512). On ARM the stock NEON/i8mm kernels stay
+    and nothing has checked them across thread counts: their verdicts stay per count."""
+    import platform
+
+    return patched and (machine or platform.machine()).lower() in X86_MACHINES
 
 
 def recall_for(

@@ -317,9 +317,12 @@ def test_a_thread_free_build_recalls_a_verdict_measured_at_another_thread_count(
     assert found == verdict and key == probe.probe_key(trial_key(gguf, True), "f16", 1, 2048)
     assert probe.recall_for(gguf, True, threads=1, thread_free=False, **settings)[1] is None  # a stock build
     assert probe.recall_for(gguf, True, threads=2, thread_free=False, **settings)[1] == verdict
+    assert probe.thread_free_build(True, "x86_64") and probe.thread_free_build(True, "AMD64")
+    assert not probe.thread_free_build(True, "aarch64")  # stock NEON/i8mm kernels: not checked across counts
+    assert not probe.thread_free_build(False, "x86_64")  # a stock build splits one row's keys by thread count
     other_cache = {"cache_type": "q8_0", "max_context": 2048}
     assert probe.recall_for(gguf, True, threads=1, thread_free=True, **other_cache)[1] is None
-    if not patched_build():
+    if not probe.thread_free_build(patched_build()):
         return
     # A load on 1 thread takes the verdict measured on 2 and probes nothing (planted: widest 33, repacked or not).
     for repack in (True, False):
