@@ -103,23 +103,18 @@ def _hint_key() -> str:
 
 def read_hint() -> dict[str, str]:
     """{package: version} the last resolution for this target settled on ({} where none is known)."""
-    try:
-        hint = json.loads(_hint_path().read_text(encoding="utf-8")).get(_hint_key(), {})
-    except (OSError, ValueError, AttributeError):
-        return {}
+    from engine.backends.llamacpp.native import load_verdicts
+
+    hint = load_verdicts(_hint_path()).get(_hint_key(), {})
     return {str(k): str(v) for k, v in hint.items()} if isinstance(hint, dict) else {}
 
 
 def write_hint(packages: dict[str, dict]) -> None:
-    path = _hint_path()
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        data = data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        data = {}
-    data[_hint_key()] = {"torch": packages["torch"]["metadata"]["version"]} if "torch" in packages else {}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    """The torch of this resolution, for the next build (the cache's keyed JSON files: native.remember_verdict)."""
+    from engine.backends.llamacpp.native import remember_verdict
+
+    torch = {"torch": packages["torch"]["metadata"]["version"]} if "torch" in packages else {}
+    remember_verdict(_hint_path(), _hint_key(), torch)
 
 
 def resolve(project: Path) -> dict[str, dict]:
