@@ -8,7 +8,8 @@ Adaptive K (`AdaptiveK`, one per preset): per draft position it keeps the chance
 given the ones before it were (a decaying average, seeded from the metrics log), and before each round picks the
 k, 0 included, with the most expected tokens per unit of time, where a round costs its verify pass r(1 + k) plus k
 draft-model steps (engine/decoding/cost_model.py). While no k pays, a short probe draft goes out every
-`PROBE_INTERVAL` rounds, so a draft that recovers is noticed, but only where drafting could pay at a high
+`PROBE_INTERVAL` rounds (more where a probe costs more: `probe_spacing`), so a draft that recovers is noticed, but
+only where drafting could pay at a high
 acceptance (`PROBE_ACCEPTANCE`: a draft as slow as the target never does, nor, on a compute-bound CPU, a draft
 model half as fast). Each probe that leaves drafting off doubles the wait before the next (up to
 `MAX_PROBE_BACKOFF` times the interval, kept across replies of the preset), and a round that drafts because it pays
@@ -42,6 +43,12 @@ PROBE_LENGTH = 2
 # verifies a wider pass: on the Qwen2.5-Coder pair on 2 cores, probing every 16 rounds cost 5-22% of the plain
 # speed per chat prompt where the draft never paid, 0.92x overall (docs/performance.md).
 MAX_PROBE_BACKOFF = 16
+# A probe that finds nothing wastes its round's verify pass and draft steps beyond one plain step; the rounds
+# between probes keep that waste within this share of the plain steps between them. A 2-token probe on a
+# mixture of experts wastes 1.4 steps (r(3) 2.41 at OLMoE-1B-7B's shape: each token wakes its own experts), 9% of
+# the time at one probe per 16 rounds; it now waits 141 rounds (docs/performance.md, "Mixture of experts at a
+# real shape"). The embedded SmolLM2 on llama.cpp (r(3) 1.2) probes every 20 rounds, a GPU-like curve every 16.
+PROBE_BUDGET = 0.01
 # Probes go out only where drafting would pay at this acceptance per position: a probe costs more than its
 # verify pass (a draft model first catches up on the tokens it skipped), so where only a draft that is never
 # wrong could pay (a half-as-fast draft model on a compute-bound CPU: docs/performance.md), probing is pure loss.
@@ -192,6 +199,15 @@ def drafting_can_pay(costs: VerifyCostModel | None, k_max: int) -> bool:
     return best_length(lambda k: sum(PROBE_ACCEPTANCE**i for i in range(k + 1)), costs, k_max)[0] > 0
 
 
+def probe_spacing(costs: VerifyCostModel | None, length: int, base: int = PROBE_INTERVAL) -> int:
+    """Rounds from one probe of `length` drafts to the next before any backoff: `base`, or more where a probe that
+    finds nothing wastes more than PROBE_BUDGET of the plain steps between two."""
+    if costs is None:
+        return base
+    waste = round_cost(costs, length) - 1.0
+    return max(base, math.ceil(round(waste / PROBE_BUDGET, 6)))
+
+
 def conditional_from_per_position(per_position: Sequence[float]) -> list[float]:
     """r_i (rounds with >= i accepted / rounds that drafted >= i) -> q_i, the chance of position i given i-1."""
     conditional, previous = [], 1.0
@@ -266,12 +282,23 @@ class AdaptiveK:
             return 0, 1.0
         return best_length(self.expected_tokens, costs or VerifyCostModel(), k_max)
 
-    def probe_due(self, k_max: int, costs: VerifyCostModel | None, rounds: int = 1) -> bool:
-        """Count `rounds` that drafted nothing; True (and start counting again) when a probe should go out."""
+    def probe_wait(self, costs: VerifyCostModel | None, length: int = PROBE_LENGTH) -> int:
+        """Rounds without drafting before the next probe of `length`: `interval` (the base, doubled per probe
+        that found nothing), stretched by what the probe costs (`probe_spacing`), never past the backoff's
+        ceiling."""
+        spacing = probe_spacing(costs, length, self.probe_interval)
+        ceiling = self.probe_interval * MAX_PROBE_BACKOFF
+        return min(self.interval * spacing // self.probe_interval, max(ceiling, spacing))
+
+    def probe_due(
+        self, k_max: int, costs: VerifyCostModel | None, rounds: int = 1, length: int = PROBE_LENGTH
+    ) -> bool:
+        """Count `rounds` that drafted nothing; True (and start counting again) when a probe of `length` drafts
+        should go out."""
         if k_max <= 0:
             return False
         self.skipped += rounds
-        if self.skipped < self.interval or not drafting_can_pay(costs, k_max):
+        if self.skipped < self.probe_wait(costs, min(length, k_max)) or not drafting_can_pay(costs, k_max):
             return False
         self.skipped = 0
         self.probes += 1
@@ -294,4 +321,4 @@ class AdaptiveK:
         if k > 0:
             self.drafting()
             return k
-        return min(probe_length, k_max) if self.probe_due(k_max, costs, rounds) else 0
+        return min(probe_length, k_max) if self.probe_due(k_max, costs, rounds, probe_length) else 0

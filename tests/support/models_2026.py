@@ -10,6 +10,8 @@ with the converter of the llama.cpp tree specchat builds (the vendored one in ll
 - "qwen3moe": Qwen3-MoE (dense attention, 8 experts, top 2).
 - "gptoss": gpt-oss (attention sinks, sliding-window layers beside full ones, 4 experts top 2, experts in
   float16 where the released files hold MXFP4: the converter takes either).
+- "olmoe": OLMoE (dense attention with QK norms, 8 experts, top 2; at the "olmoe-1b-7b" shape OLMoE-1B-7B's 64
+  experts, top 8: a mixture of experts at a real model's shape, for timing).
 
 SmolLM2's tokenizer (the embedded model's) and vocabulary, so the converter knows the pre-tokenizer and the chat
 template is ChatML. Hidden and expert sizes are multiples of 256, so a Q4_K_M file really holds K-quants. The GGUFs
@@ -33,7 +35,7 @@ from tests.support.tiny_models import TOKENIZER_FILE_NAMES
 LLAMA_CPP_PY_VERSION = os.environ.get("LLAMA_CPP_PY_VERSION", "0.3.36")
 # Bumped when what the builders make changes (the cached GGUFs are then built again).
 BUILDER_VERSION = 1
-KINDS = ("qwen35", "qwen35mtp", "qwen35moemtp", "qwen3next", "qwen3moe", "gptoss")
+KINDS = ("qwen35", "qwen35mtp", "qwen35moemtp", "qwen3next", "qwen3moe", "gptoss", "olmoe")
 # Wide enough logits that greedy decoding has no near-ties (a random model's argmax is then stable).
 INIT_RANGE = 0.2
 # Real models' shapes, for timing (a verify pass costs the same whatever the weights hold): the config fields that
@@ -54,7 +56,22 @@ SHAPES = {
         layer_types=(["linear_attention"] * 3 + ["full_attention"]) * 6,
         initializer_range=0.02,
     ),
+    # OLMoE-1B-7B's (allenai/OLMoE-1B-7B-0924: 6.9B parameters, 1.3B active; SmolLM2's vocabulary in place of
+    # its 50k tokens). Built in bfloat16: float32 would not fit beside the converter in 24 GB.
+    "olmoe-1b-7b": dict(
+        hidden_size=2048,
+        intermediate_size=1024,
+        num_attention_heads=16,
+        num_key_value_heads=16,
+        head_dim=128,
+        num_hidden_layers=16,
+        num_experts=64,
+        num_experts_per_tok=8,
+        initializer_range=0.02,
+    ),
 }
+# The kinds each real shape is built for.
+SHAPE_KINDS = {"qwen3.5-0.8b": ("qwen35", "qwen35mtp"), "olmoe-1b-7b": ("olmoe",)}
 
 
 def converter_dir() -> Path:
@@ -163,6 +180,17 @@ def _config(kind: str, vocab_size: int, shape: str = "tiny"):
             num_experts_per_tok=2,
             architectures=["GptOssForCausalLM"],
         )
+    if kind == "olmoe":
+        from transformers import OlmoeConfig
+
+        fields = {
+            **common,
+            "num_hidden_layers": 2,
+            "num_experts": 8,
+            "num_experts_per_tok": 2,
+            **SHAPES[shape],
+        }
+        return OlmoeConfig(**fields, architectures=["OlmoeForCausalLM"])
     from transformers import Qwen3MoeConfig as Config
 
     return Config(
@@ -184,9 +212,12 @@ def build_hf(kind: str, folder: Path, tokenizer_dir: Path, seed: int = 2026, sha
     vocab = json.loads((tokenizer_dir / "config.json").read_text())["vocab_size"]
     config = _config(kind, vocab, shape)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config).eval()
+    # A real MoE's shape is built in bfloat16 (half the memory; a verify pass's cost does not read the weights).
+    dtype = torch.bfloat16 if shape == "olmoe-1b-7b" else torch.float32
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder, safe_serialization=True)
+    del model
     for name in TOKENIZER_FILE_NAMES:
         if (tokenizer_dir / name).is_file():
             shutil.copy(tokenizer_dir / name, folder / name)
@@ -266,8 +297,13 @@ def gguf_2026(
     """A random `kind` GGUF at `shape` (F16, or a quantized type such as Q4_K_M), built once and cached."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
-    if shape != "tiny" and kind not in ("qwen35", "qwen35mtp"):
-        raise ValueError(f"shape {shape!r} is built for qwen35 and qwen35mtp only")
+    if shape != "tiny" and kind not in SHAPE_KINDS.get(shape, ()):
+        kinds = SHAPE_KINDS.get(shape)
+        raise ValueError(
+            f"shape {shape!r} is built for {' and '.join(kinds)} only"
+            if kinds
+            else f"unknown shape {shape!r}"
+        )
     root = cache_dir() / "models" / "tiny-2026"
     kind_name = f"{kind}-{shape}" if shape != "tiny" else kind
     dest = root / f"{kind_name}-s{seed}-v{BUILDER_VERSION}-{quant.lower()}.gguf"

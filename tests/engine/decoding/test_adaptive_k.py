@@ -10,6 +10,8 @@ Mutations tried (each turned the named test red, then was reverted):
 - `best_length` without the draft-step term (round_cost ignores draft_ratio): own-draft test (cost 1.13x plain).
 - `AdaptiveK.record` not learning (return at once): random-draft tests (K stays at the ceiling).
 - `AdaptiveK.probe_due` never true: the probe tests (the recovered draft stays off).
+- `probe_spacing` returning the base interval: `test_a_probe_that_costs_more_goes_out_less_often` and
+  `test_adaptive_ngram_probes_a_bucket_that_backed_off`.
 - `drafting_can_pay` always true: the own-draft test (a probe every 16 rounds costs 1.09x plain) and
   `test_no_probe_where_drafting_cannot_pay`.
 - the censored-window update removed: `test_a_fully_accepted_window_lets_k_grow` (K stuck below the ceiling).
@@ -31,11 +33,13 @@ import pytest
 
 from engine.decoding.adaptive_k import (
     MAX_PROBE_BACKOFF,
+    PROBE_BUDGET,
     PROBE_INTERVAL,
     PROBE_LENGTH,
     AdaptiveK,
     conditional_from_per_position,
     drafting_can_pay,
+    probe_spacing,
 )
 from engine.decoding.cost_model import MAX_DRAFT_LENGTH, VerifyCostModel
 from engine.decoding.drafters.ngram import NgramDrafter
@@ -172,11 +176,34 @@ def test_fixed_ngram_drafts_k_wherever_a_match_is_found():
 
 def test_adaptive_ngram_probes_a_bucket_that_backed_off():
     tuner = AdaptiveK()
-    drafter = NgramDrafter(costs=FrozenCosts(CPU_CURVE, 0.0), tuner=tuner)
+    costs = FrozenCosts(CPU_CURVE, 0.0)
+    drafter = NgramDrafter(costs=costs, tuner=tuner)
     drafter.reset([5, 6, 7, 8, 9, 5])
-    proposals = [drafter.propose(4) for _ in range(PROBE_INTERVAL)]
-    assert proposals[:-1] == [[]] * (PROBE_INTERVAL - 1)
+    wait = probe_spacing(costs, PROBE_LENGTH)
+    assert wait == 30  # r(3) 1.3: a probe that finds nothing wastes 0.3 of a step, 1% of 30 plain steps
+    proposals = [drafter.propose(4) for _ in range(wait)]
+    assert proposals[:-1] == [[]] * (wait - 1)
     assert proposals[-1] == [6, 7][:PROBE_LENGTH]
+
+
+def test_a_probe_that_costs_more_goes_out_less_often():
+    # A mixture of experts on a CPU: each token of a pass wakes other experts (r(3) 2.4, OLMoE-1B-7B's shape).
+    moe = FrozenCosts({w: 1.0 + 0.7 * (w - 1) for w in range(1, MAX_DRAFT_LENGTH + 2)}, 0.0)
+    cheap = FrozenCosts(FLAT_CURVE, 0.0)
+    assert probe_spacing(cheap, PROBE_LENGTH) == PROBE_INTERVAL
+    assert probe_spacing(moe, PROBE_LENGTH) == 140
+    assert probe_spacing(moe, 1) == 70  # a one-token probe (the MTP head's) wastes half as much
+    for costs in (cheap, moe):
+        tuner = AdaptiveK(prior=(0.0,))
+        chosen = run_rounds(tuner, costs, 6, lambda r, k: 0, 3000)
+        probes = [i for i, k in enumerate(chosen) if k]
+        waste = sum(costs.ratio(1 + chosen[i]) - 1 for i in probes)
+        assert waste <= PROBE_BUDGET * len(chosen)  # what probing that finds nothing costs, at most
+        gaps = [b - a for a, b in zip(probes, probes[1:], strict=False)]
+        spacing = probe_spacing(costs, PROBE_LENGTH)
+        ceiling = max(spacing, PROBE_INTERVAL * MAX_PROBE_BACKOFF)
+        assert gaps[0] == min(2 * spacing, ceiling)  # doubled by the first probe that found nothing ...
+        assert max(gaps) == ceiling  # ... and again by each one after, up to the ceiling
 
 
 def test_acceptance_seed_from_the_metrics_log():
@@ -304,13 +331,15 @@ def test_a_cheap_agreeing_draft_rises_to_the_ceiling_and_a_probe_brings_it_back(
         assert [c.k for c in chunks][-8:].count(0) >= 7
         # The draft recovers (the good one is back): at the next probe drafting is on again, then rises.
         tuner = next(iter(good.tuners.values()))
-        wait = tuner.interval - tuner.skipped
-        chunks, _ = reply(good, request(prompt, 8, 96))
-        assert tokens(chunks) == expected
+        wait = tuner.probe_wait(FrozenCosts(CPU_CURVE, 0.05)) - tuner.skipped
+        # (A longer reply: a probe costs 0.4 of a step on this curve, so it waits 40 rounds, not 16.)
+        chunks, _ = reply(good, request(prompt, 8, 160))
+        assert tokens(chunks)[:96] == expected
         ks = [c.k for c in chunks]
-        first_on = next(i for i, k in enumerate(ks) if k)
-        assert first_on <= wait
-        assert 8 in ks[first_on:]
+        # (Its first rounds may draft from the n-gram lookup beside the draft model; then the probe.)
+        probe = next(i for i, k in enumerate(ks) if k and i and not ks[i - 1])
+        assert probe <= wait
+        assert all(ks[probe:]) and max(ks[probe:]) >= 8  # on again from the probe, and risen
     finally:
         good.close()
         bad.close()

@@ -3,8 +3,12 @@ head's one (each head step carries the whole vocabulary's row after a catch-up; 
 
 from __future__ import annotations
 
+import math
 import threading
 
+import pytest
+
+from engine.decoding import adaptive_k
 from engine.decoding.adaptive_k import PROBE_LENGTH, AdaptiveK
 from engine.decoding.cost_model import VerifyCostModel
 from engine.decoding.drafters.base import Plan
@@ -26,6 +30,12 @@ class Head(BatchedModel):
 
     def catch_up(self, cancel=None) -> None:
         self.catch_ups += 1
+
+
+@pytest.fixture(autouse=True)
+def probe_every_round(monkeypatch):
+    """The tuners here probe every round (`probe_interval=1`) whatever a probe costs (no PROBE_BUDGET)."""
+    monkeypatch.setattr(adaptive_k, "PROBE_BUDGET", math.inf)
 
 
 def probe_lengths(cls: type[DraftModelDrafter]) -> list[int]:
