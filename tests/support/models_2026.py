@@ -183,8 +183,10 @@ def _config(kind: str, vocab_size: int, shape: str = "tiny"):
     if kind == "olmoe":
         from transformers import OlmoeConfig
 
+        # llama.cpp's OLMoE norms the keys over the whole width (attn_k_norm of n_embd): no grouped KV heads.
         fields = {
             **common,
+            "num_key_value_heads": 2,
             "num_hidden_layers": 2,
             "num_experts": 8,
             "num_experts_per_tok": 2,

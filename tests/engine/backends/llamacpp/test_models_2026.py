@@ -246,18 +246,20 @@ def test_a_mixture_of_experts_model_is_exact_at_every_width(which, request, monk
         backend.close()
 
 
-def test_a_quantized_mixture_of_experts_model_proves_every_width(smol_dir) -> None:
+@pytest.mark.parametrize("kind", ["qwen3moe", "olmoe"])
+def test_a_quantized_mixture_of_experts_model_proves_every_width(smol_dir, kind) -> None:
     """Q4_K_M experts: stock llama.cpp takes the tiled kernel from 8 tokens routed to one expert (the probe proved
-    widths 2-7 only); the patched build keeps passes of up to 64 tokens off it."""
+    widths 2-7 only); the patched build keeps passes of up to 64 tokens off it. Qwen3-MoE and OLMoE (its QK norms
+    over the whole width, 8 experts, top 2)."""
     from engine.backends.llamacpp.library import patched_build
 
     if not patched_build():
         pytest.skip(
             "the stock llama.cpp build (the patch did not apply): its tiled expert kernel rounds otherwise"
         )
-    backend = load(gguf_2026("qwen3moe", smol_dir, quant="Q4_K_M"))
+    backend = load(gguf_2026(kind, smol_dir, quant="Q4_K_M"))
     try:
-        assert backend.shape.experts == 8
+        assert backend.shape.experts == 8 and backend.shape.experts_used == 2
         assert backend.probe.widest == backend.probe.checked, backend.probe.describe()
     finally:
         backend.close()
