@@ -85,11 +85,25 @@ def _text_config(config: dict[str, Any]) -> dict[str, Any]:
     return nested if isinstance(nested, dict) else config
 
 
+def attention_layers(text: dict[str, Any]) -> int:
+    """The layers that keep a KV cache: on a hybrid only its attention layers (Qwen3.5 / Qwen3-Next, LFM2,
+    Granite-H `layer_types`; Nemotron-H's `hybrid_override_pattern`, `*` an attention layer), else every layer.
+    Sliding-window layers count whole (llama.cpp keeps a full-size cache for them)."""
+    layers = int(text["num_hidden_layers"])
+    kinds = text.get("layer_types")
+    if isinstance(kinds, list | tuple) and kinds:
+        return sum(1 for kind in kinds if "attention" in str(kind) and "linear" not in str(kind))
+    pattern = text.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        return pattern.count("*")
+    return layers
+
+
 def kv_shape(config: dict[str, Any]) -> tuple[int, int, int]:
-    """(layers, kv heads, head dim) from a config.json dict."""
+    """(attention layers, kv heads, head dim) from a config.json dict."""
     text = _text_config(config)
     try:
-        layers = int(text["num_hidden_layers"])
+        layers = attention_layers(text)
         heads = int(text["num_attention_heads"])
         kv_heads = int(text.get("num_key_value_heads") or heads)
         head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // heads)

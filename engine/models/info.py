@@ -11,9 +11,37 @@ from typing import Any
 from engine.models.cache import ModelError
 from engine.models.folders import validate_model_folder
 
+# The config keys that count a mixture of experts' routed experts (Qwen-MoE / Qwen3.5-MoE / OLMoE; Mixtral /
+# gpt-oss; DeepSeek-style).
+EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+# The exact parameter count where the file says it (a GGUF's tensors, `gguf_config`): it wins over the estimate.
+EXACT_PARAMS_KEY = "num_parameters"
+
+
+def _mlp_params(text: dict[str, Any], hidden: int, intermediate: int) -> int:
+    """One layer's feed-forward weights: gate, up and down, or on a mixture of experts every routed expert's (of
+    `moe_intermediate_size`, else `intermediate_size`), the shared expert's and the router."""
+    experts = next((int(text[k]) for k in EXPERT_COUNT_KEYS if _positive_int(text.get(k))), 0)
+    if not experts:
+        return 3 * hidden * intermediate
+    width = int(text.get("moe_intermediate_size") or intermediate)
+    shared = (
+        int(text.get("shared_expert_intermediate_size") or 0)
+        or int(text.get("n_shared_experts") or 0) * width
+    )
+    return 3 * hidden * (experts * width + shared) + hidden * experts
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
 
 def estimate_param_count(config: dict[str, Any]) -> int | None:
-    """Parameters of a Llama-style decoder from its config alone (None when the config lacks the sizes)."""
+    """Parameters of a decoder from its config alone (None when the config lacks the sizes): Llama-style layers,
+    with every routed expert counted on a mixture of experts (they all sit in memory, whatever runs per token).
+    The exact count where the config carries one (`EXACT_PARAMS_KEY`)."""
+    if _positive_int(config.get(EXACT_PARAMS_KEY)):
+        return int(config[EXACT_PARAMS_KEY])
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     try:
         hidden = int(text["hidden_size"])
@@ -26,7 +54,7 @@ def estimate_param_count(config: dict[str, Any]) -> int | None:
     kv_heads = int(text.get("num_key_value_heads") or heads)
     head_dim = int(text.get("head_dim") or hidden // heads)
     attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2  # q, o + k, v
-    mlp = 3 * hidden * intermediate  # gate, up, down
+    mlp = _mlp_params(text, hidden, intermediate)
     norms = 2 * hidden
     embeddings = vocab * hidden
     lm_head = (
@@ -110,7 +138,8 @@ def _has_chat_template(folder: Path) -> bool:
 
 
 def gguf_config(path: str | Path) -> tuple[dict[str, Any], float]:
-    """A GGUF file's shape as a Hugging Face style config dict, and its bits per weight (file size / params).
+    """A GGUF file's shape as a Hugging Face style config dict (with its exact parameter count), and its bits per
+    weight (file size / params).
 
     For `specchat plan` on a `.gguf` model: the same planner then sizes its weights and KV cache.
     """
@@ -144,11 +173,29 @@ def gguf_config(path: str | Path) -> tuple[dict[str, Any], float]:
         "max_position_embeddings": value(f"{arch}.context_length"),
         "vocab_size": value("tokenizer.ggml.tokens"),
         "tie_word_embeddings": not any(t.name == "output.weight" for t in reader.tensors),
+        "head_dim": value(f"{arch}.attention.key_length"),
     }
+    # A hybrid that lists its KV heads per layer (LFM2, Granite-H, Nemotron-H: 0 for a recurrent layer).
+    per_layer = reader.fields.get(f"{arch}.attention.head_count_kv")
+    if per_layer is not None and len(per_layer.data) > 1:
+        heads_kv = [int(per_layer.parts[i][0]) for i in per_layer.data]
+        config["num_key_value_heads"] = max(heads_kv)
+        config["layer_types"] = ["full_attention" if n else "recurrent" for n in heads_kv]
+    # A hybrid whose every Nth layer is attention (Qwen3.5 / Qwen3-Next: llama.cpp's `full_attention_interval`,
+    # layer i recurrent unless (i + 1) % N == 0); its MTP layers (`nextn_predict_layers`) sit past the others.
+    interval, layers = value(f"{arch}.full_attention_interval"), value(f"{arch}.block_count")
+    if interval and layers:
+        own = int(layers) - int(value(f"{arch}.nextn_predict_layers") or 0)
+        config["layer_types"] = [
+            "full_attention" if (i + 1) % int(interval) == 0 else "linear_attention" for i in range(own)
+        ]
     config = {
         k: (int(v) if hasattr(v, "__int__") and not isinstance(v, bool | str) else v)
         for k, v in config.items()
     }
     params = sum(int(t.n_elements) for t in reader.tensors)
     bits = path.stat().st_size * 8 / params if params else 16.0
+    if params:
+        # Counted, not estimated: a mixture of experts' or a hybrid's layers are not Llama-shaped.
+        config[EXACT_PARAMS_KEY] = params
     return config, bits

@@ -156,3 +156,111 @@ def test_weights_estimate_matches_the_embedded_model_on_disk(smol_dir: Path) -> 
     planned = plan_memory(config, "fp16", 2048).weights_bytes
     on_disk = (smol_dir / "model.safetensors").stat().st_size
     assert planned <= on_disk < planned + 100_000  # the rest is the safetensors header
+
+
+def _exact_params(config) -> int:
+    """The parameters transformers' own class builds for `config` (on the meta device: no memory)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def _moe_configs():
+    from transformers import MixtralConfig, OlmoeConfig, Qwen3MoeConfig
+
+    shared = dict(
+        vocab_size=49152, hidden_size=1024, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=8
+    )
+    shared = {**shared, "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2}
+    return [
+        # OLMoE-1B-7B's proportions: 64 experts of the intermediate size, 8 active.
+        OlmoeConfig(**shared, intermediate_size=512, num_experts=64, num_experts_per_tok=8),
+        # Qwen3-MoE: experts of their own width (moe_intermediate_size), the dense size unused.
+        Qwen3MoeConfig(
+            **shared, intermediate_size=3072, moe_intermediate_size=256, num_experts=32, num_experts_per_tok=4
+        ),
+        # Mixtral: num_local_experts.
+        MixtralConfig(**shared, intermediate_size=1024, num_local_experts=8, num_experts_per_tok=2),
+    ]
+
+
+@pytest.mark.parametrize("index", range(3), ids=["olmoe", "qwen3moe", "mixtral"])
+def test_a_mixture_of_experts_plan_counts_every_expert(index: int) -> None:
+    # All experts sit in memory, whichever run per token: a dense estimate said 603 MiB for OLMoE-1B-7B's
+    # shape at Q4_K_M (a 4.2 GB file), "fits 8 GB cards".
+    from engine.models import estimate_param_count
+
+    config = _moe_configs()[index]
+    exact = _exact_params(config)
+    estimate = estimate_param_count(config.to_dict())
+    assert estimate == pytest.approx(exact, rel=0.01)
+
+
+def test_a_gguf_plan_counts_its_tensors(smol_dir) -> None:
+    from engine.models import estimate_param_count, gguf_config
+    from tests.support.models_2026 import gguf_2026
+
+    path = gguf_2026("qwen3moe", smol_dir, quant="Q4_K_M")
+    config, bits = gguf_config(path)
+    assert estimate_param_count(config) == config["num_parameters"] > 0
+    # The plan's weights are the file's tensors (its size less the header and tokenizer).
+    assert weights_bytes(config, bits) == pytest.approx(path.stat().st_size, rel=0.001)
+
+
+def _write_gguf(path: Path, arch: str, fields: dict) -> Path:
+    """A minimal GGUF (its header and one small tensor) with `fields` under `arch`."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(path), arch)
+    for key, value in fields.items():
+        if isinstance(value, list):
+            writer.add_array(f"{arch}.{key}", value)
+        else:
+            writer.add_uint32(f"{arch}.{key}", value)
+    writer.add_tensor("token_embd.weight", np.zeros((8, 64), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_hybrid_gguf_plans_a_kv_cache_for_its_attention_layers_only(tmp_path: Path, smol_dir) -> None:
+    from engine.memory_plan import kv_shape
+    from engine.models import gguf_config
+    from tests.support.models_2026 import gguf_2026
+
+    # Per-layer KV heads (LFM2, Granite-H, Nemotron-H): 0 on a recurrent layer.
+    common = {"block_count": 4, "embedding_length": 64, "feed_forward_length": 128}
+    common = {**common, "attention.head_count": 4, "attention.key_length": 32}
+    lfm2 = _write_gguf(tmp_path / "lfm2.gguf", "lfm2", {**common, "attention.head_count_kv": [0, 0, 2, 0]})
+    assert kv_shape(gguf_config(lfm2)[0]) == (1, 2, 32)
+    # Every Nth layer attention (Qwen3.5, Qwen3-Next: full_attention_interval); a dense model: every layer.
+    qwen35 = _write_gguf(
+        tmp_path / "q.gguf", "qwen35", {**common, "attention.head_count_kv": 2, "full_attention_interval": 4}
+    )
+    assert kv_shape(gguf_config(qwen35)[0]) == (1, 2, 32)
+    dense = _write_gguf(tmp_path / "d.gguf", "llama", {**common, "attention.head_count_kv": 2})
+    assert kv_shape(gguf_config(dense)[0]) == (4, 2, 32)
+    # The real converter's output: the tiny Qwen3.5 (3 Gated DeltaNet layers, then attention; head dim 128).
+    assert kv_shape(gguf_config(gguf_2026("qwen35", smol_dir))[0]) == (1, 1, 128)
+
+
+def test_a_hybrid_config_plans_a_kv_cache_for_its_attention_layers_only() -> None:
+    from engine.memory_plan import kv_shape
+
+    base = {"hidden_size": 1024, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 256}
+    qwen35 = {
+        **base,
+        "num_hidden_layers": 8,
+        "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 2,
+    }
+    nemotron_h = {**base, "num_hidden_layers": 8, "hybrid_override_pattern": "M-M*-M*-"}
+    gpt_oss = {**base, "num_hidden_layers": 4, "layer_types": ["sliding_attention", "full_attention"] * 2}
+    assert [kv_shape(c)[0] for c in (qwen35, nemotron_h, gpt_oss)] == [2, 2, 4]
+    # 2 attention layers of 8: a quarter of what every layer's cache would take.
+    assert kv_cache_bytes(qwen35, "fp16", 1024) == 2 * 2 * 2 * 256 * 1024 * 2
