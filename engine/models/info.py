@@ -175,20 +175,7 @@ def gguf_config(path: str | Path) -> tuple[dict[str, Any], float]:
         "tie_word_embeddings": not any(t.name == "output.weight" for t in reader.tensors),
         "head_dim": value(f"{arch}.attention.key_length"),
     }
-    # A hybrid that lists its KV heads per layer (LFM2, Granite-H, Nemotron-H: 0 for a recurrent layer).
-    per_layer = reader.fields.get(f"{arch}.attention.head_count_kv")
-    if per_layer is not None and len(per_layer.data) > 1:
-        heads_kv = [int(per_layer.parts[i][0]) for i in per_layer.data]
-        config["num_key_value_heads"] = max(heads_kv)
-        config["layer_types"] = ["full_attention" if n else "recurrent" for n in heads_kv]
-    # A hybrid whose every Nth layer is attention (Qwen3.5 / Qwen3-Next: llama.cpp's `full_attention_interval`,
-    # layer i recurrent unless (i + 1) % N == 0); its MTP layers (`nextn_predict_layers`) sit past the others.
-    interval, layers = value(f"{arch}.full_attention_interval"), value(f"{arch}.block_count")
-    if interval and layers:
-        own = int(layers) - int(value(f"{arch}.nextn_predict_layers") or 0)
-        config["layer_types"] = [
-            "full_attention" if (i + 1) % int(interval) == 0 else "linear_attention" for i in range(own)
-        ]
+    config.update(_gguf_hybrid_layers(reader, arch, value))
     config = {
         k: (int(v) if hasattr(v, "__int__") and not isinstance(v, bool | str) else v)
         for k, v in config.items()
@@ -199,3 +186,21 @@ def gguf_config(path: str | Path) -> tuple[dict[str, Any], float]:
         # Counted, not estimated: a mixture of experts' or a hybrid's layers are not Llama-shaped.
         config[EXACT_PARAMS_KEY] = params
     return config, bits
+
+
+def _gguf_hybrid_layers(reader: Any, arch: str, value: Any) -> dict[str, Any]:
+    """A hybrid GGUF's layer kinds (and KV heads), for the KV cache's plan: {} for a model of attention layers."""
+    # KV heads listed per layer (LFM2, Granite-H, Nemotron-H: 0 for a recurrent layer).
+    per_layer = reader.fields.get(f"{arch}.attention.head_count_kv")
+    if per_layer is not None and len(per_layer.data) > 1:
+        heads_kv = [int(per_layer.parts[i][0]) for i in per_layer.data]
+        kinds = ["full_attention" if n else "recurrent" for n in heads_kv]
+        return {"num_key_value_heads": max(heads_kv), "layer_types": kinds}
+    # Every Nth layer attention (Qwen3.5 / Qwen3-Next: llama.cpp's `full_attention_interval`, layer i recurrent
+    # unless (i + 1) % N == 0); the MTP layers (`nextn_predict_layers`) sit past the others.
+    interval, layers = value(f"{arch}.full_attention_interval"), value(f"{arch}.block_count")
+    if interval and layers:
+        own = int(layers) - int(value(f"{arch}.nextn_predict_layers") or 0)
+        kinds = ["full_attention" if (i + 1) % int(interval) == 0 else "linear_attention" for i in range(own)]
+        return {"layer_types": kinds}
+    return {}
