@@ -10,9 +10,10 @@ k, 0 included, with the most expected tokens per unit of time, where a round cos
 draft-model steps (engine/decoding/cost_model.py). While no k pays, a short probe draft goes out every
 `PROBE_INTERVAL` rounds (more where a probe costs more: `probe_spacing`), so a draft that recovers is noticed, but
 only where drafting could pay at a high acceptance (`PROBE_ACCEPTANCE`: a draft as slow as the target never does,
-nor, on a compute-bound CPU, a draft model half as fast). Each probe that leaves drafting off doubles the wait before the next (up to
-`MAX_PROBE_BACKOFF` times the interval, kept across replies of the preset), and a round that drafts because it pays
-brings the interval back: a draft model that never pays in a chat stops costing its catch-up and probe passes.
+nor, on a compute-bound CPU, a draft model half as fast). Each probe that leaves drafting off doubles the wait
+before the next (up to `MAX_PROBE_BACKOFF` times the interval, kept across replies of the preset), and a round that
+drafts because it pays brings the interval back: a draft model that never pays in a chat stops costing its catch-up
+and probe passes.
 Pure python, no torch.
 """
 
