@@ -9,6 +9,7 @@ rejections at every depth, rounds wider than the rollback depth, and full accept
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from pathlib import Path
@@ -364,8 +365,10 @@ def test_a_probe_after_a_long_prompt_feeds_the_head_its_last_tokens_only_and_the
         skips.append((behind, len(head.ids) - head.done))
 
     monkeypatch.setattr(MtpHead, "skip_behind", spy)
-    # The tiny model's wide passes cost too much for any draft to pay, so no probe would go out at all.
+    # The tiny model's wide passes cost too much for any draft to pay, so no probe would go out at all; and a probe
+    # every 8 rounds whatever it costs (no PROBE_BUDGET), so that one goes out within the reply.
     monkeypatch.setattr(adaptive_k, "drafting_can_pay", lambda costs, k: True)
+    monkeypatch.setattr(adaptive_k, "PROBE_BUDGET", math.inf)
     backend = load_mtp(qwen35mtp)
     try:
         # The random head: nothing accepted, so adaptive K turns drafting off.
