@@ -214,7 +214,8 @@ def build_hf(kind: str, folder: Path, tokenizer_dir: Path, seed: int = 2026, sha
     vocab = json.loads((tokenizer_dir / "config.json").read_text())["vocab_size"]
     config = _config(kind, vocab, shape)
     torch.manual_seed(seed)
-    # A real MoE's shape is built in bfloat16 (half the memory; a verify pass's cost does not read the weights).
+    # OLMoE-1B-7B's shape is built in bfloat16: float32 (28 GB) would not fit in 24 GB; the weights' values are random
+    # either way, and a pass costs the same whatever they are.
     dtype = torch.bfloat16 if shape == "olmoe-1b-7b" else torch.float32
     model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
     folder.mkdir(parents=True, exist_ok=True)
