@@ -27,6 +27,23 @@ from tests.support.tiny_models import (
 )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist each worker keeps to its own share of the CPUs (`make test` runs one per core): llama.cpp
+    and torch size their threads from the affinity mask (engine/backends/base.py `usable_cpus`), so two workers on
+    2 cores run one thread each instead of four spinning at ggml's barriers beside each other."""
+    from tests.support.threads import worker_share
+
+    if not hasattr(os, "sched_setaffinity"):
+        return
+    worker, count = (
+        os.environ.get("PYTEST_XDIST_WORKER", ""),
+        os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"),
+    )
+    share = worker_share(worker, int(count), list(os.sched_getaffinity(0)))
+    if share:
+        os.sched_setaffinity(0, share)
+
+
 @pytest.fixture(scope="session")
 def smol_dir() -> Path:
     """The embedded SmolLM2-135M-Instruct as a Hugging Face folder (real fetch + conversion, cached)."""

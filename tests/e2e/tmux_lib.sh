@@ -53,6 +53,6 @@ start_specchat() {
 # bracketed paste, as specchat does: between ESC[200~ and ESC[201~, line breaks as CR (tmux paste-buffer -p).
 paste_text() {
     printf '%b' "$1" >"$WORK/paste.txt"
-    tmux load-buffer -b specchat-paste "$WORK/paste.txt"
-    tmux paste-buffer -p -d -b specchat-paste -t "$SESSION"
+    tmux load-buffer -b "paste-$SESSION" "$WORK/paste.txt"
+    tmux paste-buffer -p -d -b "paste-$SESSION" -t "$SESSION"
 }

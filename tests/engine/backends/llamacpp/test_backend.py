@@ -271,6 +271,7 @@ def test_the_patched_build_decodes_one_token_exactly_as_a_row_of_a_batch(smol: L
 
 
 @pytest.mark.slow
+@pytest.mark.all_cores
 def test_the_patched_build_computes_the_same_rows_on_1_and_2_threads(gguf: Path) -> None:
     # Why a kernel probe verdict measured at one thread count serves every other on the patched build
     # (probe.recall_for): one-token steps near the start and past 512 cached tokens, and the rows of a 20-token pass,

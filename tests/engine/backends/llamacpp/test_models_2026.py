@@ -24,6 +24,7 @@ from engine.backends.llamacpp.memory import ROLLBACK_DEPTH
 from engine.decoding.drafters import Plan, common_prefix
 from tests.support.models_2026 import gguf_2026
 from tests.support.replies import generate
+from tests.support.threads import fixed_threads
 
 pytestmark = pytest.mark.slow
 
@@ -53,9 +54,9 @@ def gptoss(smol_dir: Path) -> Path:
 
 
 def load(path: Path, rollback: bool | None = None) -> LlamaCppBackend:
-    # Two threads as given (no thread measuring at load): the tests check behaviour, not speed.
+    # Threads as given (no thread measuring at load): the tests check behaviour, not speed.
     backend = LlamaCppBackend(
-        path, draft="ngram", cache_mode="fp16", max_context=2048, threads=2, rollback=rollback
+        path, draft="ngram", cache_mode="fp16", max_context=2048, threads=fixed_threads(), rollback=rollback
     )
     backend.load()
     return backend
@@ -272,7 +273,7 @@ def qwen35mtp(smol_dir: Path) -> Path:
 
 
 def load_mtp(path: Path) -> LlamaCppBackend:
-    backend = LlamaCppBackend(path, draft="mtp", cache_mode="fp16", max_context=2048, threads=2)
+    backend = LlamaCppBackend(path, draft="mtp", cache_mode="fp16", max_context=2048, threads=fixed_threads())
     backend.load()
     return backend
 
@@ -420,5 +421,5 @@ def test_auto_runs_draft_mtp_on_a_gguf_with_llama_cpp(qwen35mtp) -> None:
     from engine.backends.select import create_backend
     from tests.support.settings import backend_settings
 
-    backend, why = create_backend(backend_settings(qwen35mtp, "auto", draft="mtp", threads=2))
+    backend, why = create_backend(backend_settings(qwen35mtp, "auto", draft="mtp", threads=fixed_threads()))
     assert isinstance(backend, LlamaCppBackend) and backend.use_mtp and why.endswith("-> llama.cpp")

@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("llama_cpp")
 
 from engine.backends.llamacpp import LlamaCppBackend, pass_timings  # noqa: E402
+from tests.support.threads import fixed_threads  # noqa: E402
 
 
 class Clock(types.SimpleNamespace):
@@ -51,14 +52,14 @@ def test_a_second_load_of_the_same_model_reads_the_first_ones_timings(clock: Clo
     from engine.models import ensure_embedded_gguf
 
     path = ensure_embedded_gguf()
-    first = loaded(path, "ngram", threads=2)
+    first = loaded(path, "ngram", threads=fixed_threads())
     try:
         timed = clock.reads
         assert timed > 0  # the first load timed its passes
         prior, guard = first.target.costs.as_dict(), first.thread_control.pass_cost
     finally:
         first.close()
-    again = loaded(path, "ngram", threads=2)
+    again = loaded(path, "ngram", threads=fixed_threads())
     try:
         assert clock.reads == timed  # no pass timed again
         assert again.target.costs.as_dict() == prior
@@ -66,7 +67,9 @@ def test_a_second_load_of_the_same_model_reads_the_first_ones_timings(clock: Clo
         assert again.thread_control.pass_cost is not guard  # what live passes learn stays with each backend
     finally:
         again.close()
-    other = loaded(path, "ngram", cache_mode="q8", threads=2)  # another cache type: timed afresh
+    other = loaded(
+        path, "ngram", cache_mode="q8", threads=fixed_threads()
+    )  # another cache type: timed afresh
     try:
         assert clock.reads > timed
     finally:

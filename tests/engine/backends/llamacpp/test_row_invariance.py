@@ -18,6 +18,7 @@ from engine.backends.llamacpp.model import LlamaCppModel
 from engine.backends.llamacpp.probe import probe_widths
 from engine.models import ensure_embedded_gguf
 from tests.support.models_2026 import quantize
+from tests.support.threads import fixed_threads
 
 pytestmark = [
     pytest.mark.slow,  # real GGUFs, quantized on the spot
@@ -44,7 +45,7 @@ def open_model(path: Path, n_ctx: int, cache_type: int | None = None) -> LlamaCp
     import llama_cpp
 
     cache = llama_cpp.GGML_TYPE_F16 if cache_type is None else cache_type
-    return LlamaCppModel(llama_cpp, path, n_ctx, 2, cache, 512, 0, repack=False)
+    return LlamaCppModel(llama_cpp, path, n_ctx, fixed_threads(), cache, 512, 0, repack=False)
 
 
 def tokens(model: LlamaCppModel, text: str) -> list[int]:

@@ -23,7 +23,7 @@ from engine.events import Chunk, Done  # noqa: E402
 from engine.request import GenerationRequest, SamplerSettings  # noqa: E402
 from tui.formatting import stats_line  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.all_cores]
 
 QUESTION = "What is the capital of France? Explain briefly."
 

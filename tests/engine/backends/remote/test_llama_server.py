@@ -18,6 +18,7 @@ from engine.benchmarks.llama_server import LlamaServer, free_port, llama_server_
 from engine.config import load_settings
 from engine.errors import BackendError
 from engine.events import Chunk, ReplyFailed, ReplyFinished
+from tests.support.threads import fixed_threads
 from tui.formatting import stats_line
 
 pytestmark = pytest.mark.slow
@@ -185,7 +186,7 @@ def test_bench_peer_runs_llama_cpps_own_server_plain_and_ngram(gguf):
 
     out = io.StringIO()
     prompts = [{"category": "code", "prompt": REPEATING}]
-    results = bench_llama_server_peer(gguf, prompts, 48, out, threads=2, context=1024)
+    results = bench_llama_server_peer(gguf, prompts, 48, out, threads=fixed_threads(), context=1024)
     text = out.getvalue()
     assert results is not None, text
     plain, ngram = results["llama-server plain"], results["llama-server ngram"]

@@ -1,0 +1,46 @@
+"""`make test` runs pytest on one worker per core (pytest-xdist), each pinned to its share of the CPUs, and the tests
+about llama.cpp's thread count alone afterwards (marker `all_cores`): see tests/conftest.py and the Makefile."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.support.threads import fixed_threads, worker_share
+
+TESTS = Path(__file__).parent
+
+
+def test_each_worker_takes_every_count_th_cpu_from_its_index() -> None:
+    assert worker_share("gw0", 2, [1, 0]) == [0]
+    assert worker_share("gw1", 2, [0, 1]) == [1]
+    assert worker_share("gw2", 4, list(range(16))) == [2, 6, 10, 14]
+    assert worker_share("gw1", 3, [0, 1]) is None  # fewer CPUs than workers: they share all
+    assert worker_share("gw0", 1, [0, 1]) is None
+    assert worker_share("", 2, [0, 1]) is None  # not under xdist
+
+
+def test_this_worker_keeps_to_its_share() -> None:
+    worker, count = (
+        os.environ.get("PYTEST_XDIST_WORKER", ""),
+        int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")),
+    )
+    if not worker or count < 2:
+        pytest.skip("not under pytest-xdist with two or more workers")
+    cpus = os.sched_getaffinity(0)
+    assert len(cpus) == len(worker_share(worker, count, list(range(os.cpu_count() or 1))) or cpus)
+    assert fixed_threads() == min(2, len(cpus))
+
+
+def test_a_test_that_fixes_two_llama_cpp_threads_runs_alone() -> None:
+    """A module that asks for two threads outright either runs alone (all_cores) or asks `fixed_threads()`."""
+    offenders = [
+        path.relative_to(TESTS).as_posix()
+        for path in TESTS.rglob("test_*.py")
+        if re.search(r"threads=2\b|LlamaCppModel\([^)]*, 2, ", path.read_text())
+        and "all_cores" not in path.read_text()
+    ]
+    assert offenders == []
