@@ -67,9 +67,8 @@ def test_a_second_load_of_the_same_model_reads_the_first_ones_timings(clock: Clo
         assert again.thread_control.pass_cost is not guard  # what live passes learn stays with each backend
     finally:
         again.close()
-    other = loaded(
-        path, "ngram", cache_mode="q8", threads=fixed_threads()
-    )  # another cache type: timed afresh
+    # Another cache type: timed afresh.
+    other = loaded(path, "ngram", cache_mode="q8", threads=fixed_threads())
     try:
         assert clock.reads > timed
     finally:
