@@ -227,6 +227,18 @@ def test_a_count_measured_by_another_backend_is_taken_as_measured_with_the_guard
         first.close()
 
 
+def one_token_cost(target, prompt: list[int], cached: int) -> float:
+    """The best of 7 one-token passes after `cached` tokens of `prompt` (timed here: time_decodes is planted)."""
+    target.prefill(prompt[:cached])
+    best = float("inf")
+    for _ in range(7):
+        start = time.perf_counter()
+        target.decode(prompt[cached : cached + 1], outputs=1)
+        best = min(best, time.perf_counter() - start)
+        target.crop(cached)
+    return best
+
+
 def long_document(backend: LlamaCppBackend, tokens: int) -> list[int]:
     """A chat prompt of about `tokens` tokens: a log of numbered entries to summarize (what a user pastes)."""
     crops = ("barley", "rye", "beans", "flax", "turnips", "oats", "hops")
@@ -256,20 +268,25 @@ def test_a_long_context_alone_keeps_the_threads_and_a_stall_there_still_drops(
         assert backend.thread_control.pass_cost.growth, "load timed passes over a longer context too"
         prompt = long_document(backend, 3000)
         target = backend.target
-        # What a one-token pass over this context really costs here (best of several: what the machine does
-        # when nothing disturbs it), against what the guard predicts for it.
-        target.prefill(prompt[:-1])
-        idle = float("inf")
-        for _ in range(7):  # timed here: time_decodes is planted above
-            start = time.perf_counter()
-            target.decode(prompt[-1:], outputs=1)
-            idle = min(idle, time.perf_counter() - start)
-            target.crop(len(prompt) - 1)
-        predicted = backend.thread_control.predicted_cost()(1, len(prompt) - 1)
+        # What a one-token pass over this context and over 64 tokens really cost here (best of several: what the
+        # machine does when nothing disturbs it), against what the guard predicts for each.
+        short = one_token_cost(target, prompt, 64)
+        idle = one_token_cost(target, prompt, len(prompt) - 1)
+        predicted_cost = backend.thread_control.predicted_cost()
+        predicted = predicted_cost(1, len(prompt) - 1)
         # Never under half the real cost (then a pass at idle speed stays far below the 4x of a stall; before, a
         # long context was predicted at its 64-token cost, ~1/4 of it); a load-time figure that another process
-        # inflated may predict more (seen: 0.31x on a machine at load average 15), never absurdly more.
-        assert 0.05 < idle / predicted < 2.0, (idle, predicted)
+        # inflated may predict more (seen: 0.31x on a machine at load average 15; 0.1x beside a busy process, whose
+        # load-time passes took 3 s), never absurdly more. Where a process busy beside the whole test slows every
+        # pass measured here against timings stored on an idle machine (seen: 2.8x), the growth with the context
+        # must still be predicted within the same bounds (the old prediction grew by 1x where the cost grew ~4x).
+        growth, predicted_growth = idle / short, predicted / predicted_cost(1, 64)
+        assert 0.05 < idle / predicted < 2.0 or 0.05 < growth / predicted_growth < 2.0, (
+            idle,
+            predicted,
+            growth,
+            predicted_growth,
+        )
 
         judged: list[float] = []
         dropped_at: list[int] = []
