@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.threads import worker_share, xdist_worker
 from tests.support.tiny_models import (
     CHATML_TEMPLATE,
     TINY_OTHER_VOCAB_SIZE,
@@ -31,15 +32,10 @@ def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist each worker keeps to its own share of the CPUs (`make test` runs one per core): llama.cpp
     and torch size their threads from the affinity mask (engine/backends/base.py `usable_cpus`), so two workers on
     2 cores run one thread each instead of four spinning at ggml's barriers beside each other."""
-    from tests.support.threads import worker_share
-
     if not hasattr(os, "sched_setaffinity"):
         return
-    worker, count = (
-        os.environ.get("PYTEST_XDIST_WORKER", ""),
-        os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"),
-    )
-    share = worker_share(worker, int(count), list(os.sched_getaffinity(0)))
+    worker, count = xdist_worker()
+    share = worker_share(worker, count, list(os.sched_getaffinity(0)))
     if share:
         os.sched_setaffinity(0, share)
 

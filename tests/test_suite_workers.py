@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.threads import fixed_threads, worker_share
+from tests.support.threads import fixed_threads, worker_share, xdist_worker
 
 TESTS = Path(__file__).parent
 
@@ -24,10 +24,7 @@ def test_each_worker_takes_every_count_th_cpu_from_its_index() -> None:
 
 
 def test_this_worker_keeps_to_its_share() -> None:
-    worker, count = (
-        os.environ.get("PYTEST_XDIST_WORKER", ""),
-        int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")),
-    )
+    worker, count = xdist_worker()
     if not worker or count < 2:
         pytest.skip("not under pytest-xdist with two or more workers")
     cpus = os.sched_getaffinity(0)
@@ -37,10 +34,10 @@ def test_this_worker_keeps_to_its_share() -> None:
 
 def test_a_test_that_fixes_two_llama_cpp_threads_runs_alone() -> None:
     """A module that asks for two threads outright either runs alone (all_cores) or asks `fixed_threads()`."""
+    sources = {path.relative_to(TESTS).as_posix(): path.read_text() for path in TESTS.rglob("test_*.py")}
     offenders = [
-        path.relative_to(TESTS).as_posix()
-        for path in TESTS.rglob("test_*.py")
-        if re.search(r"threads=2\b|LlamaCppModel\([^)]*, 2, ", path.read_text())
-        and "all_cores" not in path.read_text()
+        name
+        for name, text in sources.items()
+        if re.search(r"threads=2\b|LlamaCppModel\([^)]*, 2, ", text) and "all_cores" not in text
     ]
     assert offenders == []

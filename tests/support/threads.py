@@ -3,15 +3,23 @@ load), and the share of the CPUs each pytest-xdist worker keeps to (tests/confte
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
-
-from engine.backends.base import usable_cpus
 
 
 def fixed_threads() -> int:
     """Two where this process may use two cores; one where pytest-xdist gave this worker one core: two llama.cpp
     threads on one core wait a time slice at every ggml barrier, and a test then runs minutes instead of seconds."""
+    # Imported here: tests/conftest.py imports this module before it pins a worker, and the engine's package
+    # brings numpy, whose BLAS sizes its threads from the CPUs it sees when it loads.
+    from engine.backends.base import usable_cpus
+
     return min(2, usable_cpus())
+
+
+def xdist_worker() -> tuple[str, int]:
+    """This process's pytest-xdist worker name ("" outside xdist) and the number of workers."""
+    return os.environ.get("PYTEST_XDIST_WORKER", ""), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 
 
 def worker_share(worker: str, count: int, cpus: Sequence[int]) -> list[int] | None:
