@@ -10,6 +10,9 @@ UI thread uses more than its budget of a core (a long code block re-highlighted 
 chat), so the UI never takes the cores the model needs: where the model's threads fill every core this process may
 use, llama.cpp's threads meet at a barrier every operation and a third busy thread stalls them all, so the budget
 is `CONTENDED_UI_BUDGET` there (`ui_budget`): each 1% of a core the UI takes costs the model ~2% of its speed.
+There the first text waits an interval too (`ReplyBuffer.first_waits`): drawn at once, laying out the reply's first
+paragraph (~10-25 ms of the UI thread at 160x48) lands in the first tokens, and a one-sentence answer decoded in
+~0.1 s ran at ~0.8x `generate`; waiting, it is drawn once, whole, when it ends.
 
 The two threads share one interpreter lock. A thread coming back from llama.cpp (which runs without the lock)
 waits for it while the UI thread lays out a reply: up to the interpreter's switch interval, 5 ms by default, about
@@ -46,13 +49,16 @@ def model_threads(backend: object) -> int | None:
     return threads if isinstance(threads, int) and not isinstance(threads, bool) else None
 
 
+def contended(threads: int | None, cores: int | None = None) -> bool:
+    """Whether the model's CPU `threads` (None: it computes elsewhere, or says not) take every usable core."""
+    cores = usable_cpus() if cores is None else cores
+    return threads is not None and threads >= cores
+
+
 def ui_budget(threads: int | None, cores: int | None = None) -> float:
     """The UI thread's share of a core while a reply streams: `CONTENDED_UI_BUDGET` where the model's CPU `threads`
-    (None: it computes elsewhere, or says not) take every usable core, `UI_BUDGET` where one is left over."""
-    cores = usable_cpus() if cores is None else cores
-    if threads is not None and threads >= cores:
-        return CONTENDED_UI_BUDGET
-    return UI_BUDGET
+    take every usable core (`contended`), `UI_BUDGET` where one is left over."""
+    return CONTENDED_UI_BUDGET if contended(threads, cores) else UI_BUDGET
 
 
 @dataclass
@@ -109,6 +115,8 @@ class ReplyBuffer:
 
     decode: Callable[[list[int]], str] | None = None
     interval_s: float = RENDER_INTERVAL_S  # set by the UI thread (RenderPace), read here: a float is atomic
+    # The first chunk waits an interval too, instead of being posted at once (where the model is `contended`).
+    first_waits: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _pending: list[OriginRun] = field(default_factory=list)
     _last_post: float = 0.0
@@ -120,6 +128,8 @@ class ReplyBuffer:
         runs = split_chunk_by_origin(chunk, self.decode)
         now = time.monotonic()
         with self._lock:
+            if self.first_waits and self.last_chunk_t is None:
+                self._last_post = now
             self._pending.extend(runs)
             self.last_chunk_t = chunk.t
             if now - self._last_post >= self.interval_s:

@@ -17,6 +17,7 @@ from tui.streaming import (
     UI_BUDGET,
     RenderPace,
     ReplyBuffer,
+    contended,
     model_threads,
     ui_budget,
 )
@@ -48,6 +49,15 @@ def test_buffer_posts_at_most_every_interval_and_take_drains_all():
     assert buffer.has_pending
     assert buffer.take() == [("a", False), ("b", True)]
     assert buffer.take() == [] and not buffer.has_pending
+
+
+def test_where_the_first_chunk_waits_it_is_posted_an_interval_later_like_every_other():
+    buffer = ReplyBuffer(interval_s=10.0, first_waits=True)
+    assert buffer.add(chunk("a", [1], [False])) is False  # not at once: the model has every core
+    assert buffer.has_pending and not buffer.overdue
+    buffer.interval_s = 0.0
+    assert buffer.add(chunk("b", [2], [False])) is True
+    assert buffer.take() == [("a", False), ("b", False)]
 
 
 def test_a_stalled_buffer_is_overdue_only_after_an_interval():
@@ -318,6 +328,8 @@ def test_the_doesnt_pay_verdict_shows_only_where_adaptive_k_leaves_drafting_off(
 
 
 def test_the_ui_budget_halves_where_the_model_takes_every_core():
+    assert contended(2, cores=2) and contended(4, cores=2)
+    assert not contended(2, cores=4) and not contended(None, cores=1)
     assert ui_budget(2, cores=2) == CONTENDED_UI_BUDGET < UI_BUDGET
     assert ui_budget(4, cores=2) == CONTENDED_UI_BUDGET
     assert ui_budget(2, cores=4) == UI_BUDGET  # a core left over for the UI

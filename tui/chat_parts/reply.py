@@ -11,16 +11,28 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.events import Chunk, ContextTrimmed, ReplyFailed, ReplyFinished, ReplyStarted
 from tui.messages import ReplyEventArrived, ReplyTextArrived
 from tui.reply_header import started_header
-from tui.streaming import LockHandoff, RenderPace, ReplyBuffer, model_threads, ui_budget
+from tui.streaming import LockHandoff, RenderPace, ReplyBuffer, contended, model_threads, ui_budget
 from tui.widgets.message import ReplyMessage, UserMessage
 
+# The longest a reply's model start waits for the screen to lay the reply out (`ReplyLifecycle._run_after_layout`).
+LAYOUT_WAIT_S = 0.1
+# While a reply streams, the status bar follows its text redraws; on its own only after this long without one,
+# or this long after the reply started without a first text (its prefill).
+STATUS_WITH_TEXT_S = 1.5
+FIRST_TEXT_WAIT_S = 0.5
+
 if TYPE_CHECKING:
+    from textual.screen import Screen
+    from textual.signal import Signal
+    from textual.timer import Timer
+
     from engine.session import ChatSession
     from tui.chat_parts.branches import BranchEditor, ReplyFlow
     from tui.widgets.chat_log import ChatLog
@@ -34,6 +46,7 @@ class ReplyScreen(Protocol):
     prompt: PromptInput
     branches: BranchEditor
     highlight_drafts: bool
+    screen_layout_refresh_signal: Signal[Screen]
 
     @property
     def session(self) -> ChatSession: ...
@@ -45,6 +58,8 @@ class ReplyScreen(Protocol):
     def run_worker(self, work: Any, **kwargs: Any) -> Any: ...
 
     def call_after_refresh(self, callback: Any, *args: Any) -> bool: ...
+
+    def set_timer(self, delay: float, callback: Any) -> Timer: ...
 
     def refresh_status(self) -> None: ...
 
@@ -67,17 +82,40 @@ class ReplyLifecycle:
         self._pace = RenderPace()
         self._handoff = LockHandoff()
         self._pending_prompt = ""
+        # Where the model's threads take every core (tui/streaming.py `contended`): the reply's first frames are
+        # drawn before the model starts, and the header its start event gives waits for the first text.
+        self._quiet = False
+        self._started: ReplyStarted | None = None
         # A message sent while the model loads: shown as waiting and sent once the model is ready.
         self.queued: tuple[str, UserMessage] | None = None
         # The reply a regenerate is replacing: hidden while the new one streams, shown again if that one ends empty.
         self._replaced: ReplyMessage | None = None
         # Timestamps for the UI benchmark: when the final text of the last reply was on screen.
         self.rendered_at: float | None = None
+        self.drawn_at = 0.0  # when the streaming reply's text was last drawn (`drain`)
+        self.started_at = 0.0  # when it started (`start`)
         self.last_chunk_t: float | None = None
 
     @property
     def generating(self) -> bool:
         return self.streaming is not None
+
+    def status_due(self) -> bool:
+        """Whether the status bar's periodic refresh is due. While a reply streams its text redraws refresh the
+        status bar too, so the timer does only where none came within `STATUS_WITH_TEXT_S` (a stall), or where
+        the first text has not come `FIRST_TEXT_WAIT_S` after the reply started (a long prefill). A refresh of its
+        own is a frame, and where the model's threads fill the cores a frame's UI work costs the model twice its
+        share of a core."""
+        if not self.generating:
+            return True
+        if self.drawn_at:
+            return time.monotonic() - self.drawn_at >= STATUS_WITH_TEXT_S
+        return time.monotonic() - self.started_at >= FIRST_TEXT_WAIT_S
+
+    def show_pending_start(self) -> None:
+        """The header of the reply's start, where it still waits for the first text (a long prefill)."""
+        if self._started is not None and self.streaming is not None:
+            self._show_started(self._started)
 
     # --- starting a reply -------------------------------------------------------------------------------------
 
@@ -106,21 +144,53 @@ class ReplyLifecycle:
         (origin runs) a continued reply starts with."""
         screen = self.screen
         reply = ReplyMessage(highlight=screen.highlight_drafts)
+        self.streaming = reply
+        screen.refresh_status()  # the footer's keys change (stop) while the reply mounts, not after
         await screen.chat_log.mount(reply)
         if prefix:
             await reply.append_runs(prefix)
         screen.chat_log.anchor()
         backend = screen.session.backend
-        self.buffer = ReplyBuffer(decode=backend.decode if backend is not None else None)
-        self._pace = RenderPace(budget=ui_budget(model_threads(backend)))
+        threads = model_threads(backend)
+        self._quiet = contended(threads)
+        self._started = None
+        self.drawn_at, self.started_at = 0.0, time.monotonic()
+        self.buffer = ReplyBuffer(
+            decode=backend.decode if backend is not None else None, first_waits=self._quiet
+        )
+        self._pace = RenderPace(budget=ui_budget(threads))
         self._handoff.begin()  # the generation thread gets the interpreter lock back quickly (tui/streaming.py)
-        self.streaming = reply
         self._cancel = threading.Event()
         self._pending_prompt = text or ""
         # A blinking cursor repaints the prompt twice a second: while a reply streams it stays lit instead.
         screen.prompt.cursor_blink = False
         work = partial(self._generate, text, self.buffer, self._cancel, flow)
-        screen.run_worker(
+        if self._quiet:
+            # The reply's mount is laid out and drawn before the model starts: on cores the model's threads fill,
+            # that frame (~10-25 ms of the UI thread at 160x48) would stall the first tokens instead.
+            self._run_after_layout(reply, partial(self._run, work, text))
+        else:
+            self._run(work, text)
+
+    def _run_after_layout(self, reply: ReplyMessage, run: Callable[[], None]) -> None:
+        """`run` once the screen has laid out and drawn `reply` (Textual's layout-refresh signal), or after
+        `LAYOUT_WAIT_S` where no layout comes."""
+        signal = self.screen.screen_layout_refresh_signal
+        started = False
+
+        def go(*_: object) -> None:
+            nonlocal started
+            if not started:
+                started = True
+                signal.unsubscribe(reply)
+                timer.stop()
+                run()
+
+        signal.subscribe(reply, go, immediate=True)
+        timer = self.screen.set_timer(LAYOUT_WAIT_S, go)
+
+    def _run(self, work: Any, text: str | None) -> None:
+        self.screen.run_worker(
             work,
             name="generate",
             group="generate",
@@ -129,7 +199,6 @@ class ReplyLifecycle:
             exit_on_error=False,
             thread=True,
         )
-        screen.refresh_status()
 
     def _generate(self, text: str | None, buffer: ReplyBuffer, cancel: threading.Event, flow: Any) -> None:
         """The generation thread: it only fills the buffer and posts messages to the screen."""
@@ -192,10 +261,15 @@ class ReplyLifecycle:
 
     async def drain(self, buffer: ReplyBuffer) -> None:
         runs = buffer.take()
+        if self._started is not None and self.streaming is not None and buffer is self.buffer:
+            self._show_started(self._started)
         if runs and self.streaming is not None and buffer is self.buffer:
             # The next redraw waits longer while the UI thread is over its share of a core (tui/streaming.py).
             buffer.interval_s = self._pace.observe()
             await self.streaming.append_runs(runs)
+            # The status bar's live figures in the frame that draws the text (`status_due`), not one of their own.
+            self.drawn_at = time.monotonic()
+            self.screen.refresh_status()
 
     async def drain_overdue(self) -> None:
         # A reply that stalls right after a chunk that was not posted (the 50 ms rule) still shows up here.
@@ -207,9 +281,10 @@ class ReplyLifecycle:
             return
         screen = self.screen
         if isinstance(event, ReplyStarted):
-            by_server = bool(screen.session.info and screen.session.info.k_by_server)
-            self.streaming.set_header(started_header(event, by_server))
-            screen.refresh_status()
+            if self._quiet:
+                self._started = event  # shown with the first text (`drain`), in the frame that draws it
+            else:
+                self._show_started(event)
         elif isinstance(event, ContextTrimmed):
             screen.mark_context()
             screen.notify(
@@ -222,6 +297,13 @@ class ReplyLifecycle:
             await self._finished(event, buffer)
         elif isinstance(event, ReplyFailed):
             await self._failed(event, buffer)
+
+    def _show_started(self, event: ReplyStarted) -> None:
+        assert self.streaming is not None
+        self._started = None
+        by_server = bool(self.screen.session.info and self.screen.session.info.k_by_server)
+        self.streaming.set_header(started_header(event, by_server))
+        self.screen.refresh_status()
 
     async def _finished(self, event: ReplyFinished, buffer: ReplyBuffer) -> None:
         reply = self.streaming

@@ -150,7 +150,9 @@ class ChatScreen(Screen[None]):
         for notice in self.session.take_notices():  # storage trouble (damaged db, full disk): told once
             self.notify(notice, title="History", severity="warning", timeout=12)
         self.presence.check()
-        self.refresh_status()
+        if self.lifecycle.status_due():
+            self.lifecycle.show_pending_start()
+            self.refresh_status()
 
     def refresh_status(self) -> None:
         if not self.is_mounted or not self.app.is_running:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from textual import events
 from textual.app import ComposeResult
+from textual.screen import Screen
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
@@ -40,23 +42,71 @@ def fit_keys(keys: list[FooterKey], width: int) -> list[FooterKey]:
 
 
 class FittingFooter(Footer):
-    """Textual's Footer (compact), recomposed on resize so that it never overflows into broken words."""
+    """Textual's Footer (compact), recomposed on resize so that it never overflows into broken words.
+
+    When the bindings change (a reply starts or ends: stop shows, regenerate goes), the keys on screen take the new
+    keys' text in place, one more mounted or one fewer removed, where Textual's Footer would remove and mount every
+    key: that styling and layout on the UI thread lands in a reply's first tokens, which it slows (on 2 cores,
+    ~10-20 ms of a short answer's ~100 ms)."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(compact=True, **kwargs)
         self._composed_for = 0
 
     def compose(self) -> ComposeResult:
-        widgets = list(super().compose())
-        keys = [w for w in widgets if isinstance(w, FooterKey)]
-        # The footer spans the terminal: its width is the app's (known before the footer's own first layout).
-        self._composed_for = self.app.size.width
-        kept = fit_keys(keys, self._composed_for)
+        kept = self._fitted()
         self.styles.grid_size_columns = max(1, len(kept))
         yield from kept
+
+    def _fitted(self) -> list[FooterKey]:
+        keys = [w for w in super().compose() if isinstance(w, FooterKey)]
+        # The footer spans the terminal: its width is the app's (known before the footer's own first layout).
+        self._composed_for = self.app.size.width
+        return fit_keys(keys, self._composed_for)
+
+    def on_mount(self, event: events.Mount) -> None:
+        # Told at once, in place of Footer's subscription (which posts each change to this widget's queue, to run
+        # after the next frame: its own frame, in the reply's first tokens).
+        event.prevent_default()
+        self.screen.bindings_updated_signal.subscribe(self, self.bindings_changed, immediate=True)
+
+    def bindings_changed(self, screen: Screen) -> None:
+        with (
+            self._context()
+        ):  # the signal comes in the screen's context; keys composed here bind to the footer
+            if self._bindings_ready and self.is_attached and screen is self.screen and self.app.app_focus:
+                self._update_in_place()
+            else:
+                super().bindings_changed(screen)
+
+    def _update_in_place(self) -> None:
+        shown = list(self.query_children(FooterKey))
+        kept = self._fitted()
+        if any(key.has_class("-grouped") for key in shown + kept):
+            self.call_after_refresh(self.recompose)  # keys in a group: not a plain swap of text
+            return
+        for old, new in zip(shown, kept, strict=False):
+            take_key(old, new)
+        if len(kept) > len(shown):
+            self.mount_all(kept[len(shown) :])
+        elif len(kept) < len(shown):
+            self.remove_children(shown[len(kept) :])
+        self.styles.grid_size_columns = max(1, len(kept))
 
     def on_resize(self) -> None:
         # Only a terminal resize changes what fits; recomposing on every layout pass would churn the keys.
         if self._composed_for and self.app.size.width != self._composed_for:
             self._composed_for = self.app.size.width
             self.call_after_refresh(self.recompose)
+
+
+def take_key(shown: FooterKey, new: FooterKey) -> None:
+    """`shown` (on screen) becomes `new` (composed, not mounted): its key, text, action, state and tooltip."""
+    text = (new.key, new.key_display, new.description, new.action, new._disabled)
+    if text == (shown.key, shown.key_display, shown.description, shown.action, shown._disabled):
+        return
+    shown.key, shown.key_display, shown.description, shown.action, shown._disabled = text
+    shown.set_class(new._disabled, "-disabled")
+    shown.set_class(new.has_class("-command-palette"), "-command-palette")
+    shown.tooltip = new.tooltip
+    shown.refresh(layout=True)
