@@ -121,10 +121,17 @@ def run_ui_bench(tokens: int = TOKENS, tokens_per_s: float = TOKENS_PER_S, worst
 
 # --- the real model: the chat against the session alone -----------------------------------------------------
 
-# (label, prompt, preset): a short answer and a long story (500+ tokens), as a user would send them.
+# (label, prompt, preset, runs per repeat): a short answer and a long story (500+ tokens), as a user would send
+# them. The short answer's rate is over ~6 decode intervals of ~12 ms, where one scheduling hiccup moves a run by
+# 10-20%: its runs are cheap (~1 s each), so it takes 4 per repeat and its median reads steadier.
 REAL_PROMPTS = (
-    ("short qa", "What is the capital of France? Answer in one sentence.", "qa"),
-    ("long story", "Write a long story about a lighthouse keeper who finds a map in a bottle.", "creative"),
+    ("short qa", "What is the capital of France? Answer in one sentence.", "qa", 4),
+    (
+        "long story",
+        "Write a long story about a lighthouse keeper who finds a map in a bottle.",
+        "creative",
+        1,
+    ),
 )
 SIZES = ((80, 24), (160, 48))
 SEED = 3
@@ -193,10 +200,13 @@ async def _chat_once(settings: Any, backend: Any, prompt: str, preset: str, size
         enter.set_sender(app)
         before, start = thread_cpu_seconds(), time.perf_counter()
         driver.send_message(enter)
-        while not app.chat.generating:
+        # The reply's thread is awaited, not polled: a poll's wake-ups run on the UI thread too (a 20 Hz poll
+        # took 3.5 ms of it a second, charged to the chat).
+        while not (workers := [w for w in app.workers if w.name == "generate"]):
             await asyncio.sleep(0.005)
+        await workers[0].wait()
         while app.chat.generating:
-            await asyncio.sleep(0.05)  # a slow poll: the bench's own wake-ups run on the main thread too
+            await asyncio.sleep(0.005)
         wall = time.perf_counter() - start
         main, others = _cpu_shares(before, thread_cpu_seconds(), wall)
         turn = session.turns[-1] if session.turns else None
@@ -276,12 +286,12 @@ def run_chat_vs_generate(settings: Any = None, repeats: int = 2, quick: bool = F
     print(
         f"chat vs generate: {backend.info.model} on {backend.info.backend}·{backend.info.device}"
         + (f", {threads} model threads" if threads else "")
-        + f", seed {settings.seed}, {repeats} alternating runs each"
+        + f", seed {settings.seed}, {repeats} alternating runs each ({repeats * REAL_PROMPTS[0][3]} of the short answer)"
     )
     rows: list[dict] = []
-    for label, prompt, preset in prompts:
+    for label, prompt, preset, runs in prompts:
         for size in SIZES:
-            gen, chat = _alternating_runs(settings, backend, prompt, preset, size, repeats, threads)
+            gen, chat = _alternating_runs(settings, backend, prompt, preset, size, repeats * runs, threads)
             row = _comparison_row(label, size, gen, chat)
             rows.append(row)
             _print_row(row)

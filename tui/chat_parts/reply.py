@@ -63,6 +63,8 @@ class ReplyScreen(Protocol):
 
     def refresh_status(self) -> None: ...
 
+    async def keys_settled(self) -> None: ...
+
     def mark_context(self) -> None: ...
 
     def reply_shown(self, reply: ReplyMessage) -> None: ...
@@ -167,7 +169,9 @@ class ReplyLifecycle:
         work = partial(self._generate, text, self.buffer, self._cancel, flow)
         if self._quiet:
             # The reply's mount is laid out and drawn before the model starts: on cores the model's threads fill,
-            # that frame (~10-25 ms of the UI thread at 160x48) would stall the first tokens instead.
+            # that frame (~10-25 ms of the UI thread at 160x48) would stall the first tokens instead. A key the
+            # footer mounted (stop, in a chat's first reply) is in that frame too, not one of its own after it.
+            await screen.keys_settled()
             self._run_after_layout(reply, partial(self._run, work, text))
         else:
             self._run(work, text)

@@ -154,6 +154,10 @@ class ChatScreen(Screen[None]):
             self.lifecycle.show_pending_start()
             self.refresh_status()
 
+    async def keys_settled(self) -> None:
+        """Wait until the footer's keys are in place after a change (`FittingFooter.settled`)."""
+        await self.query_one(FittingFooter).settled()
+
     def refresh_status(self) -> None:
         if not self.is_mounted or not self.app.is_running:
             return

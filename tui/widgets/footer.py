@@ -5,6 +5,7 @@ from __future__ import annotations
 from textual import events
 from textual.app import ComposeResult
 from textual.screen import Screen
+from textual.widget import AwaitMount
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
@@ -52,6 +53,7 @@ class FittingFooter(Footer):
     def __init__(self, **kwargs) -> None:
         super().__init__(compact=True, **kwargs)
         self._composed_for = 0
+        self._mounting: AwaitMount | None = None
 
     def compose(self) -> ComposeResult:
         kept = self._fitted()
@@ -88,10 +90,16 @@ class FittingFooter(Footer):
         for old, new in zip(shown, kept, strict=False):
             take_key(old, new)
         if len(kept) > len(shown):
-            self.mount_all(kept[len(shown) :])
+            self._mounting = self.mount_all(kept[len(shown) :])
         elif len(kept) < len(shown):
             self.remove_children(shown[len(kept) :])
         self.styles.grid_size_columns = max(1, len(kept))
+
+    async def settled(self) -> None:
+        """Wait until the keys the last change mounted are in place (a reply's first frame draws them too)."""
+        mounting, self._mounting = self._mounting, None
+        if mounting is not None:
+            await mounting
 
     def on_resize(self) -> None:
         # Only a terminal resize changes what fits; recomposing on every layout pass would churn the keys.
