@@ -10,15 +10,40 @@ from __future__ import annotations
 import threading
 import time
 
+from textual.pilot import Pilot
 from textual.widgets._footer import FooterKey
 
 from engine.backends.base import usable_cpus
 from engine.backends.scripted import ScriptedBackend
 from tests.support.isolation import isolated_config  # noqa: F401 (autouse)
 from tests.support.tui import make_app, plain, send, wait_ready, wait_until
+from tui.app import SpecchatApp
 from tui.chat_parts.reply import FIRST_TEXT_WAIT_S, STATUS_WITH_TEXT_S
+from tui.widgets.message import ReplyMessage
 
 SMALL = (80, 24)
+
+
+def contended_app(backend: ScriptedBackend) -> SpecchatApp:
+    """The app on `backend`, which says it computes with as many threads as this process has cores."""
+    backend.threads = usable_cpus()
+    return make_app(backend)
+
+
+async def start_reply(pilot: Pilot, text: str) -> ReplyMessage:
+    """Send `text` once the model is ready; the reply on screen once it streams."""
+    app = pilot.app
+    await wait_ready(pilot)
+    await send(pilot, text, wait=False)
+    await wait_until(pilot, lambda: app.chat.generating)
+    return app.chat.lifecycle.streaming
+
+
+def held_words(gate: threading.Event) -> ScriptedBackend:
+    """A 40-word reply held after its first 3 rounds until `gate` is set."""
+    return ScriptedBackend(
+        replies=[" ".join(["word"] * 40)], tokens_per_s=400, gate=gate, gate_after_rounds=3
+    )
 
 
 class WatchedBackend(ScriptedBackend):
@@ -60,16 +85,10 @@ async def test_where_the_model_takes_every_core_it_starts_once_the_reply_is_draw
 
 async def test_where_the_model_takes_every_core_the_header_comes_with_the_first_text():
     gate = threading.Event()
-    backend = ScriptedBackend(
-        replies=[" ".join(["word"] * 40)], tokens_per_s=400, gate=gate, gate_after_rounds=3
-    )
-    backend.threads = usable_cpus()
-    app = make_app(backend)
+    backend = held_words(gate)
+    app = contended_app(backend)
     async with app.run_test(size=SMALL) as pilot:
-        await wait_ready(pilot)
-        await send(pilot, "words please", wait=False)
-        await wait_until(pilot, lambda: app.chat.generating)
-        reply = app.chat.lifecycle.streaming
+        reply = await start_reply(pilot, "words please")
         await wait_until(pilot, lambda: bool(reply.text))
         # Held mid-stream: its first text was drawn (by the timer, an interval after the chunk), header and all.
         assert "qa" in reply.header and ("K " in reply.header or "draft off" in reply.header), reply.header
@@ -80,9 +99,7 @@ async def test_where_the_model_takes_every_core_the_header_comes_with_the_first_
 
 async def test_the_status_bar_follows_the_text_while_a_reply_streams():
     gate = threading.Event()
-    backend = ScriptedBackend(
-        replies=[" ".join(["word"] * 40)], tokens_per_s=400, gate=gate, gate_after_rounds=3
-    )
+    backend = held_words(gate)
     app = make_app(backend)
     async with app.run_test(size=SMALL) as pilot:
         await wait_ready(pilot)
@@ -129,13 +146,9 @@ async def test_a_long_prefill_shows_the_reply_start_without_waiting_for_the_text
     """Where the model takes every core the start's header waits for the first text, but not through a prefill:
     the status timer shows it `FIRST_TEXT_WAIT_S` after the reply started."""
     backend = ScriptedBackend(replies=["Paris."], prefill_s=1.5)
-    backend.threads = usable_cpus()
-    app = make_app(backend)
+    app = contended_app(backend)
     async with app.run_test(size=SMALL) as pilot:
-        await wait_ready(pilot)
-        await send(pilot, "Capital of France?", wait=False)
-        await wait_until(pilot, lambda: app.chat.generating)
-        reply = app.chat.lifecycle.streaming
+        reply = await start_reply(pilot, "Capital of France?")
         assert not app.chat.lifecycle.status_due()  # just started: the first text may come with it
         await wait_until(pilot, lambda: bool(reply.header), timeout=FIRST_TEXT_WAIT_S + 0.8)
         assert not reply.text and "qa" in reply.header  # still in its prefill
@@ -146,8 +159,7 @@ async def test_a_long_prefill_shows_the_reply_start_without_waiting_for_the_text
 async def test_escape_before_the_model_starts_gives_the_prompt_back():
     """Esc between the Enter and the model's start (the reply's first frame): the message comes back."""
     backend = ScriptedBackend(replies=["Paris."])
-    backend.threads = usable_cpus()
-    app = make_app(backend)
+    app = contended_app(backend)
     async with app.run_test(size=SMALL) as pilot:
         await wait_ready(pilot)
         lifecycle = app.chat.lifecycle
