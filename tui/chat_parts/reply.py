@@ -146,6 +146,7 @@ class ReplyLifecycle:
         (origin runs) a continued reply starts with."""
         screen = self.screen
         reply = ReplyMessage(highlight=screen.highlight_drafts)
+        self.buffer = None  # nothing of an earlier reply's buffer reaches this one while it mounts
         self.streaming = reply
         screen.refresh_status()  # the footer's keys change (stop) while the reply mounts, not after
         await screen.chat_log.mount(reply)
