@@ -5,6 +5,11 @@ on the screen, group "generate": its failure reaches the app's one handler), the
 reply on screen (`tui.streaming`), the session's events (started, context trimmed, finished, failed), the reply a
 regenerate or continue replaces (hidden while the new one streams: dropped once it has text, shown again if it
 ends empty), and the reply's end.
+
+Where the model's threads take every core (`tui.streaming.contended`: llama.cpp on a small CPU), the UI keeps its
+work out of the model's way: the reply's first frame is drawn before the model starts, the first text waits one
+redraw interval, the start's header comes with it, and the status bar follows the text's redraws
+(docs/performance.md, "A short answer where the model's threads take every core").
 """
 
 from __future__ import annotations

@@ -73,9 +73,8 @@ class FittingFooter(Footer):
         self.screen.bindings_updated_signal.subscribe(self, self.bindings_changed, immediate=True)
 
     def bindings_changed(self, screen: Screen) -> None:
-        with (
-            self._context()
-        ):  # the signal comes in the screen's context; keys composed here bind to the footer
+        # The signal comes in the screen's context: keys composed here (Footer.compose's data_bind) bind to the footer.
+        with self._context():
             if self._bindings_ready and self.is_attached and screen is self.screen and self.app.app_focus:
                 self._update_in_place()
             else:
