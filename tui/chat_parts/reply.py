@@ -271,9 +271,10 @@ class ReplyLifecycle:
 
     async def drain(self, buffer: ReplyBuffer) -> None:
         runs = buffer.take()
-        if self._started is not None and self.streaming is not None and buffer is self.buffer:
-            self._show_started(self._started)
-        if runs and self.streaming is not None and buffer is self.buffer:
+        if self.streaming is None or buffer is not self.buffer:
+            return  # an earlier reply's text
+        self.show_pending_start()
+        if runs:
             # The next redraw waits longer while the UI thread is over its share of a core (tui/streaming.py).
             buffer.interval_s = self._pace.observe()
             await self.streaming.append_runs(runs)
