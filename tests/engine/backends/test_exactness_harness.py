@@ -225,8 +225,11 @@ def copy_prompt(engine: Engine) -> list[int]:
     return ids
 
 
-# A reply that copies this many tokens of the prompt in one run gives long-match rounds room to draft past 16.
+# A reply that copies this many tokens of the prompt in one run gives long-match rounds room to draft past K.
 LONG_COPY = 32
+# A copied run long enough for long-match mode's room to double past 16 drafts: rounds of 4, 8 and 16 drafts taken
+# whole (31 tokens with each round's own), after the match reached LONG_MATCH, then a longer round.
+LONG_STREAK = 48
 
 
 def longest_copied_run(reply: list[int], prompt: list[int]) -> int:
@@ -284,11 +287,15 @@ def test_ngram_with_adaptive_k_and_long_match_equals_plain(engine: Engine, copy_
     if engine.name == "llama.cpp F16" and sampler is GREEDY:
         assert copied >= LONG_COPY, "the F16 model's greedy reply copies the prompt's code"
     # Where the greedy reply copies a long run of the prompt (which model does depends on its kernels' rounding:
-    # Gemma 3's repacked Q4_K reply lists the steps instead), long-match rounds draft past K 4 and past 16 tokens,
-    # up to the widest proven pass.
+    # Gemma 3's repacked Q4_K reply lists the steps instead), long-match rounds draft past K 4; where the run is
+    # long enough for the room to double from K to 32 (rounds of 4, 8 and 16 drafts all taken), past 16 too, up to
+    # the widest proven pass. (On an AVX2 Zen 1 the Q4_1 model's longest copy is 39 tokens, broken up so that no
+    # round of 16 drafts was all taken: its widest round was 17.)
     if sampler is GREEDY and engine.widest > 17 and "pair" not in engine.name and copied >= LONG_COPY:
-        assert max(spec.widths) > 17, spec.widths
+        assert max(spec.widths) > 5, spec.widths
         assert any(note.startswith("long-match mode:") for note in spec.done.notes)
+        if copied >= LONG_STREAK:
+            assert max(spec.widths) > 17, spec.widths
 
 
 @pytest.mark.parametrize("sampler", [GREEDY, SEEDED], ids=["greedy", "seeded"])
