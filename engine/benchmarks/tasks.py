@@ -335,8 +335,10 @@ def _print_header(
     server_note: str,
 ) -> None:
     ours = bench.ours
+    # The repeat family alone has no prompts of its own (its conversations, and their sampler, come after).
+    what = f"{prompts} prompts, temperature 0" if prompts else "the repeat family only"
     print(
-        f"specchat bench --tasks {split}: {prompts} prompts, temperature 0, max {bench.max_new} new tokens, "
+        f"specchat bench --tasks {split}: {what}, max {bench.max_new} new tokens, "
         f"{bench.repeats} repeat(s), {ours.threads} thread(s) ({'; '.join(ours.info.notes)}), context {context}; "
         f"{gguf.name}{f', draft {draft.name}' if draft is not None else ', its MTP head' if mtp else ''}",
         file=bench.out,

@@ -157,6 +157,23 @@ def test_the_repeat_family_runs_after_the_other_families(monkeypatch) -> None:
     assert result["families"]["code_complete"].prompts == 4 and result["mismatches"] == []
 
 
+def test_the_repeat_family_alone_says_so_instead_of_counting_no_prompts(monkeypatch) -> None:
+    from engine.backends import llamacpp
+    from engine.benchmarks import repeat, tasks
+
+    monkeypatch.setattr(llamacpp, "LlamaCppBackend", _StandInBackend)
+    monkeypatch.setattr(repeat, "run_repeat_family", lambda *a, **k: {"mismatches": []})
+    out = io.StringIO()
+    tasks.run_task_bench(
+        Path("t.gguf"), "tune", servers=False, context_rows=(), families=("repeat",), seeded_tokens=0, out=out
+    )
+    header = out.getvalue().splitlines()[0]
+    assert (
+        header.startswith("specchat bench --tasks tune: the repeat family only, max ")
+        and "0 prompts" not in header
+    )
+
+
 @pytest.mark.parametrize("amx", [False, True])
 def test_every_server_variant_runs_as_its_users_run_it(tmp_path: Path, monkeypatch, amx: bool) -> None:
     # Default weight repacking (off only where the CPU has AMX: it crashes there), -t as ours, each variant's
