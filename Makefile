@@ -35,13 +35,12 @@ run: install
 
 # pytest's workers: one per core this process may use, at most 4 (none on one core). tests/conftest.py gives each
 # worker its share of the cores, and llama.cpp and torch size their threads from it; the few tests about llama.cpp's
-# thread count (marked all_cores) run after the rest, alone. `--dist loadgroup`: each module's tests (each engine's in
-# the exactness harness) on one worker, which builds their models and caches once (tests/support/threads.py).
+# thread count (marked all_cores) run after the rest, alone.
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; n = len(os.sched_getaffinity(0)); print(min(4, n) if n > 1 else 0)" 2>/dev/null || echo 0)
 
 test: lint
 	@$(MAKE) --no-print-directory llama-server
-	$(BIN)/python -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadgroup -m "not all_cores"
+	$(BIN)/python -m pytest -q --durations=25 -n $(TEST_WORKERS) -m "not all_cores"
 	$(BIN)/python -m pytest -q --durations=5 -m all_cores
 
 # llama.cpp's llama-server (CPU), for the remote backend's real-server tests: built once into

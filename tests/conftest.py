@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.threads import worker_group, worker_share, xdist_worker
+from tests.support.threads import worker_share, xdist_worker
 from tests.support.tiny_models import (
     CHATML_TEMPLATE,
     TINY_OTHER_VOCAB_SIZE,
@@ -38,21 +38,6 @@ def pytest_configure(config: pytest.Config) -> None:
     share = worker_share(worker, count, list(os.sched_getaffinity(0)))
     if share:
         os.sched_setaffinity(0, share)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under `--dist loadgroup` (`make test`) each module's tests, each engine's in a module parametrized by engine,
-    run on one worker (`worker_group`). Before pytest-xdist's own hook, which names the groups in the test ids."""
-    # A worker reads `loadgroup` (pytest-xdist sets `dist` to "no" there); one core without workers, `dist`.
-    if not (
-        getattr(config.option, "loadgroup", False) or config.getoption("dist", default="no") == "loadgroup"
-    ):
-        return
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        engine = callspec.params.get("engine") if callspec is not None else None
-        item.add_marker(pytest.mark.xdist_group(worker_group(item.nodeid, engine)))
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.threads import fixed_threads, worker_group, worker_share, xdist_worker
+from tests.support.threads import fixed_threads, worker_share, xdist_worker
 
 TESTS = Path(__file__).parent
 
@@ -21,28 +21,6 @@ def test_each_worker_takes_every_count_th_cpu_from_its_index() -> None:
     assert worker_share("gw1", 3, [0, 1]) is None  # fewer CPUs than workers: they share all
     assert worker_share("gw0", 1, [0, 1]) is None
     assert worker_share("", 2, [0, 1]) is None  # not under xdist
-
-
-def test_a_modules_tests_form_one_group_and_the_harness_one_per_engine() -> None:
-    harness = "tests/engine/backends/test_exactness_harness.py"
-    assert worker_group(f"{harness}::test_two_turns[llamacpp-qwen-pair]", "llamacpp-qwen-pair") == (
-        f"{harness}[llamacpp-qwen-pair]"
-    )
-    assert worker_group(f"{harness}::test_two_turns[llamacpp-f16]", "llamacpp-f16") != worker_group(
-        f"{harness}::test_two_turns[llamacpp-qwen-pair]", "llamacpp-qwen-pair"
-    )
-    assert worker_group("tests/tui/test_app.py::test_x[a-b]") == "tests/tui/test_app.py"
-    assert worker_group("tests/tui/test_app.py::test_x", engine=3) == "tests/tui/test_app.py"
-
-
-def test_make_test_groups_the_tests_and_this_worker_got_the_group(request: pytest.FixtureRequest) -> None:
-    """`make test` asks for `--dist loadgroup`; under it, this test's id carries its module's group (the conftest's
-    hook marked it before pytest-xdist's named the groups)."""
-    makefile = (TESTS.parent / "Makefile").read_text()
-    assert re.search(r"pytest .*-n \$\(TEST_WORKERS\) --dist loadgroup", makefile)
-    if not getattr(request.config.option, "loadgroup", False):
-        pytest.skip("not under pytest-xdist's --dist loadgroup")
-    assert request.node.nodeid.endswith("@tests/test_suite_workers.py")
 
 
 def test_this_worker_keeps_to_its_share() -> None:

@@ -28,15 +28,3 @@ def worker_share(worker: str, count: int, cpus: Sequence[int]) -> list[int] | No
     if not worker.startswith("gw") or count < 2 or len(cpus) < count:
         return None
     return sorted(cpus)[int(worker[2:]) % count :: count]
-
-
-def worker_group(nodeid: str, engine: object = None) -> str:
-    """The group of the test `nodeid` under `make test`'s `--dist loadgroup`: each group's tests run on one worker.
-
-    A module's tests stay together, so its module-scoped fixtures (a loaded model, a prefilled cache, the plain
-    references a module keeps) are built on one worker, not on each: split by pytest-xdist's default `load`, the
-    exactness harness loaded the Qwen2.5-Coder pair on both workers and prefilled its 600-token prompt on each. A
-    module parametrized by a module-scoped `engine` fixture (the exactness harness, the backend contract) splits by
-    engine: each engine's tests on one worker, the engines spread over the workers."""
-    module = nodeid.split("::", 1)[0]
-    return f"{module}[{engine}]" if isinstance(engine, str) else module
