@@ -2,9 +2,10 @@
 
 Two parts, both through the real app (headless, under Pilot):
   - the real model (the configured one, or the embedded one): the same prompt, preset and seed answered by the
-    session alone (what `specchat generate` does) and by the chat, alternating (generate, chat, generate, chat) at
-    80x24 and 160x48; printed: each side's tok/s, the chat's ratio to generate (target >= 0.95), whether both
-    produced the same text, and the share of a core the UI (main) thread and the model's threads used while the
+    session alone (what `specchat generate` does) and by the chat, alternating (generate, chat, generate, ...,
+    generate: each chat run between two of generate) at 80x24 and 160x48; printed: each side's median tok/s and
+    their ratio, the paired ratio (each chat run over the mean of the generate runs either side of it, the median
+    of those; target >= 0.95), whether both produced the same text, and the share of a core the UI (main) thread and the model's threads used while the
     reply streamed (target: main thread < 0.25). Headless: the app renders every frame but writes no escape codes,
     so a real terminal costs a little more (measure it in tmux: docs/usage.md, "The chat").
   - a scripted backend streams 4,000 tokens at 2,000 tokens/s: render lag from the last token to the final text on
@@ -223,16 +224,31 @@ async def _chat_once(settings: Any, backend: Any, prompt: str, preset: str, size
 def _alternating_runs(
     settings: Any, backend: Any, prompt: str, preset: str, size: tuple[int, int], repeats: int, threads: Any
 ) -> tuple[list[dict], list[dict]]:
-    """`repeats` runs of generate and of the chat, alternating; the backend's threads put back if it dropped some."""
-    gen: list[dict] = []
+    """`repeats` runs of the chat, each between two runs of generate (generate, chat, generate, ..., generate); the
+    backend's threads put back if it dropped some."""
+    gen: list[dict] = [_generate_once(settings, backend, prompt, preset)]
     chat: list[dict] = []
     for _ in range(repeats):
-        gen.append(_generate_once(settings, backend, prompt, preset))
         chat.append(asyncio.run(_chat_once(settings, backend, prompt, preset, size)))
+        gen.append(_generate_once(settings, backend, prompt, preset))
         if threads and getattr(backend, "threads", threads) != threads:
             print(f"  note: the backend dropped to {backend.threads} thread(s) during the run")
             backend.set_threads(threads)
     return gen, chat
+
+
+def paired_ratio(gen: list[dict], chat: list[dict]) -> float | None:
+    """The median over the chat's runs of each one's tok/s over the mean of the generate runs either side of it
+    (`gen` one longer than `chat`, alternating): on a host whose speed drifts between runs, steadier than the
+    medians' ratio. None where the runs do not alternate so."""
+    if len(gen) != len(chat) + 1:
+        return None
+    pairs = []
+    for i, run in enumerate(chat):
+        around = ((gen[i]["tok_s"] or 0.0) + (gen[i + 1]["tok_s"] or 0.0)) / 2
+        if around > 0:
+            pairs.append((run["tok_s"] or 0.0) / around)
+    return statistics.median(pairs) if pairs else None
 
 
 def _comparison_row(label: str, size: tuple[int, int], gen: list[dict], chat: list[dict]) -> dict:
@@ -247,6 +263,7 @@ def _comparison_row(label: str, size: tuple[int, int], gen: list[dict], chat: li
         "generate_tok_s": gen_tps,
         "chat_tok_s": chat_tps,
         "ratio": chat_tps / gen_tps if gen_tps else 0.0,
+        "paired": paired_ratio(gen, chat),
         "chat_main_thread": statistics.median(r["main"] for r in chat),
         "generate_main_thread": statistics.median(r["main"] for r in gen),
         # The chat generates on a worker thread: every thread but the UI's is the model's. `generate` runs
@@ -259,7 +276,8 @@ def _comparison_row(label: str, size: tuple[int, int], gen: list[dict], chat: li
 def _print_row(row: dict) -> None:
     print(
         f"  {row['label']:<10} {row['size']:>6} {row['tokens']:>4} tok  generate {row['generate_tok_s']:5.1f} tok/s  "
-        f"chat {row['chat_tok_s']:5.1f} tok/s  ratio {row['ratio']:.2f} (target >= 0.95)  "
+        f"chat {row['chat_tok_s']:5.1f} tok/s  ratio {row['ratio']:.2f}  "
+        f"paired {'–' if row['paired'] is None else format(row['paired'], '.2f')} (target >= 0.95)  "
         f"same text: {row['same_text']}"
     )
     print(
@@ -286,7 +304,8 @@ def run_chat_vs_generate(settings: Any = None, repeats: int = 2, quick: bool = F
     print(
         f"chat vs generate: {backend.info.model} on {backend.info.backend}·{backend.info.device}"
         + (f", {threads} model threads" if threads else "")
-        + f", seed {settings.seed}, {repeats} alternating runs each ({repeats * REAL_PROMPTS[0][3]} of the short answer)"
+        + f", seed {settings.seed}, {repeats} chat runs each ({repeats * REAL_PROMPTS[0][3]} of the short answer),"
+        " each between two of generate; paired: each chat run over the generate runs either side of it, the median"
     )
     rows: list[dict] = []
     for label, prompt, preset, runs in prompts:

@@ -20,3 +20,14 @@ def test_the_chat_run_and_the_generate_run_answer_alike() -> None:
     assert chatted["text"] == generated["text"] and chatted["tokens"] == generated["tokens"]
     row = ui_bench._comparison_row("hello", (80, 24), [generated], [chatted])
     assert row["same_text"] and row["ratio"] > 0
+    assert row["paired"] is None  # one run of each: no generate run after the chat's
+
+
+def test_the_paired_ratio_takes_each_chat_run_over_the_generate_runs_either_side() -> None:
+    """A host that slows down between runs: the medians' ratio reads it as the chat's cost, the pairs do not."""
+    gen = [{"tok_s": t} for t in (40.0, 36.0, 32.0, 28.0)]
+    chat = [{"tok_s": t} for t in (38.0, 34.0, 27.0)]
+    # 38 / 38, 34 / 34, 27 / 30
+    assert ui_bench.paired_ratio(gen, chat) == 1.0
+    assert ui_bench.paired_ratio(gen[:3], chat) is None
+    assert ui_bench.paired_ratio([{"tok_s": 0.0}, {"tok_s": None}], [{"tok_s": 5.0}]) is None
