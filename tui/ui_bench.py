@@ -6,8 +6,9 @@ Two parts, both through the real app (headless, under Pilot):
     generate: each chat run between two of generate) at 80x24 and 160x48; printed: each side's median tok/s and
     their ratio, the paired ratio (each chat run over the mean of the generate runs either side of it, the median
     of those; target >= 0.95), whether both produced the same text, and the share of a core the UI (main) thread
-    and the model's threads used while the reply streamed (target: main thread < 0.25). Headless: the app renders every frame but writes no escape codes,
-    so a real terminal costs a little more (measure it in tmux: docs/usage.md, "The chat").
+    and the model's threads used while the reply streamed (target: main thread < 0.25). Headless: the app renders
+    every frame but writes no escape codes, so a real terminal costs a little more (measure it in tmux:
+    docs/usage.md, "The chat").
   - a scripted backend streams 4,000 tokens at 2,000 tokens/s: render lag from the last token to the final text on
     screen (< 0.5 s) and the delay of keys typed while it streams (p95 < 100 ms).
 This is a benchmark, not a test: it prints numbers measured in one run and asserts nothing.
