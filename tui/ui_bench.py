@@ -28,6 +28,7 @@ from textual import events
 
 from engine.backends.scripted import ScriptedBackend, scripted_words
 from engine.config import Settings
+from tui.formatting import number
 
 TOKENS = 4000
 TOKENS_PER_S = 2000.0
@@ -278,7 +279,7 @@ def _print_row(row: dict) -> None:
     print(
         f"  {row['label']:<10} {row['size']:>6} {row['tokens']:>4} tok  generate {row['generate_tok_s']:5.1f} tok/s  "
         f"chat {row['chat_tok_s']:5.1f} tok/s  ratio {row['ratio']:.2f}  "
-        f"paired {'–' if row['paired'] is None else format(row['paired'], '.2f')} (target >= 0.95)  "
+        f"paired {number(row['paired'], 2)} (target >= 0.95)  "
         f"same text: {row['same_text']}"
     )
     print(

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.benchmarks.figures import fmt, percent
 from engine.benchmarks.runner import chat_presets, load_prompt_set, timed_reply
 from engine.decoding.acceptance import AcceptanceAccounting
 from engine.events import Done
@@ -314,9 +315,9 @@ def _print_row(out, idx: int, r: PromptResult, sampled: bool, k_sweep: bool = Fa
         if k_sweep:
             header += "  " + " ".join(f"{'K' + str(k):>6}" for k in FIXED_KS) + f" {'Kfix':>6}"
         print(header, file=out)
-    acc = f"{r.accepted / r.drafted:.0%}" if r.drafted else "-"
+    acc = percent(r.accepted / r.drafted if r.drafted else None)
     tau = (r.tokens["ours-ngram"] / r.rounds) if r.rounds else 0.0
-    pred = f"{r.predicted_speedup:.2f}" if r.predicted_speedup is not None else "-"
+    pred = fmt(r.predicted_speedup, "{:.2f}")
     line = (
         f"{idx + 1:>2} {r.category:<8} {r.k:>2} {r.tokens['ours-ngram']:>4} {r.tps('ours-plain'):>6.1f} "
         f"{r.tps('ours-ngram'):>6.1f} {r.tps('hf-plain'):>6.1f} {r.tps('hf-lookup'):>6.1f} "

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from engine.benchmarks.figures import DASH
+
 LADDER_TOLERANCE_POINTS = 5.0
 # A ladder drop must also exceed this many standard errors of the difference of the two rates to fail.
 LADDER_Z = 2.0
@@ -37,7 +39,7 @@ def ladder_verdict(rungs: list[dict[str, Any]]) -> tuple[str, str]:
     ]
     shown = ", ".join(
         f"{r['context']}: "
-        + ("-" if r.get("acceptance") is None else f"{r['acceptance'] * 100:.0f}% of {r.get('drafted', 0)}")
+        + (DASH if r.get("acceptance") is None else f"{r['acceptance'] * 100:.0f}% of {r.get('drafted', 0)}")
         for r in rungs
     )
     if len(judged) < 2:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.benchmarks.figures import percent
 from engine.events import Chunk
 from engine.request import GenerationRequest, SamplerSettings
 
@@ -288,7 +289,7 @@ def _print_row(out, idx: int, r: LlamaPromptResult) -> None:
             f"{'pl/ll':>6} {'ng/ll':>6} {'ng/pl':>6} {'accept':>7} same ll-same",
             file=out,
         )
-    acc = f"{r.accepted / r.drafted:.0%}" if r.drafted else "-"
+    acc = percent(r.accepted / r.drafted if r.drafted else None)
     print(
         f"{idx + 1:>2} {r.category:<8} {r.k:>2} {r.tokens['ours-ngram']:>4} {r.tps('ours-plain'):>7.1f} "
         f"{r.tps('ours-fast'):>7.1f} {r.tps('ours-ngram'):>7.1f} {r.tps('lcpp-plain'):>7.1f} "

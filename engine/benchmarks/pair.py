@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.benchmarks.figures import DASH, fmt
 from engine.decoding.rates import decode_tokens_per_s
 from engine.events import Chunk, Done
 from engine.request import GenerationRequest, SamplerSettings
@@ -413,23 +414,19 @@ def _predictions(figures, per_position, curve, c, one_token_s, threads, fixed_k)
     return found
 
 
-def _fmt(value, pattern="{:.2f}") -> str:
-    return "–" if value is None else pattern.format(value)
-
-
 def _print_summary(out, figures, s: dict) -> None:
     from engine.benchmarks.draft_prediction import prediction_table
 
     print("\nvariant          tok/s  acceptance    τ", file=out)
     for name, fig in figures.items():
         print(
-            f"{name:<15} {_fmt(fig.tokens_per_s, '{:6.2f}')}  {_fmt(fig.acceptance, '{:>9.0%}')}  "
-            f"{_fmt(fig.tau)}",
+            f"{name:<15} {fmt(fig.tokens_per_s, '{:6.2f}')}  {fmt(fig.acceptance, '{:>9.0%}')}  "
+            f"{fmt(fig.tau, '{:.2f}')}",
             file=out,
         )
     curve = "  ".join(f"r({w}) {r:.2f}" for w, r in s["verify_curve"].items() if w > 1)
     print(
-        f"\ncost ratio c (0.5B step / 1.5B step, as they run): {_fmt(s['c'], '{:.3f}')};  verify cost {curve}",
+        f"\ncost ratio c (0.5B step / 1.5B step, as they run): {fmt(s['c'], '{:.3f}')};  verify cost {curve}",
         file=out,
     )
     pp = "  ".join(f"r{i} {r:.2f}" for i, r in enumerate(s["per_position"], 1))
@@ -443,9 +440,7 @@ def _print_summary(out, figures, s: dict) -> None:
     print("\nspeedup vs ours-plain   predicted  measured", file=out)
     for name, value in measured.items():
         note = f"  (best K here: {s.get('best_k_here', 0)}; 0 = do not draft)" if name == "ours-draft" else ""
-        print(
-            f"{name:<22} {_fmt(predicted.get(name), '{:>8.2f}x')} {_fmt(value, '{:>8.2f}x')}{note}", file=out
-        )
+        print(f"{name:<22} {fmt(predicted.get(name), '{:>8.2f}x')} {fmt(value, '{:>8.2f}x')}{note}", file=out)
     checks = [
         ("our plain vs llama-server plain", s["plain_vs_server_plain"], TARGETS["plain_vs_server_plain"]),
         ("our draft model vs our plain", s["draft_vs_plain"], TARGETS["draft_vs_plain"]),
@@ -458,8 +453,8 @@ def _print_summary(out, figures, s: dict) -> None:
     ]
     print("", file=out)
     for label, value, target in checks:
-        verdict = "–" if value is None else "meets" if value >= target else "MISSES"
-        print(f"{label:<40} {_fmt(value, '{:5.2f}x')}  (target >= {target:.2f}x: {verdict})", file=out)
+        verdict = DASH if value is None else "meets" if value >= target else "MISSES"
+        print(f"{label:<40} {fmt(value, '{:5.2f}x')}  (target >= {target:.2f}x: {verdict})", file=out)
     if s["server_draft_vs_server_plain"] is not None:
         print(f"llama-server draft vs its plain        {s['server_draft_vs_server_plain']:5.2f}x", file=out)
     for name, count in s["same_as_plain"].items():

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.backends.remote import RemoteBackend
+from engine.benchmarks.figures import fmt
 from engine.decoding.rates import decode_tokens_per_s
 from engine.errors import BackendError
 from engine.events import Chunk, Done
@@ -99,10 +100,6 @@ def run_prompt(backend: RemoteBackend, prompt: str, max_new: int, k: int, figure
     figures.replies += 1
 
 
-def _fmt(value: float | None, pattern: str = "{:.1f}") -> str:
-    return "–" if value is None else pattern.format(value)
-
-
 def run_remote_bench(
     settings, url: str, quick: bool = False, prompt_set: str | None = None, out=sys.stdout
 ) -> dict[str, RemoteFigures]:
@@ -146,7 +143,7 @@ def run_remote_bench(
         backend.close()
     for name, fig in results.items():
         print(
-            f"{name:<14} {_fmt(fig.tokens_per_s)} tok/s   acceptance {_fmt(fig.acceptance, '{:.0%}')} "
+            f"{name:<14} {fmt(fig.tokens_per_s)} tok/s   acceptance {fmt(fig.acceptance, '{:.0%}')} "
             f"({fig.accepted}/{fig.drafted} drafts, server's count)",
             file=out,
         )
@@ -194,8 +191,8 @@ def bench_llama_server_peer(
             print(f"llama-server peer stopped: {exc}", file=out)
             return None
     for name, fig in results.items():
-        acceptance = f"   acceptance {_fmt(fig.acceptance, '{:.0%}')}" if fig.drafted else ""
-        print(f"{name:<20} {_fmt(fig.tokens_per_s)} tok/s{acceptance}", file=out)
+        acceptance = f"   acceptance {fmt(fig.acceptance, '{:.0%}')}" if fig.drafted else ""
+        print(f"{name:<20} {fmt(fig.tokens_per_s)} tok/s{acceptance}", file=out)
     plain, ngram = (results[n].tokens_per_s for n in ("llama-server plain", "llama-server ngram"))
     if plain and ngram:
         print(f"llama-server ngram vs plain: {ngram / plain:.2f}x (one server after the other)", file=out)

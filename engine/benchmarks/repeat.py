@@ -41,8 +41,9 @@ from pathlib import Path
 
 import orjson
 
+from engine.benchmarks.figures import fmt
 from engine.benchmarks.runner import timed_reply
-from engine.benchmarks.task_table import Figures, first_difference, fmt
+from engine.benchmarks.task_table import Figures, first_difference
 from engine.errors import BackendError
 from engine.prompt_file import PromptFileError
 from engine.request import GenerationRequest, HistoryCorpus, SamplerSettings

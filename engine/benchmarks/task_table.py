@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from engine.benchmarks.figures import DASH, fmt
 from engine.benchmarks.task_sets import ROW_NAMES
 
 # Our modes that draft, each checked against ours-plain's output; the short names the table uses.
@@ -72,10 +73,6 @@ def first_difference(expected: list[int], got: list[int]) -> int | None:
     return min(len(expected), len(got))
 
 
-def fmt(value: float | None, pattern: str = "{:.1f}") -> str:
-    return "-" if value is None else pattern.format(value)
-
-
 def print_families(out, results: dict[str, FamilyResult], variants: tuple[str, ...]) -> dict[str, Figures]:
     """The family table and its legend; returns the overall figures per variant."""
     modes = [v for v in DRAFTING if v in variants]
@@ -120,7 +117,7 @@ def _cells(name: str, res: FamilyResult, figures: dict[str, Figures], variants) 
     speculating = [v for v in variants if v.startswith("server-") and v != "server-plain"]
     ours_best = max((m for m in modes if tps[m]), key=lambda m: tps[m], default=None)
     theirs_best = max((v for v in speculating if tps[v]), key=lambda v: tps[v], default=None)
-    best = "-"
+    best = DASH
     if ours_best and theirs_best:
         best = (
             f"{tps[ours_best] / tps[theirs_best]:.2f}x "
@@ -136,7 +133,7 @@ def _cells(name: str, res: FamilyResult, figures: dict[str, Figures], variants) 
     return [
         name,
         str(res.prompts),
-        str(round(statistics.mean(res.prompt_tokens))) if res.prompt_tokens else "-",
+        str(round(statistics.mean(res.prompt_tokens))) if res.prompt_tokens else DASH,
         *(fmt(tps[v]) for v in variants),
         *ratios,
         fmt(plain / server if plain and server else None, "{:.2f}x"),

@@ -33,6 +33,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.benchmarks.figures import fmt
 from engine.benchmarks.runner import keep_load_threads, timed_reply
 from engine.benchmarks.task_sets import FAMILIES, TASK_SETS, load_task_set
 from engine.benchmarks.task_table import (
@@ -40,7 +41,6 @@ from engine.benchmarks.task_table import (
     FamilyResult,
     Figures,
     first_difference,
-    fmt,
     print_exactness,
     print_families,
 )

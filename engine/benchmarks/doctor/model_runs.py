@@ -11,6 +11,7 @@ import warnings
 from typing import Any
 
 from engine.benchmarks.doctor.report import DoctorReport
+from engine.benchmarks.figures import percent
 from engine.benchmarks.ladder import default_ladder, ladder_prompt, ladder_verdict
 from engine.errors import UserError
 from engine.request import SamplerSettings
@@ -95,10 +96,6 @@ def run_reply(
         "tokens_per_s": live.tokens_per_s,
         "ttft_s": live.ttft_s,
     }
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.0f}%"
 
 
 def fixed_prompt_ids(backend) -> list[int]:
@@ -201,7 +198,7 @@ def check_baseline(report: DoctorReport, backend, k: int, max_new: int) -> tuple
     report.add(
         "baseline",
         status,
-        f"K {k}, greedy, {base['tokens']} tokens: acceptance {_pct(base['acceptance'])}, tau "
+        f"K {k}, greedy, {base['tokens']} tokens: acceptance {percent(base['acceptance'])}, tau "
         f"{(base['tau'] or 0):.2f}, {(tps or 0):.1f} tok/s, TTFT {base['ttft_s'] * 1000:.0f} ms"
         + ("; nothing was drafted" if status == "warn" else "")
         + ("; no tokens came out" if status == "fail" else ""),
@@ -249,7 +246,7 @@ def check_tasks(report: DoctorReport, backend, info, presets: dict, max_new: int
         tasks[task] = run
     empty = [t for t, r in tasks.items() if not r["tokens"]]
     text = ", ".join(
-        f"{t} {_pct(r['acceptance'])} {(r['tokens_per_s'] or 0):.1f} tok/s" for t, r in tasks.items()
+        f"{t} {percent(r['acceptance'])} {(r['tokens_per_s'] or 0):.1f} tok/s" for t, r in tasks.items()
     )
     if empty:
         report.add("tasks", "fail", f"no reply for {', '.join(empty)} ({text})", tasks=tasks)
@@ -274,7 +271,7 @@ def check_restart(
         report.add(
             "restart",
             "pass",
-            f"second load in {again_s:.1f} s, same greedy text (acceptance {_pct(rerun['acceptance'])})",
+            f"second load in {again_s:.1f} s, same greedy text (acceptance {percent(rerun['acceptance'])})",
             **details,
         )
     else:

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from engine.benchmarks.figures import fmt, percent
 from engine.benchmarks.tune.plan import TuneError
 
 ROW_FIELDS = (
@@ -107,12 +108,8 @@ class TuneResult:
         }
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.0f}%"
-
-
 def speedup_text(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
+    return fmt(value, "{:.2f}x")
 
 
 def format_tables(result: TuneResult) -> str:
@@ -130,15 +127,15 @@ def format_tables(result: TuneResult) -> str:
         )
         for r in k_rows:
             mark = " <- best" if r.k == decision.best_k else ""
-            tpr = "-" if r.tokens_per_round is None else f"{r.tokens_per_round:.2f}"
+            tpr = fmt(r.tokens_per_round, "{:.2f}")
             lines.append(
-                f"  {r.k:>2} | {_pct(r.acceptance):>10} | {tpr:>12} | {r.tokens_per_s:>7.1f} | "
+                f"  {r.k:>2} | {percent(r.acceptance):>10} | {tpr:>12} | {r.tokens_per_s:>7.1f} | "
                 f"{speedup_text(r.predicted_speedup):>9} | {speedup_text(r.measured_speedup):>8}{mark}"
             )
         for r in rows:
             if r.sweep == "adaptive":
                 lines.append(
-                    f"  adaptive K up to {r.k}: acceptance {_pct(r.acceptance)}, tokens/round "
+                    f"  adaptive K up to {r.k}: acceptance {percent(r.acceptance)}, tokens/round "
                     f"{(r.tokens_per_round or 0):.2f}, {r.tokens_per_s:.1f} tok/s, {speedup_text(r.measured_speedup)}"
                 )
         temps = [r for r in rows if r.sweep == "temperature"]
@@ -146,20 +143,20 @@ def format_tables(result: TuneResult) -> str:
             lines.append(
                 f"  temperature at K {temps[0].k}: "
                 + ", ".join(
-                    f"{r.temperature:g} {_pct(r.acceptance)} {speedup_text(r.measured_speedup)}"
+                    f"{r.temperature:g} {percent(r.acceptance)} {speedup_text(r.measured_speedup)}"
                     for r in temps
                 )
             )
         for r in rows:
             if r.sweep == "ramp":
                 lines.append(
-                    f"  ramp {'on ' if r.ramp else 'off'} at K {r.k}: acceptance {_pct(r.acceptance)}, "
+                    f"  ramp {'on ' if r.ramp else 'off'} at K {r.k}: acceptance {percent(r.acceptance)}, "
                     f"{r.tokens_per_s:.1f} tok/s, {speedup_text(r.measured_speedup)}"
                 )
             elif r.sweep in ("drafting", "cache"):
                 lines.append(
                     f"  {r.sweep}: {r.drafting} drafting, cache {r.cache_mode} at K {r.k}: acceptance "
-                    f"{_pct(r.acceptance)}, {r.tokens_per_s:.1f} tok/s, {speedup_text(r.measured_speedup)}"
+                    f"{percent(r.acceptance)}, {r.tokens_per_s:.1f} tok/s, {speedup_text(r.measured_speedup)}"
                 )
         lines.append(
             f"  best K {decision.best_k} ({speedup_text(decision.best_speedup)} vs plain): {decision.k_note}; "

@@ -345,3 +345,23 @@ def test_the_code_family_with_a_draft_model_reports_each_mode_and_every_mismatch
     ]
     assert "MISMATCH code_complete #2 ours-draft greedy" in text and "ngram 4/4, draft 3/4" in text
     assert "seeded sampling" in text and "ours-ngram 3/4, ours-draft 4/4" in text
+
+
+def test_a_figure_nothing_measured_reads_as_a_dash_in_every_cell() -> None:
+    """The task table writes "–" where nothing was measured, as the chat, the stats and the other benches do."""
+    from engine.benchmarks.task_table import FamilyResult, Figures, print_families
+
+    variants = ("ours-plain", "ours-ngram", "server-plain", "server-ngram-mod")
+    measured = Figures(
+        tokens=90, decode_s=1.0, drafted=40, accepted=20, rounds=30, emitted=60, cost_steps=45.0
+    )
+    figures = {"ours-plain": Figures(tokens=60, decode_s=1.0), "ours-ngram": measured}
+    figures |= {"server-plain": Figures(), "server-ngram-mod": Figures()}  # the server never ran
+    result = FamilyResult("code", figures=figures, identical={"ours-ngram": 1}, prompts=1)
+    out = io.StringIO()
+    print_families(out, {"code": result}, variants)
+    row = out.getvalue().splitlines()[1].split(" | ")
+    assert row[0] == "code" and row[2] == "–", row  # no prompt tokens counted
+    assert row[3:7] == ["60.0", "90.0", "–", "–"], row
+    assert row[8] == "–" and row[9] == "–", row  # plain/srv-plain, best/srv-spec: no server figure
+    assert "ngram-mod –" in row[11] and "-" not in row
