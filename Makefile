@@ -35,12 +35,13 @@ run: install
 
 # pytest's workers: one per core this process may use, at most 4 (none on one core). tests/conftest.py gives each
 # worker its share of the cores, and llama.cpp and torch size their threads from it; the few tests about llama.cpp's
-# thread count (marked all_cores) run after the rest, alone.
+# thread count (marked all_cores) run after the rest, alone. `--dist loadgroup`: the tests of one module-scoped
+# fixture's param (an engine of the exactness harness) run on one worker, which loads and prefills it once.
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; n = len(os.sched_getaffinity(0)); print(min(4, n) if n > 1 else 0)" 2>/dev/null || echo 0)
 
 test: lint
 	@$(MAKE) --no-print-directory llama-server
-	$(BIN)/python -m pytest -q --durations=25 -n $(TEST_WORKERS) -m "not all_cores"
+	$(BIN)/python -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadgroup -m "not all_cores"
 	$(BIN)/python -m pytest -q --durations=5 -m all_cores
 
 # llama.cpp's llama-server (CPU), for the remote backend's real-server tests: built once into

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.threads import worker_share, xdist_worker
+from tests.support.threads import worker_group, worker_share, xdist_worker
 from tests.support.tiny_models import (
     CHATML_TEMPLATE,
     TINY_OTHER_VOCAB_SIZE,
@@ -38,6 +38,31 @@ def pytest_configure(config: pytest.Config) -> None:
     share = worker_share(worker, count, list(os.sched_getaffinity(0)))
     if share:
         os.sched_setaffinity(0, share)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `--dist loadgroup` (`make test`) the tests of one module-scoped fixture's param (an engine, a model
+    trio) run on one worker (`worker_group`); every other test is scheduled alone. Runs before pytest-xdist's own
+    hook, which writes the groups into the test ids."""
+    # A worker reads `loadgroup` (pytest-xdist sets `dist` to "no" there); one core without workers, `dist`.
+    if not (
+        getattr(config.option, "loadgroup", False) or config.getoption("dist", default="no") == "loadgroup"
+    ):
+        return
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is None:
+            continue
+        definitions = item._fixtureinfo.name2fixturedefs
+        params = {
+            name: index
+            for name, index in callspec.indices.items()
+            if name in definitions and definitions[name][-1].scope == "module"
+        }
+        group = worker_group(item.nodeid.split("::", 1)[0], params)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

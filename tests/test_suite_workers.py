@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.threads import fixed_threads, worker_share, xdist_worker
+from tests.support.threads import fixed_threads, worker_group, worker_share, xdist_worker
 
 TESTS = Path(__file__).parent
 
@@ -21,6 +21,34 @@ def test_each_worker_takes_every_count_th_cpu_from_its_index() -> None:
     assert worker_share("gw1", 3, [0, 1]) is None  # fewer CPUs than workers: they share all
     assert worker_share("gw0", 1, [0, 1]) is None
     assert worker_share("", 2, [0, 1]) is None  # not under xdist
+
+
+def test_the_tests_of_one_module_scoped_param_form_one_group_named_so_xdist_reads_it() -> None:
+    harness = "tests/engine/backends/test_exactness_harness.py"
+    pair = worker_group(harness, {"engine": 3})
+    assert pair == f"{harness}:engine=3" and pair != worker_group(harness, {"engine": 0})
+    assert worker_group("tests/x.py", {"b": 1, "a": 0}) == "tests/x.py:a=0,b=1"
+    assert worker_group("tests/x.py", {}) is None  # no module-scoped params: scheduled alone
+    # pytest-xdist's loadgroup takes the group after the id's last "@" only where no "]" follows it.
+    test_id = f"{harness}::test_two_turns_on_one_cache_equal_plain[llamacpp-qwen-pair]@{pair}"
+    assert test_id.rfind("@") > test_id.rfind("]")
+
+
+@pytest.fixture(scope="module", params=["only"])
+def grouped(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def test_make_test_groups_by_module_scoped_params_and_this_test_got_its_group(
+    grouped: str, request: pytest.FixtureRequest
+) -> None:
+    """`make test` asks for `--dist loadgroup`; under it, this test's id carries its group (tests/conftest.py marked
+    it before pytest-xdist named the groups)."""
+    makefile = (TESTS.parent / "Makefile").read_text()
+    assert re.search(r"pytest .*-n \$\(TEST_WORKERS\) --dist loadgroup", makefile)
+    if not getattr(request.config.option, "loadgroup", False):
+        pytest.skip("not under pytest-xdist's --dist loadgroup")
+    assert request.node.nodeid.endswith("[only]@tests/test_suite_workers.py:grouped=0"), request.node.nodeid
 
 
 def test_this_worker_keeps_to_its_share() -> None:
