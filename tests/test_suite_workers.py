@@ -69,3 +69,23 @@ def test_a_test_that_fixes_two_llama_cpp_threads_runs_alone() -> None:
         if re.search(r"threads=2\b|LlamaCppModel\([^)]*, 2, ", text) and "all_cores" not in text
     ]
     assert offenders == []
+
+
+def test_the_tmux_checks_start_a_tmux_server_of_their_own(tmp_path: Path) -> None:
+    """A tmux session's programs are its server's children and keep the CPU affinity of whoever started the server:
+    a check that joined another worker's server ran specchat on that worker's core. tests/e2e/tmux_lib.sh sends
+    every tmux command to a server named after the check's session."""
+    import shutil
+    import subprocess
+
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    script = (
+        f"NAME=check SIZE=80x24 SESSION=own-server-$$ SPECCHAT=/bin/true; source '{TESTS / 'e2e' / 'tmux_lib.sh'}'; "
+        "tmux new-session -d -s \"$SESSION\" 'sleep 30'; tmux list-sessions -F '#{socket_path} #{session_name}'"
+    )
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    socket, session = result.stdout.split()
+    assert Path(socket).name == session and session.startswith("own-server-"), result.stdout
+    assert not Path(socket).exists(), "the check's server and its socket are gone when it ends"

@@ -9,8 +9,15 @@ WORK="$(mktemp -d)"
 command -v tmux >/dev/null || { echo "$NAME: tmux is not installed" >&2; exit 2; }
 [ -x "$SPECCHAT" ] || { echo "$NAME: $SPECCHAT not found (run make install)" >&2; exit 2; }
 
+# Every tmux command talks to a server of this check's own (-L SESSION), which it starts and stops: a session's
+# programs are the server's children and keep the CPU affinity of whoever started the server. Under `make test` (each
+# worker pinned to a core) specchat in another worker's server ran on that worker's core, beside its tests, and in
+# the server of a terminal `make test` ran in, on every core (two llama.cpp threads on two busy cores).
+tmux() { command tmux -L "$SESSION" "$@"; }
+
 cleanup() {
-    tmux kill-session -t "$SESSION" 2>/dev/null || true
+    tmux kill-server 2>/dev/null || true
+    rm -f "${TMUX_TMPDIR:-/tmp}/tmux-$(id -u)/$SESSION"  # the server's socket
     rm -rf "$WORK"
 }
 trap cleanup EXIT
