@@ -35,8 +35,8 @@ run: install
 
 # pytest's workers: one per core this process may use, at most 4 (none on one core). tests/conftest.py gives each
 # worker its share of the cores, and llama.cpp and torch size their threads from it; the few tests about llama.cpp's
-# thread count (marked all_cores) run after the rest, alone. `--dist loadgroup`: the tests of one module-scoped
-# fixture's param (an engine of the exactness harness) run on one worker, which loads and prefills it once.
+# thread count (marked all_cores) run after the rest, alone. `--dist loadgroup`: a module's tests run on one worker
+# (split by its module-scoped params: each engine of the exactness harness), which builds its fixtures once.
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; n = len(os.sched_getaffinity(0)); print(min(4, n) if n > 1 else 0)" 2>/dev/null || echo 0)
 
 test: lint

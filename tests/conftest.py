@@ -42,9 +42,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under `--dist loadgroup` (`make test`) the tests of one module-scoped fixture's param (an engine, a model
-    trio) run on one worker (`worker_group`); every other test is scheduled alone. Runs before pytest-xdist's own
-    hook, which writes the groups into the test ids."""
+    """Under `--dist loadgroup` (`make test`) a module's tests run on one worker, split by the params of its
+    module-scoped fixtures (`worker_group`). Runs before pytest-xdist's own hook, which writes the groups into the
+    test ids."""
     # A worker reads `loadgroup` (pytest-xdist sets `dist` to "no" there); one core without workers, `dist`.
     if not (
         getattr(config.option, "loadgroup", False) or config.getoption("dist", default="no") == "loadgroup"
@@ -52,17 +52,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if callspec is None:
-            continue
         definitions = item._fixtureinfo.name2fixturedefs
         params = {
             name: index
-            for name, index in callspec.indices.items()
+            for name, index in (callspec.indices.items() if callspec is not None else ())
             if name in definitions and definitions[name][-1].scope == "module"
         }
-        group = worker_group(item.nodeid.split("::", 1)[0], params)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(worker_group(item.nodeid.split("::", 1)[0], params)))
 
 
 @pytest.fixture(scope="session")

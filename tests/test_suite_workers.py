@@ -23,12 +23,12 @@ def test_each_worker_takes_every_count_th_cpu_from_its_index() -> None:
     assert worker_share("", 2, [0, 1]) is None  # not under xdist
 
 
-def test_the_tests_of_one_module_scoped_param_form_one_group_named_so_xdist_reads_it() -> None:
+def test_a_modules_tests_form_one_group_per_module_scoped_param_named_so_xdist_reads_it() -> None:
     harness = "tests/engine/backends/test_exactness_harness.py"
     pair = worker_group(harness, {"engine": 3})
     assert pair == f"{harness}:engine=3" and pair != worker_group(harness, {"engine": 0})
     assert worker_group("tests/x.py", {"b": 1, "a": 0}) == "tests/x.py:a=0,b=1"
-    assert worker_group("tests/x.py", {}) is None  # no module-scoped params: scheduled alone
+    assert worker_group("tests/x.py", {}) == "tests/x.py"  # no module-scoped params: the module is the group
     # pytest-xdist's loadgroup takes the group after the id's last "@" only where no "]" follows it.
     test_id = f"{harness}::test_two_turns_on_one_cache_equal_plain[llamacpp-qwen-pair]@{pair}"
     assert test_id.rfind("@") > test_id.rfind("]")
@@ -39,7 +39,7 @@ def grouped(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-def test_make_test_groups_by_module_scoped_params_and_this_test_got_its_group(
+def test_make_test_groups_by_module_and_its_scoped_params_and_this_test_got_its_group(
     grouped: str, request: pytest.FixtureRequest
 ) -> None:
     """`make test` asks for `--dist loadgroup`; under it, this test's id carries its group (tests/conftest.py marked

@@ -30,15 +30,16 @@ def worker_share(worker: str, count: int, cpus: Sequence[int]) -> list[int] | No
     return sorted(cpus)[int(worker[2:]) % count :: count]
 
 
-def worker_group(module: str, params: dict[str, int]) -> str | None:
+def worker_group(module: str, params: dict[str, int]) -> str:
     """The pytest-xdist group (`make test` runs `--dist loadgroup`) of a test in `module` whose module-scoped
-    parametrized fixtures take the param indexes `params` (name -> index): its tests of the same params run on one
-    worker, which loads that engine or model once and keeps what it prefilled and decoded (the exactness harness's
-    Qwen2.5-Coder pair prefills a 600-token prompt per backend: split over two workers, both did). None (scheduled
-    alone, as under `load`) for a test without such fixtures.
+    parametrized fixtures take the param indexes `params` (name -> index). A module's tests run on one worker, which
+    builds its module-scoped fixtures once (a loaded model, a GPU bundle, a prefilled cache); a module parametrized
+    by one (the exactness harness's engines) splits by param: each engine's tests on one worker, the engines spread.
+    Under `load`, and under `loadgroup` with a test alone, a module's tests went to both workers and both built
+    them: the Qwen2.5-Coder pair prefilled its 600-token prompt on each.
 
     The name never ends in "]": pytest-xdist takes the group from a test id only where its last "@" follows its
     last "]" (xdist/scheduler/loadgroup.py `_split_scope`); a name like "module[engine]" leaves every test alone."""
     if not params:
-        return None
+        return module
     return module + ":" + ",".join(f"{name}={index}" for name, index in sorted(params.items()))
