@@ -316,13 +316,13 @@ def _print_row(out, idx: int, r: PromptResult, sampled: bool, k_sweep: bool = Fa
             header += "  " + " ".join(f"{'K' + str(k):>6}" for k in FIXED_KS) + f" {'Kfix':>6}"
         print(header, file=out)
     acc = percent(r.accepted / r.drafted if r.drafted else None)
-    tau = (r.tokens["ours-ngram"] / r.rounds) if r.rounds else 0.0
+    tau = fmt(r.tokens["ours-ngram"] / r.rounds if r.rounds else None, "{:.2f}")  # no rounds: nothing ran
     pred = fmt(r.predicted_speedup, "{:.2f}")
     line = (
         f"{idx + 1:>2} {r.category:<8} {r.k:>2} {r.tokens['ours-ngram']:>4} {r.tps('ours-plain'):>6.1f} "
         f"{r.tps('ours-ngram'):>6.1f} {r.tps('hf-plain'):>6.1f} {r.tps('hf-lookup'):>6.1f} "
         f"{_ratio(r, 'ours-ngram', 'ours-plain'):>6.2f} {pred:>5} {_ratio(r, 'ours-ngram', 'hf-lookup'):>6.2f} "
-        f"{_ratio(r, 'ours-plain', 'hf-plain'):>6.2f} {acc:>6} {tau:>5.2f} {'yes' if r.identical else 'NO'}"
+        f"{_ratio(r, 'ours-plain', 'hf-plain'):>6.2f} {acc:>6} {tau:>5} {'yes' if r.identical else 'NO'}"
     )
     if sampled:
         line += f"  {_ratio(r, 'ngram-sampled', 'plain-sampled'):>9.2f} {'yes' if r.sampled_identical else 'NO':>8}"

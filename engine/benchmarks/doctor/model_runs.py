@@ -11,7 +11,7 @@ import warnings
 from typing import Any
 
 from engine.benchmarks.doctor.report import DoctorReport
-from engine.benchmarks.figures import percent
+from engine.benchmarks.figures import fmt, percent
 from engine.benchmarks.ladder import default_ladder, ladder_prompt, ladder_verdict
 from engine.errors import UserError
 from engine.request import SamplerSettings
@@ -199,7 +199,7 @@ def check_baseline(report: DoctorReport, backend, k: int, max_new: int) -> tuple
         "baseline",
         status,
         f"K {k}, greedy, {base['tokens']} tokens: acceptance {percent(base['acceptance'])}, tau "
-        f"{(base['tau'] or 0):.2f}, {(tps or 0):.1f} tok/s, TTFT {base['ttft_s'] * 1000:.0f} ms"
+        f"{fmt(base['tau'], '{:.2f}')}, {fmt(tps)} tok/s, TTFT {base['ttft_s'] * 1000:.0f} ms"
         + ("; nothing was drafted" if status == "warn" else "")
         + ("; no tokens came out" if status == "fail" else ""),
         k=k,
@@ -246,7 +246,7 @@ def check_tasks(report: DoctorReport, backend, info, presets: dict, max_new: int
         tasks[task] = run
     empty = [t for t, r in tasks.items() if not r["tokens"]]
     text = ", ".join(
-        f"{t} {percent(r['acceptance'])} {(r['tokens_per_s'] or 0):.1f} tok/s" for t, r in tasks.items()
+        f"{t} {percent(r['acceptance'])} {fmt(r['tokens_per_s'])} tok/s" for t, r in tasks.items()
     )
     if empty:
         report.add("tasks", "fail", f"no reply for {', '.join(empty)} ({text})", tasks=tasks)

@@ -136,7 +136,7 @@ def format_tables(result: TuneResult) -> str:
             if r.sweep == "adaptive":
                 lines.append(
                     f"  adaptive K up to {r.k}: acceptance {percent(r.acceptance)}, tokens/round "
-                    f"{(r.tokens_per_round or 0):.2f}, {r.tokens_per_s:.1f} tok/s, {speedup_text(r.measured_speedup)}"
+                    f"{fmt(r.tokens_per_round, '{:.2f}')}, {r.tokens_per_s:.1f} tok/s, {speedup_text(r.measured_speedup)}"
                 )
         temps = [r for r in rows if r.sweep == "temperature"]
         if temps:
