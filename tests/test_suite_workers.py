@@ -71,7 +71,7 @@ def test_a_test_that_fixes_two_llama_cpp_threads_runs_alone() -> None:
     assert offenders == []
 
 
-def test_the_tmux_checks_start_a_tmux_server_of_their_own(tmp_path: Path) -> None:
+def test_the_tmux_checks_start_a_tmux_server_of_their_own() -> None:
     """A tmux session's programs are its server's children and keep the CPU affinity of whoever started the server:
     a check that joined another worker's server ran specchat on that worker's core. tests/e2e/tmux_lib.sh sends
     every tmux command to a server named after the check's session."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.backends.remote import RemoteBackend
-from engine.benchmarks.figures import fmt
+from engine.benchmarks.figures import fmt, percent
 from engine.decoding.rates import decode_tokens_per_s
 from engine.errors import BackendError
 from engine.events import Chunk, Done
@@ -143,7 +143,7 @@ def run_remote_bench(
         backend.close()
     for name, fig in results.items():
         print(
-            f"{name:<14} {fmt(fig.tokens_per_s)} tok/s   acceptance {fmt(fig.acceptance, '{:.0%}')} "
+            f"{name:<14} {fmt(fig.tokens_per_s)} tok/s   acceptance {percent(fig.acceptance)} "
             f"({fig.accepted}/{fig.drafted} drafts, server's count)",
             file=out,
         )
@@ -191,7 +191,7 @@ def bench_llama_server_peer(
             print(f"llama-server peer stopped: {exc}", file=out)
             return None
     for name, fig in results.items():
-        acceptance = f"   acceptance {fmt(fig.acceptance, '{:.0%}')}" if fig.drafted else ""
+        acceptance = f"   acceptance {percent(fig.acceptance)}" if fig.drafted else ""
         print(f"{name:<20} {fmt(fig.tokens_per_s)} tok/s{acceptance}", file=out)
     plain, ngram = (results[n].tokens_per_s for n in ("llama-server plain", "llama-server ngram"))
     if plain and ngram:

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import orjson
 
-from engine.benchmarks.figures import fmt
+from engine.benchmarks.figures import fmt, percent
 from engine.benchmarks.runner import timed_reply
 from engine.benchmarks.task_table import Figures, first_difference
 from engine.errors import BackendError
@@ -465,6 +465,6 @@ def _print_server_repeats(out, results: list[ConversationResult]) -> None:
             total.add(figures)
         print(
             f"{NGRAM_MOD} on a repeat of each step (its pool holds its own first run; not counted above): "
-            f"{fmt(total.tokens_per_s)} tok/s, acceptance {fmt(total.acceptance, '{:.0%}')}",
+            f"{fmt(total.tokens_per_s)} tok/s, acceptance {percent(total.acceptance)}",
             file=out,
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from engine.benchmarks.figures import DASH, fmt
+from engine.benchmarks.figures import DASH, fmt, percent
 from engine.benchmarks.task_sets import ROW_NAMES
 
 # Our modes that draft, each checked against ours-plain's output; the short names the table uses.
@@ -128,8 +128,8 @@ def _cells(name: str, res: FamilyResult, figures: dict[str, Figures], variants) 
         f"({fmt(figures[m].predicted, '{:.2f}x')})"
         for m in modes
     ]
-    accept = [f"{DRAFTING[m]} {fmt(figures[m].acceptance, '{:.0%}')}" for m in modes]
-    accept += [f"{v.removeprefix('server-')} {fmt(figures[v].acceptance, '{:.0%}')}" for v in speculating]
+    accept = [f"{DRAFTING[m]} {percent(figures[m].acceptance)}" for m in modes]
+    accept += [f"{v.removeprefix('server-')} {percent(figures[v].acceptance)}" for v in speculating]
     return [
         name,
         str(res.prompts),

@@ -33,7 +33,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.benchmarks.figures import fmt
+from engine.benchmarks.figures import fmt, percent
 from engine.benchmarks.runner import keep_load_threads, timed_reply
 from engine.benchmarks.task_sets import FAMILIES, TASK_SETS, load_task_set
 from engine.benchmarks.task_table import (
@@ -460,7 +460,7 @@ def _print_notes(bench: _TaskBench) -> None:
         if figures.decode_s:
             print(
                 f"{variant} on a repeat of each prompt (its pool holds the first run's reply; not counted "
-                f"above): {fmt(figures.tokens_per_s)} tok/s, acceptance {fmt(figures.acceptance, '{:.0%}')}",
+                f"above): {fmt(figures.tokens_per_s)} tok/s, acceptance {percent(figures.acceptance)}",
                 file=out,
             )
 
