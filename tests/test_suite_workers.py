@@ -89,3 +89,29 @@ def test_the_tmux_checks_start_a_tmux_server_of_their_own() -> None:
     socket, session = result.stdout.split()
     assert Path(socket).name == session and session.startswith("own-server-"), result.stdout
     assert not Path(socket).exists(), "the check's server and its socket are gone when it ends"
+
+
+def test_a_file_the_tests_quantize_is_made_once_per_machine_and_again_for_a_newer_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The row-invariance weights (IQ4_NL of the embedded model: ~45 s on a Zen 1 core) were quantized into a temporary
+    # folder on every run; now into specchat's cache, like the models the tests fetch or build.
+    from tests.support import models_2026
+
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
+    made: list[str] = []
+
+    def quantize(source: Path, dest: Path, ftype: str) -> Path:
+        made.append(ftype)
+        dest.write_bytes(source.read_bytes() + ftype.encode())
+        return dest
+
+    monkeypatch.setattr(models_2026, "quantize", quantize)
+    source = tmp_path / "model.F16.gguf"
+    source.write_bytes(b"GGUF")
+    first = models_2026.quantized(source, "iq4_nl")
+    assert first.read_bytes() == b"GGUFIQ4_NL" and first.is_relative_to(tmp_path / "cache")
+    assert models_2026.quantized(source, "IQ4_NL") == first and made == ["IQ4_NL"]  # the cached file
+    os.utime(source, (first.stat().st_mtime + 10, first.stat().st_mtime + 10))  # a source written since
+    assert models_2026.quantized(source, "IQ4_NL") == first and made == ["IQ4_NL", "IQ4_NL"]
+    assert [p.name for p in first.parent.iterdir()] == [first.name]  # no partial file left

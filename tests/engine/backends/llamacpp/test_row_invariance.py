@@ -17,11 +17,11 @@ from engine.backends.llamacpp.library import patched_build
 from engine.backends.llamacpp.model import LlamaCppModel
 from engine.backends.llamacpp.probe import probe_widths
 from engine.models import ensure_embedded_gguf
-from tests.support.models_2026 import quantize
+from tests.support.models_2026 import quantized
 from tests.support.threads import fixed_threads
 
 pytestmark = [
-    pytest.mark.slow,  # real GGUFs, quantized on the spot
+    pytest.mark.slow,  # real GGUFs (quantized once per machine, then cached)
     pytest.mark.skipif(
         not patched_build(),
         reason="the stock llama.cpp build (the patch did not apply): its kernels round otherwise",
@@ -30,13 +30,12 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def weights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def weights() -> dict[str, Path]:
     f16 = ensure_embedded_gguf()
-    folder = tmp_path_factory.mktemp("row-invariance")
     return {
         "F32": ensure_embedded_gguf(precision="f32"),
-        "BF16": quantize(f16, folder / "bf16.gguf", "BF16"),
-        "IQ4_NL": quantize(f16, folder / "iq4_nl.gguf", "IQ4_NL"),
+        "BF16": quantized(f16, "BF16"),
+        "IQ4_NL": quantized(f16, "IQ4_NL"),
     }
 
 
