@@ -365,12 +365,15 @@ def test_rows_of_a_pass_equal_one_token_decodes_across_key_chunks_at_long_contex
     )
     ids = smol.encode_text(words)
     try:
-        # rows 1019..1027 straddle 1,024; 1787..1795 straddle 1,792; a long-match draft's widest pass
-        # (LONG_DRAFT_MAX + 1 rows) straddles 1,024 too
-        for start, width in ((1019, 9), (1787, 9), (1000, LONG_DRAFT_MAX + 1)):
+        # a long-match draft's widest pass (LONG_DRAFT_MAX + 1 rows) from 1,000 straddles 1,024; rows 1019..1027
+        # straddle 1,024; 1787..1795 straddle 1,792. In that order each start's prefill reuses the cache the one
+        # before left (a crop, then only the new positions): 1,759 positions prefilled instead of 3,806. Each start
+        # compares its pass with one-token decodes over the same cached prefix, however that prefix was made.
+        target.clear()
+        for start, width in ((1000, LONG_DRAFT_MAX + 1), (1019, 9), (1787, 9)):
             assert len(ids) >= start + width
-            target.clear()
-            target.prefill(ids[:start])
+            cached = len(target.ids)
+            assert target.prefill(ids[:start]) == min(start, cached)  # the prefix reused
             singles = [target.decode([ids[start + j]], outputs=1, pad=False)[0] for j in range(width)]
             target.crop(start)
             rows = target.decode(ids[start : start + width], outputs=width)
