@@ -1,4 +1,4 @@
-"""Plain dataclasses that cross the engine/TUI line.
+"""Plain dataclasses that cross the engine/TUI line, and how their figures are written for people.
 
 Everything here is data: no I/O, no threads, no torch. A backend yields `Chunk`s and one `Done`;
 `ChatSession` wraps them with `ReplyStarted`, `ContextTrimmed`, `ReplyFinished`, `ReplyFailed` ... and
@@ -136,7 +136,7 @@ class MessageStats:
     # k_per_round, one entry per verification round, where the backend reported it).
     k_mode: str = "fixed"
     k_per_round: list[int] = field(default_factory=list)
-    # Figures a remote server could not give: field name -> why (the inspector shows "—" and the reason).
+    # Figures a remote server could not give: field name -> why (the inspector shows "–" and the reason).
     unavailable: dict[str, str] = field(default_factory=dict)
     # The server fixes K (the preset's K was not sent): shown as "K server", num_draft_tokens is 0.
     k_by_server: bool = False
@@ -263,3 +263,24 @@ class LiveStats:
     @property
     def mean_accepted_length(self) -> float | None:
         return self.new_tokens / self.rounds if self.rounds else None
+
+
+# --- How a figure is written, wherever a user reads it: the chat's status bar, the stats and the inspector
+# (tui/formatting.py) as the benches, `tune` and `doctor`: one dash where nothing was measured, never 0. ---
+
+DASH = "–"
+
+
+def fmt(value: float | None, pattern: str = "{:.1f}") -> str:
+    """`value` in `pattern`; DASH for None (nothing measured)."""
+    return DASH if value is None else pattern.format(value)
+
+
+def percent(value: float | None) -> str:
+    """A fraction as a whole percentage ("42%"); DASH for None."""
+    return fmt(value, "{:.0%}")
+
+
+def number(value: float | None, digits: int = 1) -> str:
+    """`value` with `digits` decimals; DASH for None."""
+    return fmt(value, f"{{:.{digits}f}}")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine.events import MessageStats
+from engine.events import DASH, MessageStats, fmt, number, percent
+
+__all__ = ["DASH", "fmt", "number", "percent"]  # the chat's figures are the benches' (engine/events.py)
 
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 BAR_FULL = "█"
@@ -23,18 +25,10 @@ def bar(fraction: float, width: int = 20) -> str:
     return BAR_FULL * filled + BAR_EMPTY * (width - filled)
 
 
-def percent(value: float | None) -> str:
-    return "–" if value is None else f"{value * 100:.0f}%"
-
-
-def number(value: float | None, digits: int = 1) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
-
-
 def seconds(value: float | None) -> str:
     """A duration as people read it: '420 ms' under a second, '2.35 s' above."""
     if value is None:
-        return "–"
+        return DASH
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
@@ -68,7 +62,7 @@ def drafts_by_source(stats: MessageStats, free_only: bool = False) -> str:
 
     drafted = {n: d for n, d in stats.drafted_by.items() if d > 0 and (free(n) or not free_only)}
     if not drafted:
-        return "–"
+        return DASH
     order = list(DRAFTERS)  # the name map's order; a source not in it last
     ordered = sorted(drafted, key=lambda n: (order.index(n) if n in order else len(order), n))
     return ", ".join(f"{source_label(n)} {drafted[n]}/{stats.accepted_by.get(n, 0)}" for n in ordered)
@@ -111,10 +105,10 @@ def stats_line(stats: MessageStats, cancelled: bool = False) -> str:
         parts += [accept, f"τ {number(stats.mean_accepted_length, 2)}"]
         parts.append(k_label(stats))
         by_source = drafts_by_source(stats)
-        if by_source != "–":
+        if by_source != DASH:
             parts.append(f"drafted/accepted {by_source}")
     elif "drafted_tokens" in stats.unavailable and stats.draft_mode != "none":
-        parts += ["accept —", k_label(stats)]  # the server does not say (the inspector says why)
+        parts += [f"accept {DASH}", k_label(stats)]  # the server does not say (the inspector says why)
     elif stats.draft_mode == "none" or (stats.num_draft_tokens == 0 and not stats.k_by_server):
         parts.append("draft off")
     else:  # drafting was on, but no round drafted: say why (adaptive K found no length that pays)

@@ -24,10 +24,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.benchmarks.figures import fmt, percent
 from engine.benchmarks.runner import chat_presets, load_prompt_set, timed_reply
 from engine.decoding.acceptance import AcceptanceAccounting
-from engine.events import Done
+from engine.events import Done, fmt, percent
 
 GREEDY_VARIANTS = ("ours-plain", "ours-ngram", "hf-plain", "hf-lookup")
 FIXED_KS = (2, 5, 8)

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from engine.events import fmt
+
 
 @dataclass(frozen=True)
 class Machine:
@@ -180,7 +182,7 @@ def prediction_table(rows: Sequence[PredictionRow]) -> str:
         f"{'machine':<34} {'target':<28} {'r(2)':>5} {'c':>5} {'draft K':>7} {'draft':>6} {'n-gram':>7}  verdict",
     ]
     for row in rows:
-        ngram = "–" if row.ngram_speedup is None else f"{row.ngram_speedup:.2f}x"
+        ngram = fmt(row.ngram_speedup, "{:.2f}x")
         lines.append(
             f"{row.machine[:34]:<34} {row.target[:28]:<28} {row.r2:>5.2f} {row.c:>5.2f} {row.draft_k:>7} "
             f"{row.draft_speedup:>5.2f}x {ngram:>7}  {row.verdict()}"

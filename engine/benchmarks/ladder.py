@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from engine.benchmarks.figures import DASH
+from engine.events import DASH
 
 LADDER_TOLERANCE_POINTS = 5.0
 # A ladder drop must also exceed this many standard errors of the difference of the two rates to fail.

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.benchmarks.figures import percent
-from engine.events import Chunk
+from engine.events import Chunk, percent
 from engine.request import GenerationRequest, SamplerSettings
 
 VARIANTS = ("ours-plain", "ours-fast", "ours-ngram", "lcpp-plain")

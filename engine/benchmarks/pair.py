@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.benchmarks.figures import DASH, fmt
 from engine.decoding.rates import decode_tokens_per_s
-from engine.events import Chunk, Done
+from engine.events import DASH, Chunk, Done, fmt
 from engine.request import GenerationRequest, SamplerSettings
 
 FIXED_K = 4

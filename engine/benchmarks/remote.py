@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.backends.remote import RemoteBackend
-from engine.benchmarks.figures import fmt, percent
 from engine.decoding.rates import decode_tokens_per_s
 from engine.errors import BackendError
-from engine.events import Chunk, Done
+from engine.events import Chunk, Done, fmt, percent
 from engine.request import GenerationRequest, SamplerSettings
 
 

@@ -41,10 +41,10 @@ from pathlib import Path
 
 import orjson
 
-from engine.benchmarks.figures import fmt, percent
 from engine.benchmarks.runner import timed_reply
 from engine.benchmarks.task_table import Figures, first_difference
 from engine.errors import BackendError
+from engine.events import fmt, percent
 from engine.prompt_file import PromptFileError
 from engine.request import GenerationRequest, HistoryCorpus, SamplerSettings
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from engine.benchmarks.figures import DASH, fmt, percent
 from engine.benchmarks.task_sets import ROW_NAMES
+from engine.events import DASH, fmt, percent
 
 # Our modes that draft, each checked against ours-plain's output; the short names the table uses.
 DRAFTING = {"ours-ngram": "ngram", "ours-draft": "draft"}

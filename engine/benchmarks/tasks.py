@@ -33,7 +33,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.benchmarks.figures import fmt, percent
 from engine.benchmarks.runner import keep_load_threads, timed_reply
 from engine.benchmarks.task_sets import FAMILIES, TASK_SETS, load_task_set
 from engine.benchmarks.task_table import (
@@ -46,6 +45,7 @@ from engine.benchmarks.task_table import (
 )
 from engine.decoding.rates import decode_tokens_per_s
 from engine.errors import BackendError
+from engine.events import fmt, percent
 
 __all__ = ["FAMILIES", "TASK_SETS", "Run", "counted_run", "load_task_set", "run_task_bench", "variant_plan"]
 

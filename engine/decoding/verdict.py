@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from engine.decoding.adaptive_k import MIN_GAIN, PROBE_ACCEPTANCE
 from engine.decoding.drafters.registry import DRAFTERS, NO_DRAFTING, spec_of_mode
+from engine.events import fmt
 
 VerdictStatus = Literal["pass", "warn", "skip"]
 
@@ -97,10 +98,10 @@ class DraftVerdict:
 
     def figures(self) -> str:
         """`running c 0.42, r(2) 2.00` (n-gram: `r(2) 1.10`); "–" for a figure not measured."""
-        r2 = "–" if self.r2 is None else f"{self.r2:.2f}"
+        r2 = fmt(self.r2, "{:.2f}")
         if not self.steps:
             return f"r(2) {r2}"
-        c = "–" if self.c is None else f"{self.c:.2f}"
+        c = fmt(self.c, "{:.2f}")
         return f"running c {c}, r(2) {r2}"
 
     def status_text(self) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from engine.errors import UserError
+from engine.events import fmt, percent
 
 METRICS_NAME = "metrics.jsonl"
 RECORD_VERSION = 1
@@ -383,14 +384,14 @@ def to_csv(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def format_table(summaries: Sequence[Summary], by: str) -> str:
-    def cell(value: float | None, fmt: str) -> str:
-        return "–" if value is None else format(value, fmt)
+    def cell(value: float | None, pattern: str) -> str:
+        return fmt(value, "{:" + pattern + "}")
 
     width = max([len(by), *(len(s.key) for s in summaries)])
     header = f"{by:<{width}}  {'replies':>7}  {'accept':>6}  {'τ':>5}  {'tok/s':>7}  {'TTFT s':>7}"
     lines = [header]
     for s in summaries:
-        accept = "–" if s.acceptance is None else f"{s.acceptance * 100:.0f}%"
+        accept = percent(s.acceptance)
         lines.append(
             f"{s.key:<{width}}  {s.replies:>7}  {accept:>6}  {cell(s.tau, '.2f'):>5}  "
             f"{cell(s.tokens_per_s, '.1f'):>7}  {cell(s.ttft_s, '.2f'):>7}"

@@ -1,4 +1,4 @@
-"""The chat app on a remote server that misbehaves (issue 18): figures it cannot read are "—" in the inspector
+"""The chat app on a remote server that misbehaves (issue 18): figures it cannot read are "–" in the inspector
 and a capped stream is the one-line reply failure, never the worker-error dialog."""
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ async def test_metrics_at_inf_give_a_reply_with_dashes_not_an_error_dialog():
             await send(pilot, "What is the capital of France?")
             reply = app.chat.chat_log.replies()[-1]
             assert reply.text.endswith("Eiffel Tower.") and reply.stats is not None
-            assert "accept —" in plain(reply.query_one(".stats"))
+            assert "accept –" in plain(reply.query_one(".stats"))
             await pilot.press("ctrl+s")
             await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen))
             fields = plain(app.screen.query_one("#inspector-fields"))
-            assert "—  (the server's /metrics counters are not usable numbers" in fields
+            assert "–  (the server's /metrics counters are not usable numbers" in fields
             assert not any(isinstance(s, ErrorScreen) for s in app.screen_stack)
 
 

@@ -21,9 +21,11 @@ from textual.widgets import Static
 
 from engine.events import MessageStats
 from tui.formatting import (
+    DASH,
     bar,
     drafts_by_source,
     drafts_here,
+    fmt,
     history_drafting_unavailable,
     number,
     percent,
@@ -89,8 +91,8 @@ def drafts_cap_note(backend_notes: Sequence[str]) -> str:
 def verdict_row(stats: MessageStats) -> str:
     """The reply's draft verdict; where it says the draft's own drafts cannot pay, the free drafts this reply sent
     all the same (n-gram, history: drafted/accepted) are counted beside it."""
-    free = drafts_by_source(stats, free_only=True) if stats.draft_verdict_status == "warn" else "–"
-    return stats.draft_verdict + (f"; free drafts sent all the same: {free}" if free != "–" else "")
+    free = drafts_by_source(stats, free_only=True) if stats.draft_verdict_status == "warn" else DASH
+    return stats.draft_verdict + (f"; free drafts sent all the same: {free}" if free != DASH else "")
 
 
 def stats_table(stats: MessageStats, cancelled: bool = False, backend_notes: Sequence[str] = ()) -> Table:
@@ -112,8 +114,8 @@ def _figure_rows(stats: MessageStats, cancelled: bool) -> list[tuple[str, str]]:
     missing = stats.unavailable
 
     def shown(field: str, value: str) -> str:
-        """A figure, or "—" and the reason where a remote server could not give it."""
-        return f"—  ({missing[field]})" if field in missing else value
+        """A figure, or "–" and the reason where a remote server could not give it."""
+        return f"{DASH}  ({missing[field]})" if field in missing else value
 
     rows: list[tuple[str, str]] = [
         ("preset", preset_label(stats.preset, bool(stats.router_reason))),
@@ -135,7 +137,7 @@ def _figure_rows(stats: MessageStats, cancelled: bool) -> list[tuple[str, str]]:
             "predicted speedup",
             shown(
                 "predicted_speedup",
-                "–" if stats.predicted_speedup is None else f"{stats.predicted_speedup:.2f}×",
+                fmt(stats.predicted_speedup, "{:.2f}×"),
             ),
         ),
         ("time to first token", seconds(stats.ttft_s)),
@@ -187,7 +189,7 @@ def _add_thinking_rows(rows: list[tuple[str, str]], stats: MessageStats) -> None
 def position_bars(stats: MessageStats) -> Text:
     text = Text()
     if "per_position_acceptance" in stats.unavailable:
-        return Text(f"—  ({stats.unavailable['per_position_acceptance']})", style="dim")
+        return Text(f"{DASH}  ({stats.unavailable['per_position_acceptance']})", style="dim")
     if not stats.per_position_acceptance:
         return Text("no drafted positions", style="dim")
     for index, rate in enumerate(stats.per_position_acceptance, start=1):
@@ -201,7 +203,7 @@ def position_bars(stats: MessageStats) -> Text:
 def histogram_bars(stats: MessageStats) -> Text:
     counts = stats.acceptance_histogram
     if "acceptance_histogram" in stats.unavailable:
-        return Text(f"—  ({stats.unavailable['acceptance_histogram']})", style="dim")
+        return Text(f"{DASH}  ({stats.unavailable['acceptance_histogram']})", style="dim")
     if not counts or not sum(counts):
         return Text("no drafting rounds", style="dim")
     top = max(counts)
@@ -231,7 +233,7 @@ def recent_comparison(stats: MessageStats, recent, includes_this: bool = True) -
     table.add_row(
         "time to first token",
         seconds(stats.ttft_s),
-        "–" if recent.ttft_s is None else seconds(recent.ttft_s),
+        seconds(recent.ttft_s),
     )
     return table
 

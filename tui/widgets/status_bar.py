@@ -14,7 +14,7 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import Static
 
-from tui.formatting import draft_label, number, percent, preset_label, seconds, sparkline
+from tui.formatting import draft_label, fmt, number, percent, preset_label, seconds, sparkline
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,9 +190,7 @@ def status_fields(fig: StatusFigures) -> list[tuple[str, list[Any]]]:
     fields: list[tuple[str, list[Any]]] = []
     if fig.unsaved:
         fields.append(("unsaved", [("⚠ not saved (memory only)", "bold red")]))
-    k_text = (
-        "off" if not fig.drafting else "server" if fig.k_by_server else "–" if fig.k is None else str(fig.k)
-    )
+    k_text = "off" if not fig.drafting else "server" if fig.k_by_server else fmt(fig.k, "{}")
     if (
         fig.drafting
         and not fig.k_by_server

@@ -212,7 +212,7 @@ class LlamaServer(Server):
         unavailable: list[tuple[str, str]] = []
         drafted, accepted, rounds = counters.drafted, counters.accepted, None
         if drafted is None and "drafted_tokens" in counters.problems:
-            pass  # the server sent draft counts that are not counts: "—" with the reason, not a 0
+            pass  # the server sent draft counts that are not counts: "–" with the reason, not a 0
         elif drafted is None and counters.predicted is not None:
             # Its timings leave draft_n out when nothing was drafted (server_slot_stats::to_json): a real 0.
             drafted, accepted = 0, 0

@@ -3,7 +3,7 @@ reasoning and counters, an error body's message, a tokenizer's ids. Pure functio
 kind of server sent them (engine.backends.remote.servers says what each kind is).
 
 A count that is not a non-negative integer (a string, a bool, inf, 1e308) is treated as not reported, with a reason
-the inspector shows beside "—"; nothing here raises on a server's data but `StreamLimitError`, where a line or an
+the inspector shows beside "–"; nothing here raises on a server's data but `StreamLimitError`, where a line or an
 event breaks its cap, so a server cannot make the client hold more than a few MiB per reply.
 """
 
@@ -55,7 +55,7 @@ def shown_value(value: Any, limit: int = 40) -> str:
 class StreamCounters:
     """Cumulative counts a stream reported so far (None: never reported, or not a count).
 
-    `problems` maps a MessageStats field to why the server's figure for it was not used (shown beside "—").
+    `problems` maps a MessageStats field to why the server's figure for it was not used (shown beside "–").
     """
 
     predicted: int | None = None
@@ -127,7 +127,7 @@ class StreamCounters:
         return self.predicted if self.predicted is not None else self.completion_tokens
 
 
-# The MessageStats fields left empty ("—" and the reason) when a server's draft counts are not counts.
+# The MessageStats fields left empty ("–" and the reason) when a server's draft counts are not counts.
 DRAFT_FIELDS = ("drafted_tokens", "acceptance_rate", "mean_accepted_length", "rounds", "alpha")
 
 

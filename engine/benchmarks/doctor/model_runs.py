@@ -11,9 +11,9 @@ import warnings
 from typing import Any
 
 from engine.benchmarks.doctor.report import DoctorReport
-from engine.benchmarks.figures import fmt, percent
 from engine.benchmarks.ladder import default_ladder, ladder_prompt, ladder_verdict
 from engine.errors import UserError
+from engine.events import fmt, percent
 from engine.request import SamplerSettings
 
 FIXED_PROMPT = (

@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
-from engine.benchmarks.figures import fmt, percent
 from engine.benchmarks.tune.plan import TuneError
+from engine.events import fmt, percent
 
 ROW_FIELDS = (
     "task",

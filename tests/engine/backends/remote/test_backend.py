@@ -183,10 +183,10 @@ def test_tabbyapi_reply_shows_dashes_with_reasons():
     assert "does not send them" in stats.unavailable["drafted_tokens"]
     assert stats.acceptance_rate is None and stats.mean_accepted_length is None
     table = _plain(stats_table(stats))
-    assert "drafted / accepted  —  (TabbyAPI logs draft_accept / draft_reject" in table
+    assert "drafted / accepted  –  (TabbyAPI logs draft_accept / draft_reject" in table
     assert "K server" in table
-    assert "—  (the server does not report drafts per position)" in _plain(position_bars(stats))
-    assert "accept —" in stats_line(stats)
+    assert "–  (the server does not report drafts per position)" in _plain(position_bars(stats))
+    assert "accept –" in stats_line(stats)
 
 
 # --- failures ----------------------------------------------------------------------------------------------

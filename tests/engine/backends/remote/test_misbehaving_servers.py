@@ -1,7 +1,7 @@
 """The remote backend against servers that misbehave (issue 18), each a real HTTP server on 127.0.0.1.
 
 A redirect to another origin never carries the key (the second server sees no request at all); bad data from a
-server (a body that is not JSON, "abc" where a count goes, counters that sum to inf) gives figures as "—" with a
+server (a body that is not JSON, "abc" where a count goes, counters that sum to inf) gives figures as "–" with a
 reason or one error line, never a traceback, and the text that streamed is kept; lines, labels and answers are
 capped, so memory stays flat (measured with tracemalloc, which counts every Python allocation in the process).
 
@@ -252,7 +252,7 @@ def test_llama_server_draft_counts_that_are_not_counts_show_dashes_and_keep_the_
     assert reason in stats.unavailable["drafted_tokens"] and reason in stats.unavailable["acceptance_rate"]
     assert stats.acceptance_rate is None and stats.alpha is None
     table = _plain(stats_table(stats))
-    assert "drafted / accepted  —  (the server" in table and "acceptance rate  —  (" in table
+    assert "drafted / accepted  –  (the server" in table and "acceptance rate  –  (" in table
 
 
 def test_tabby_draft_fields_that_are_not_counts_show_dashes():
@@ -284,7 +284,7 @@ def test_metrics_that_sum_to_inf_show_dashes_with_a_reason_and_keep_the_text(val
     reason = result.stats.unavailable["drafted_tokens"]
     assert "/metrics counters are not usable numbers" in reason
     assert result.stats.acceptance_rate is None and result.stats.new_tokens == 17
-    assert "drafted / accepted  —  (the server's /metrics" in _plain(stats_table(result.stats))
+    assert "drafted / accepted  –  (the server's /metrics" in _plain(stats_table(result.stats))
 
 
 def test_metrics_counters_that_go_back_or_overflow_give_no_difference():
