@@ -28,16 +28,26 @@ from engine.request import GenerationRequest, SamplerSettings
 
 pytestmark = pytest.mark.slow
 
-# ~700 tokens of code to copy: long matches all the way through.
-CODE = "\n".join(
-    f"def step_{i}(values: list[int]) -> list[int]:\n"
-    f'    """Scale each value by {i + 2} and keep those above {i * 3}."""\n'
-    f"    return [v * {i + 2} for v in values if v * {i + 2} > {i * 3}]\n"
-    for i in range(16)
-)
-COPY_PROMPT = (
-    f"Repeat this Python module exactly, then add one more function at the end.\n\n```python\n{CODE}```"
-)
+
+def copy_prompt_text(functions: int) -> str:
+    """A request to copy a module of `functions` small functions (~45-55 tokens each): long matches throughout."""
+    code = "\n".join(
+        f"def step_{i}(values: list[int]) -> list[int]:\n"
+        f'    """Scale each value by {i + 2} and keep those above {i * 3}."""\n'
+        f"    return [v * {i + 2} for v in values if v * {i + 2} > {i * 3}]\n"
+        for i in range(functions)
+    )
+    return (
+        f"Repeat this Python module exactly, then add one more function at the end.\n\n```python\n{code}```"
+    )
+
+
+# ~700 tokens of code to copy (SmolLM2's tokenizer; 869 as the Qwen pair's chat).
+COPY_PROMPT = copy_prompt_text(16)
+# The pair's: 12 functions, ~650 tokens as its chat, still past 512 cached positions. Its 1.5B prefills on one core
+# at ~10 tokens/s, and the module prefills this prompt four times (the n-gram backend's target, the draft backend's
+# target and draft, the two-turn test's cold reference): the 16-function prompt's 220 more tokens cost ~80 s there.
+PAIR_COPY_PROMPT = copy_prompt_text(12)
 GREEDY = {"temperature": 0.0}
 SEEDED = {"temperature": 0.8, "top_p": 0.95}
 
@@ -112,6 +122,7 @@ class Engine:
     ngram: object
     draft: object | None
     widest: int  # the widest verify pass the engine may send (the probe's proof, or the loop's cap)
+    copy_text: str = COPY_PROMPT  # the request to copy code every test starts from
 
     def close(self) -> None:
         for backend in (self.ngram, self.draft):
@@ -125,7 +136,9 @@ def plant(*backends) -> None:
             backend.target.costs = CheapVerify()
 
 
-def llamacpp_engine(name: str, target, draft, max_context: int = 2048) -> Engine:
+def llamacpp_engine(
+    name: str, target, draft, max_context: int = 2048, copy_text: str = COPY_PROMPT
+) -> Engine:
     from engine.backends.llamacpp import LlamaCppBackend
 
     ngram = LlamaCppBackend(target, draft="ngram", max_context=max_context)
@@ -135,7 +148,8 @@ def llamacpp_engine(name: str, target, draft, max_context: int = 2048) -> Engine
         with_draft = LlamaCppBackend(target, draft=str(draft), max_context=max_context, threads=ngram.threads)
         with_draft.load()
     plant(ngram, with_draft)
-    return Engine(name, ngram, with_draft, ngram.max_verify_width or ngram._loop_options()["max_draft"] + 1)
+    widest = ngram.max_verify_width or ngram._loop_options()["max_draft"] + 1
+    return Engine(name, ngram, with_draft, widest, copy_text)
 
 
 def embedded_f16() -> Iterator[Engine]:
@@ -183,7 +197,7 @@ def qwen_pair() -> Iterator[Engine]:
             pytest.skip(str(exc))
         raise
     survives(target, draft)
-    engine = llamacpp_engine("llama.cpp Qwen2.5-Coder Q4_K_M pair", target, draft)
+    engine = llamacpp_engine("llama.cpp Qwen2.5-Coder Q4_K_M pair", target, draft, copy_text=PAIR_COPY_PROMPT)
     yield engine
     engine.close()
 
@@ -220,8 +234,8 @@ def engine(request) -> Iterator[Engine]:
 
 @pytest.fixture(scope="module")
 def copy_prompt(engine: Engine) -> list[int]:
-    ids = engine.ngram.encode_chat([{"role": "user", "content": COPY_PROMPT}])
-    assert len(ids) >= 600, "the prompt copies 600+ tokens"
+    ids = engine.ngram.encode_chat([{"role": "user", "content": engine.copy_text}])
+    assert len(ids) >= 600, "the prompt copies 600+ tokens (past 512 cached positions)"
     return ids
 
 
@@ -353,7 +367,7 @@ def test_two_turns_on_one_cache_equal_plain(engine: Engine, copy_prompt) -> None
             continue
         first = run(backend, copy_prompt, 4, budget)
         history = [
-            {"role": "user", "content": COPY_PROMPT},
+            {"role": "user", "content": engine.copy_text},
             {"role": "assistant", "content": backend.decode(first.tokens)},
             {"role": "user", "content": "Now repeat the first three functions again."},
         ]
