@@ -1,7 +1,7 @@
 """Plain dataclasses that cross the engine/TUI line, and how their figures are written for people.
 
-Everything here is data: no I/O, no threads, no torch. A backend yields `Chunk`s and one `Done`;
-`ChatSession` wraps them with `ReplyStarted`, `ContextTrimmed`, `ReplyFinished`, `ReplyFailed` ... and
+Everything here is data, or a pure function of it: no I/O, no threads, no torch. A backend yields `Chunk`s and
+one `Done`; `ChatSession` wraps them with `ReplyStarted`, `ContextTrimmed`, `ReplyFinished`, `ReplyFailed` ... and
 the TUI renders whatever arrives.
 """
 
