@@ -145,12 +145,17 @@ async def test_the_footer_keys_change_in_place_when_a_reply_starts_and_ends():
 async def test_a_long_prefill_shows_the_reply_start_without_waiting_for_the_text():
     """Where the model takes every core the start's header waits for the first text, but not through a prefill:
     the status timer shows it `FIRST_TEXT_WAIT_S` after the reply started."""
-    backend = ScriptedBackend(replies=["Paris."], prefill_s=1.5)
+    backend = ScriptedBackend(replies=["Paris."], prefill_s=3.0)
     app = contended_app(backend)
     async with app.run_test(size=SMALL) as pilot:
         reply = await start_reply(pilot, "Capital of France?")
-        assert not app.chat.lifecycle.status_due()  # just started: the first text may come with it
-        await wait_until(pilot, lambda: bool(reply.header), timeout=FIRST_TEXT_WAIT_S + 0.8)
+        lifecycle = app.chat.lifecycle
+        due = lifecycle.status_due()
+        # Just started, the first text may come with it: not due. (On a busy machine the look itself may come later
+        # than FIRST_TEXT_WAIT_S: CI read it due once, beside the other worker's model.)
+        if time.monotonic() - lifecycle.started_at < FIRST_TEXT_WAIT_S:
+            assert not due
+        await wait_until(pilot, lambda: bool(reply.header), timeout=FIRST_TEXT_WAIT_S + 2.0)
         assert not reply.text and "qa" in reply.header  # still in its prefill
         assert "●" in app.chat.status_bar.plain  # the status bar says a reply runs
         await wait_until(pilot, lambda: not app.chat.generating)
