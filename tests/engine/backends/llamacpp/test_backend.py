@@ -168,6 +168,10 @@ def test_seeded_sampling_speculative_equals_plain(smol: LlamaCppBackend) -> None
     assert other_seed.tokens != plain.tokens
 
 
+# Wider than any pass of K 5 (the speculative reply below), far narrower than the loop's widest (49).
+PADDED_PROBE_WIDTH = 9
+
+
 @pytest.mark.slow
 def test_padded_plain_steps_equal_speculation_too(gguf: Path, smol: LlamaCppBackend, monkeypatch) -> None:
     # Where one-token decodes round otherwise than the rows of a batch, the probe pads plain steps (a throw-away
@@ -186,11 +190,22 @@ def test_padded_plain_steps_equal_speculation_too(gguf: Path, smol: LlamaCppBack
         return logits
 
     monkeypatch.setattr(LlamaCppModel, "_decode", single_rounds_otherwise)
-    padded = LlamaCppBackend(gguf, draft="ngram", cache_mode="fp16", max_context=2048)
+    # The load's probe, up to PADDED_PROBE_WIDTH: the planted kernel moves one-token decodes only, so every
+    # batched width sees the same kernels (a full probe, 2 x 1,224 rows on one core, took 40 of this test's 80 s).
+    # That the batched rows of every width up to 49 equal one-token decodes on this build is proven by
+    # test_the_patched_build_decodes_one_token_exactly_as_a_row_of_a_batch. The 256-token context holds the
+    # replies (the prompt and 120 tokens) and leaves out the long-context pass timings a load takes.
+    monkeypatch.setattr(
+        LlamaCppBackend,
+        "_probe",
+        lambda self: probe_widths(self.target, self.encode_text, self.max_context, widest=PADDED_PROBE_WIDTH),
+    )
+    padded = LlamaCppBackend(gguf, draft="ngram", cache_mode="fp16", max_context=256)
     padded.load()
     try:
         assert padded.pad_plain_steps and padded.probe.pad and padded.target.pad_single
-        assert padded.probe.widest == padded.probe.checked  # every wider pass agrees with the padded steps
+        assert padded.probe.widest == padded.probe.checked == PADDED_PROBE_WIDTH  # every wider pass agrees
+        assert padded.max_verify_width == PADDED_PROBE_WIDTH
         plain = generate(padded, ids, k=0, max_new=120)
         assert plain.tokens == reference.tokens and pushed not in plain.tokens
         assert generate(padded, ids, k=5, max_new=120).tokens == reference.tokens

@@ -41,8 +41,17 @@ def clock(monkeypatch, tmp_path) -> Clock:
     pass_timings.forget()
 
 
+# A context too short for the busy-CPU guard's long-context passes (threads.py: 64 + LEARN_MIN_EXTRA cached tokens
+# and the widest pass): what this module checks is how a table is kept, read and confirmed, the same whatever it
+# holds; timing those passes (a 576-token prefill and three widths over it) took 10 of a load's 16 s on one Zen 1
+# core. The long-context timings are checked in test_threads_on_real_decodes.py.
+MAX_CONTEXT = 256
+
+
 def loaded(path, draft: str, cache_mode: str = "fp16", threads: int | None = None) -> LlamaCppBackend:
-    backend = LlamaCppBackend(path, draft=draft, cache_mode=cache_mode, max_context=1024, threads=threads)
+    backend = LlamaCppBackend(
+        path, draft=draft, cache_mode=cache_mode, max_context=MAX_CONTEXT, threads=threads
+    )
     backend.load()
     return backend
 
