@@ -31,3 +31,19 @@ def test_the_paired_ratio_takes_each_chat_run_over_the_generate_runs_either_side
     assert ui_bench.paired_ratio(gen, chat) == 1.0
     assert ui_bench.paired_ratio(gen[:3], chat) is None
     assert ui_bench.paired_ratio([{"tok_s": 0.0}, {"tok_s": None}], [{"tok_s": 5.0}]) is None
+
+
+def test_the_ui_threads_target_is_printed_for_long_replies_only(capsys) -> None:
+    """A short answer's UI share is its first layout over a ~0.2 s reply (0.3-0.4 of a core at 0.99x generate):
+    it is printed in ms without the streaming target; a long reply's share is held to the target."""
+
+    def row(tokens: int) -> dict:
+        run = {"tok_s": 50.0, "text": "x", "tokens": tokens, "main": 0.36, "main_s": 0.072, "others": 1.9}
+        return ui_bench._comparison_row("r", (80, 24), [run, run], [run])
+
+    ui_bench._print_row(row(ui_bench.STEADY_TOKENS - 1))
+    short = capsys.readouterr().out
+    assert "UI thread 72 ms, 0.36 of a core" in short and "target < 0.25" not in short
+    ui_bench._print_row(row(ui_bench.STEADY_TOKENS))
+    long = capsys.readouterr().out
+    assert "UI thread 0.36 of a core (target < 0.25)" in long
